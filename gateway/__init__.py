@@ -1,0 +1,1 @@
+"""An idempotency gateway."""

@@ -1,0 +1,62 @@
+"""Composing the gateway's aiohttp application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from .breaker import CircuitBreaker
+from .config import Settings
+from .handler import Gateway
+from .metrics import Metrics
+from .proxy import Upstreams
+from .redis_client import make_client
+from .store import Store
+from .tasks import TaskSet
+
+SETTINGS = web.AppKey("settings", Settings)
+REDIS_URL = web.AppKey("redis_url", str)
+METRICS = web.AppKey("metrics", Metrics)
+TASKS = web.AppKey("tasks", TaskSet)
+STORE = web.AppKey("store", Store)
+GATEWAY = web.AppKey("gateway", Gateway)
+
+# How long a stopping gateway waits for forwarded requests to finish and be recorded.
+DRAIN_SECONDS = 60.0
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    redis = settings.redis
+    store = Store(
+        make_client(redis, app[REDIS_URL]),
+        CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
+    )
+    upstreams = Upstreams(settings.upstreams())
+    app[STORE] = store
+    app[GATEWAY] = Gateway(settings, store, upstreams, app[METRICS], app[TASKS])
+    try:
+        yield
+    finally:
+        await app[TASKS].drain(DRAIN_SECONDS)
+        await upstreams.close()
+        await store.close()
+
+
+async def _handle(request: web.Request) -> web.StreamResponse:
+    return await request.app[GATEWAY].handle(request)
+
+
+def create_app(
+    settings: Settings, redis_url: str, metrics: Metrics | None = None
+) -> web.Application:
+    """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
+    app = web.Application()
+    app[SETTINGS] = settings
+    app[REDIS_URL] = redis_url
+    app[METRICS] = metrics or Metrics()
+    app[TASKS] = TaskSet()
+    app.cleanup_ctx.append(_resources)
+    app.router.add_route("*", "/{tail:.*}", _handle)
+    return app

@@ -1,0 +1,91 @@
+"""The `idem-gateway` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from .app import DRAIN_SECONDS, create_app
+from .config import Settings, load_settings
+from .errors import ConfigError
+from .redis_server import RedisServer
+
+log = logging.getLogger("gateway")
+
+
+def new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.warning("uvloop is not installed; using the asyncio loop")
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def serve(settings: Settings) -> None:
+    """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`."""
+    embedded: RedisServer | None = None
+    url = settings.redis.url
+    if url == "embedded":
+        embedded = RedisServer(unix_socket=True)
+        embedded.start()
+        url = embedded.url
+        log.info(
+            "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
+        )
+    try:
+        listen = settings.listen
+        log.info(
+            "idem-gateway listening on http://%s:%d (%d routes, %s loop)",
+            listen.host, listen.port, len(settings.routes), settings.loop,
+        )  # fmt: skip
+        web.run_app(
+            create_app(settings, url),
+            host=listen.host,
+            port=listen.port,
+            backlog=listen.backlog,
+            access_log=None,
+            print=None,
+            shutdown_timeout=DRAIN_SECONDS,
+            loop=new_loop(settings.loop),
+        )
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="idem-gateway",
+        description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
+    )
+    parser.add_argument("-c", "--config", metavar="FILE", help="YAML config (default: built-in)")
+    parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
+    args = parser.parse_args(argv)
+
+    path = args.check or args.config
+    try:
+        settings = load_settings(path) if path else Settings()
+    except ConfigError as exc:
+        print(f"idem-gateway: invalid config {path}:\n{exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{path}: OK ({len(settings.routes)} routes)")
+        return 0
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    serve(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

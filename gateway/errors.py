@@ -1,0 +1,41 @@
+"""The gateway's own exceptions and its problem+json (RFC 9457) answers."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+PROBLEM_TYPE = "application/problem+json"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the field and what was expected."""
+
+
+class StoreUnavailable(Exception):
+    """Redis could not be asked or did not answer: the claim's state is unknown."""
+
+
+class BlobError(Exception):
+    """A recorded body is missing or does not match its digest."""
+
+
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """A problem+json response; `slug` names the problem type."""
+    body = orjson.dumps(
+        {
+            "type": f"urn:idem-gateway:problem:{slug}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+        }
+    )
+    response = web.Response(status=status, body=body, headers=headers)
+    response.content_type = PROBLEM_TYPE
+    return response

@@ -1,0 +1,353 @@
+"""The aiohttp handler: a thin adapter from HTTP to the idempotency decisions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from . import metrics as m
+from .config import Route, Settings
+from .decision import Action, Settle, failure_status, on_answer, on_claim, on_failure
+from .errors import StoreUnavailable, problem
+from .fingerprint import fingerprint
+from .heartbeat import Heartbeat
+from .keys import BadKey, parse_key, record_key, tenant_id
+from .metrics import Metrics
+from .proxy import (
+    Upstreams,
+    abort,
+    classify,
+    client_timeout,
+    forward_headers,
+    pass_through,
+    response_headers,
+    start_response,
+    upstream_failure,
+    write_quietly,
+)
+from .record import Record
+from .recording import BodyRecorder, RecordedBody
+from .store import ClaimResult, Store
+from .tasks import TaskSet
+
+log = logging.getLogger(__name__)
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+OUTCOME_UNKNOWN = {"Idempotency-Outcome": "unknown"}
+BYPASSED = {"Idempotency-Bypassed": "store-unavailable"}
+RETRY_AFTER = "1"
+# How often a waiting duplicate asks again: from the first value, growing to the last.
+WAIT_BACKOFF = (0.01, 0.25)
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A request that owns its key and is being forwarded."""
+
+    request: web.Request
+    route: Route
+    key: str
+    token: str
+    body: bytes
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole request body, refusing more than `limit` bytes before reading them."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class Gateway:
+    """Routes each request: pass it through, or run it through the idempotency state machine."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        upstreams: Upstreams,
+        metrics: Metrics,
+        tasks: TaskSet,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.upstreams = upstreams
+        self.metrics = metrics
+        self.tasks = tasks
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        route = self.settings.route_for(request.path)
+        if route is None:
+            if self.settings.upstream is None:
+                return problem(404, "no-route", "No route", f"no route matches {request.path}")
+            return await self._unprotected(request, "-", self.settings.upstream)
+        if request.method not in route.methods:
+            return await self._unprotected(request, route.name, route.upstream, route)
+        try:
+            key = parse_key(request.headers.getall(route.key_header, ()))
+        except BadKey as exc:
+            return self._rejected(route, request, 400, "bad-key", "Bad idempotency key", str(exc))
+        if key is None:
+            if route.require_key:
+                detail = f"this route requires an {route.key_header} header"
+                return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
+            return await self._unprotected(request, route.name, route.upstream, route)
+        try:
+            body = await read_body(request, route.max_request_body)
+        except BodyTooLarge:
+            detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
+            return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+        return await self._idempotent(request, route, key, body)
+
+    async def _unprotected(
+        self, request: web.Request, name: str, origin: str, route: Route | None = None
+    ) -> web.StreamResponse:
+        self.metrics.request(name, request.method, m.UNPROTECTED)
+        timeouts = (route or self.settings.defaults).timeouts
+        return await pass_through(request, self.upstreams.session(origin), origin, timeouts)
+
+    def _rejected(
+        self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
+    ) -> web.Response:
+        self.metrics.request(route.name, request.method, m.REJECTED)
+        return problem(status, slug, title, detail)
+
+    async def _idempotent(
+        self, request: web.Request, route: Route, key: str, body: bytes
+    ) -> web.StreamResponse:
+        fp = fingerprint(
+            route.fingerprint, request.method, request.path, request.query_string,
+            request.headers, body,
+        )  # fmt: skip
+        tenant = tenant_id(request.headers.get(name) for name in route.scope)
+        rkey = record_key(self.settings.redis.key_prefix, route.name, tenant, key)
+        token = secrets.token_hex(16)
+        try:
+            result = await self.store.claim(rkey, fp, token, route.lease)
+            action = on_claim(result, route, may_wait=True)
+            if action is Action.WAIT:
+                result = await self._wait(result, rkey, fp, token, route)
+                action = on_claim(result, route, may_wait=False)
+        except StoreUnavailable as exc:
+            return await self._store_down(request, route, exc)
+
+        if action is Action.FORWARD:
+            claimed = Claimed(request, route, rkey, token, body)
+            # Shielded: a client that goes away must not stop the call or lose its outcome.
+            return await asyncio.shield(self.tasks.spawn(self._forward(claimed)))
+        if action is Action.REPLAY:
+            self.metrics.request(route.name, request.method, m.REPLAYED)
+            return await self._replay(request, result)
+        if action is Action.REPLAY_UNKNOWN:
+            self.metrics.request(route.name, request.method, m.REPLAYED)
+            detail = (
+                "the upstream was called but its outcome is unknown; an operator must resolve it"
+            )
+            headers = {**REPLAYED, **OUTCOME_UNKNOWN}
+            return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+        if action is Action.MISMATCH:
+            self.metrics.request(route.name, request.method, m.MISMATCH)
+            detail = "this key was used with another request payload"
+            return problem(422, "key-reused", "Key reused with another payload", detail)
+        self.metrics.request(route.name, request.method, m.CONFLICT)
+        detail = "a request with this key is in progress; retry later"
+        return problem(
+            409, "in-flight", "Request in progress", detail, {"Retry-After": RETRY_AFTER}
+        )
+
+    async def _wait(
+        self, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
+    ) -> ClaimResult:
+        """Ask again with a growing pause until the first request ends or time runs out.
+
+        Asking with our own token means that if the first one released the key, we claim it.
+        """
+        deadline = time.monotonic() + route.in_flight_wait
+        pause, longest = WAIT_BACKOFF
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return result
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, longest)
+            result = await self.store.claim(rkey, fp, token, route.lease)
+            if on_claim(result, route, may_wait=True) is not Action.WAIT:
+                return result
+
+    async def _store_down(
+        self, request: web.Request, route: Route, exc: StoreUnavailable
+    ) -> web.StreamResponse:
+        self.metrics.redis_errors.inc()
+        if route.fail_mode == "open":
+            log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
+            self.metrics.request(route.name, request.method, m.BYPASSED)
+            session = self.upstreams.session(route.upstream)
+            return await pass_through(request, session, route.upstream, route.timeouts, BYPASSED)
+        log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
+        self.metrics.request(route.name, request.method, m.ERROR)
+        return problem(
+            503, "store-unavailable", "Idempotency store unavailable",
+            "the request was not forwarded; retry later", {"Retry-After": RETRY_AFTER},
+        )  # fmt: skip
+
+    async def _replay(self, request: web.Request, result: ClaimResult) -> web.StreamResponse:
+        record = result.record
+        assert record is not None
+        if record.extra.get("body") == "too-large":
+            detail = (
+                f"the upstream answered {record.status} with a body of {record.size} bytes, "
+                "over max_recorded_body, so it cannot be replayed; the request is not run again"
+            )
+            return problem(502, "body-not-recorded", "Answer not replayable", detail, REPLAYED)
+        if len(result.body) != record.size:
+            log.error("recorded body has %d bytes, expected %d", len(result.body), record.size)
+            return problem(502, "record-corrupt", "Recorded answer corrupt", "size mismatch")
+        response = start_response(record.status, None, record.headers, record.size, REPLAYED)
+        await response.prepare(request)
+        await write_quietly(response, result.body)
+        await response.write_eof()
+        return response
+
+    async def _forward(self, c: Claimed) -> web.StreamResponse:
+        """Call the upstream once, stream its answer to the client and settle the key."""
+        route, request = c.route, c.request
+        headers = forward_headers(request)
+        session = self.upstreams.session(route.upstream)
+        response: web.StreamResponse | None = None
+        started = time.monotonic()
+        async with Heartbeat(self.store, c.key, c.token, route.lease, self.metrics) as beat:
+            try:
+                async with session.request(
+                    request.method,
+                    route.upstream + request.raw_path,
+                    headers=headers,
+                    data=c.body,
+                    timeout=client_timeout(route.timeouts),
+                    allow_redirects=False,
+                ) as upstream:
+                    settle = on_answer(upstream.status, route)
+                    if settle is Settle.RELEASE:
+                        await self._release(c)  # a retry may run while this answer streams
+                    response = start_response(
+                        upstream.status, upstream.reason, response_headers(upstream.raw_headers),
+                        upstream.content_length,
+                    )  # fmt: skip
+                    client_here = await self._prepare_quietly(response, request)
+                    recorder = BodyRecorder(route.inline_max, route.max_recorded_body)
+                    async for chunk in upstream.content.iter_any():
+                        if settle is Settle.RECORD:
+                            await recorder.feed(chunk)
+                        if client_here:
+                            client_here = await write_quietly(response, chunk)
+                    self.metrics.upstream_seconds.labels(route.name).observe(
+                        time.monotonic() - started
+                    )
+                    if settle is Settle.RECORD:
+                        recorded = await recorder.finish()
+                        await self._record(c, upstream, recorded, beat.lost)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                kind = classify(exc)
+                failed = await self._settle_failure(c, kind, exc)
+                if response is not None and response.prepared:
+                    return abort(request, response)
+                return failed
+        self.metrics.request(route.name, request.method, m.FORWARDED)
+        if client_here:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await response.write_eof()
+        return response
+
+    async def _prepare_quietly(self, response: web.StreamResponse, request: web.Request) -> bool:
+        try:
+            await response.prepare(request)
+        except (ConnectionError, RuntimeError):
+            return False
+        return True
+
+    async def _record(
+        self,
+        c: Claimed,
+        upstream: aiohttp.ClientResponse,
+        body: RecordedBody,
+        lease_lost: bool,
+    ) -> None:
+        record = Record(
+            status=upstream.status,
+            headers=response_headers(upstream.raw_headers),
+            size=body.size,
+            sha256=body.sha256,
+            blob=body.blob,
+            completed_at=time.time(),
+            extra={"body": "too-large"} if body.too_large else {},
+        )
+        stored = await self._store_outcome(c, record, body.inline)
+        if not stored or lease_lost:
+            self.metrics.lease_lost.labels(c.route.name).inc()
+            log.error(
+                "lease lost on route %s before the outcome was stored: %s", c.route.name,
+                "another owner holds the key" if not stored else "a lease renewal failed",
+            )  # fmt: skip
+
+    async def _store_outcome(self, c: Claimed, record: Record, body: bytes) -> bool:
+        """Complete the claim; while Redis is unreachable, keep trying for one lease."""
+        deadline = time.monotonic() + c.route.lease
+        pause = WAIT_BACKOFF[0]
+        while True:
+            try:
+                return await self.store.complete(c.key, c.token, record, body, c.route.retention)
+            except StoreUnavailable as exc:
+                self.metrics.redis_errors.inc()
+                if time.monotonic() + pause > deadline:
+                    log.error("outcome not stored on route %s: %s", c.route.name, exc)
+                    return False
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    async def _release(self, c: Claimed) -> None:
+        try:
+            if not await self.store.release(c.key, c.token):
+                self.metrics.lease_lost.labels(c.route.name).inc()
+                log.warning("release on route %s: the key has another owner now", c.route.name)
+        except StoreUnavailable as exc:
+            # The lease ends by itself; until then retries get 409.
+            self.metrics.redis_errors.inc()
+            log.error("release failed on route %s: %s", c.route.name, exc)
+
+    async def _settle_failure(self, c: Claimed, kind: str, exc: BaseException) -> web.Response:
+        route = c.route
+        settle = on_failure(kind, route)
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        self.metrics.request(route.name, c.request.method, m.ERROR)
+        if kind != "unsent":
+            self.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
+            log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
+        if settle is Settle.RELEASE:
+            await self._release(c)
+        elif settle is Settle.RECORD_UNKNOWN:
+            status = failure_status(kind)
+            record = Record(
+                status=502, headers=[], size=0, sha256="", completed_at=time.time(),
+                unknown=True, extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
+            )  # fmt: skip
+            await self._store_outcome(c, record, b"")
+            headers = dict(OUTCOME_UNKNOWN)
+            return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+        return upstream_failure(kind, detail)

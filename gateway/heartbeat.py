@@ -1,0 +1,60 @@
+"""Keeping a claim alive while its upstream call runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+
+from .errors import StoreUnavailable
+from .metrics import Metrics
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Renews the lease every lease/3 while the block runs; notes when the lease is lost.
+
+    A lost lease (another owner holds the key) stops the renewals; the outcome is then
+    not stored (complete is fenced by the token) and the loss is counted by the caller.
+    """
+
+    def __init__(self, store: Store, key: str, token: str, lease: float, metrics: Metrics) -> None:
+        self._store = store
+        self._key = key
+        self._token = token
+        self._lease = lease
+        self._metrics = metrics
+        self._task: asyncio.Task[None] | None = None
+        self.lost = False
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                renewed = await self._store.extend(self._key, self._token, self._lease)
+            except StoreUnavailable as exc:
+                self._metrics.redis_errors.inc()
+                log.warning("lease renewal failed, will try again: %s", exc)
+                continue
+            if not renewed:
+                self.lost = True
+                return
+            self._metrics.lease_extensions.inc()
+
+    async def __aenter__(self) -> Heartbeat:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

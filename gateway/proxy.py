@@ -1,0 +1,186 @@
+"""Forwarding to upstreams: pooled sessions, header hygiene, streaming pass-through."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from .config import Timeouts
+from .errors import problem
+
+# Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# Set by the HTTP layer for the hop it writes, not copied from the other side.
+_FRAMING = frozenset({"content-length", "host"})
+
+# What went wrong talking to the upstream, which decides what happens to the key.
+UNSENT = "unsent"  # the request never left: a retry is safe
+TIMEOUT = "timeout"  # sent, no complete answer in time: outcome unknown
+BROKEN = "broken"  # sent, connection reset or answer cut: outcome unknown
+
+
+def _dropped(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Hop-by-hop names plus those the Connection header lists."""
+    names = set(HOP_BY_HOP | _FRAMING)
+    for name, value in headers:
+        if name.lower() == "connection":
+            names.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return names
+
+
+def forward_headers(request: web.Request) -> CIMultiDict[str]:
+    """The client's headers for the upstream: hop-by-hop dropped, X-Forwarded-* added."""
+    items = list(request.headers.items())
+    dropped = _dropped(items)
+    out: CIMultiDict[str] = CIMultiDict(
+        (name, value) for name, value in items if name.lower() not in dropped
+    )
+    peer = request.remote or ""
+    prior = out.get("X-Forwarded-For")
+    out["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
+    out["X-Forwarded-Proto"] = request.scheme
+    if request.host:
+        out["X-Forwarded-Host"] = request.host
+    return out
+
+
+def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """The upstream's answer headers, in order with repeats, hop-by-hop and framing dropped."""
+    pairs = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+    dropped = _dropped(pairs)
+    return [(name, value) for name, value in pairs if name.lower() not in dropped]
+
+
+def start_response(
+    status: int,
+    reason: str | None,
+    headers: Iterable[tuple[str, str]],
+    length: int | None,
+    extra: Mapping[str, str] | None = None,
+) -> web.StreamResponse:
+    """A streamed answer carrying exactly the given headers (plus `extra`)."""
+    response = web.StreamResponse(status=status, reason=reason)
+    for name, value in headers:
+        response.headers.add(name, value)
+    for name, value in (extra or {}).items():
+        response.headers[name] = value
+    if length is not None:
+        response.content_length = length
+    return response
+
+
+def classify(exc: BaseException) -> str:
+    """UNSENT when the request cannot have reached the upstream, else TIMEOUT or BROKEN."""
+    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+        return UNSENT
+    if isinstance(exc, asyncio.TimeoutError):
+        return TIMEOUT
+    return BROKEN
+
+
+def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=timeouts.total, sock_connect=timeouts.connect, sock_read=timeouts.read
+    )
+
+
+class Upstreams:
+    """One pooled keep-alive ClientSession per upstream origin."""
+
+    def __init__(self, origins: Iterable[str], pool_size: int = 1024) -> None:
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        for origin in origins:
+            self._sessions[origin] = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size),
+                auto_decompress=False,  # bodies pass through and are recorded byte for byte
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+
+    def session(self, origin: str) -> aiohttp.ClientSession:
+        return self._sessions[origin]
+
+    async def close(self) -> None:
+        await asyncio.gather(*(session.close() for session in self._sessions.values()))
+
+
+async def write_quietly(response: web.StreamResponse, chunk: bytes) -> bool:
+    """Write to the client; False when it has gone away (the caller carries on without it)."""
+    try:
+        await response.write(chunk)
+    except (ConnectionError, RuntimeError):
+        return False
+    return True
+
+
+async def pass_through(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    origin: str,
+    timeouts: Timeouts,
+    extra: Mapping[str, str] | None = None,
+) -> web.StreamResponse:
+    """Forward a request untouched, streaming the body both ways."""
+    headers = forward_headers(request)
+    if request.content_length is not None:
+        headers["Content-Length"] = str(request.content_length)
+    data = request.content if request.body_exists else None
+    response: web.StreamResponse | None = None
+    try:
+        async with session.request(
+            request.method,
+            origin + request.raw_path,
+            headers=headers,
+            data=data,
+            timeout=client_timeout(timeouts),
+            allow_redirects=False,
+        ) as upstream:
+            response = start_response(
+                upstream.status,
+                upstream.reason,
+                response_headers(upstream.raw_headers),
+                upstream.content_length,
+                extra,
+            )
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                if not await write_quietly(response, chunk):
+                    break
+            await response.write_eof()
+            return response
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        if response is not None and response.prepared:
+            return abort(request, response)
+        return upstream_failure(classify(exc), str(exc) or type(exc).__name__)
+
+
+def abort(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """The answer is cut after its head was sent: close the connection so the client sees it."""
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
+def upstream_failure(kind: str, detail: str, headers: dict[str, str] | None = None) -> web.Response:
+    """502 for an unreachable or broken upstream, 504 for one that did not answer in time."""
+    if kind == TIMEOUT:
+        return problem(504, "upstream-timeout", "Upstream timed out", detail, headers)
+    if kind == UNSENT:
+        return problem(502, "upstream-unreachable", "Upstream unreachable", detail, headers)
+    return problem(502, "upstream-broken", "Upstream connection broken", detail, headers)

@@ -1,0 +1,1 @@
+"""Redis scripts of the idempotency state machine, shipped as package data."""
