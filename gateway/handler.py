@@ -147,7 +147,7 @@ class Gateway:
                 result = await self._wait(result, rkey, fp, token, route)
                 action = on_claim(result, route, may_wait=False)
         except StoreUnavailable as exc:
-            return await self._store_down(request, route, exc)
+            return await self._store_down(request, route, body, exc)
 
         if action is Action.FORWARD:
             claimed = Claimed(request, route, rkey, token, body)
@@ -193,14 +193,16 @@ class Gateway:
                 return result
 
     async def _store_down(
-        self, request: web.Request, route: Route, exc: StoreUnavailable
+        self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
     ) -> web.StreamResponse:
         self.metrics.redis_errors.inc()
         if route.fail_mode == "open":
             log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
             self.metrics.request(route.name, request.method, m.BYPASSED)
             session = self.upstreams.session(route.upstream)
-            return await pass_through(request, session, route.upstream, route.timeouts, BYPASSED)
+            return await pass_through(
+                request, session, route.upstream, route.timeouts, BYPASSED, body
+            )
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.metrics.request(route.name, request.method, m.ERROR)
         return problem(

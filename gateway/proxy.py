@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -135,12 +136,16 @@ async def pass_through(
     origin: str,
     timeouts: Timeouts,
     extra: Mapping[str, str] | None = None,
+    body: bytes | None = None,
 ) -> web.StreamResponse:
-    """Forward a request untouched, streaming the body both ways."""
+    """Forward a request untouched, streaming the body both ways (or sending `body`, when
+    the caller has read it already)."""
     headers = forward_headers(request)
-    if request.content_length is not None:
-        headers["Content-Length"] = str(request.content_length)
-    data = request.content if request.body_exists else None
+    data: Any = body
+    if body is None and request.body_exists:
+        data = request.content
+        if request.content_length is not None:
+            headers["Content-Length"] = str(request.content_length)
     response: web.StreamResponse | None = None
     try:
         async with session.request(

@@ -24,4 +24,4 @@ def make_client(settings: RedisSettings, url: str) -> Redis:
         socket_timeout=settings.socket_timeout,
         retry=Retry(NoBackoff(), 1),
     )
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # the client owns the pool and closes it

@@ -1,0 +1,94 @@
+"""Fixtures: a real redis-server, a counting upstream and in-process gateways."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import create_app
+from gateway.config import Settings, settings_from_dict
+from gateway.metrics import Metrics
+from gateway.redis_server import RedisServer
+
+from .upstream import CountingUpstream
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session, on a free loopback port."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's Redis, emptied for this test (it is ours to flush)."""
+    if redis_server.process is None:
+        redis_server.start()
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server for one test that stops, kills or restarts it."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
+    """A counting upstream on a loopback port, and its origin URL."""
+    counting = CountingUpstream()
+    server = TestServer(counting.app(), host="127.0.0.1")
+    await server.start_server()
+    yield counting, str(server.make_url("")).rstrip("/")
+    counting.release.set()
+    await server.close()
+
+
+def gateway_settings(origin: str, **route: Any) -> Settings:
+    """One route, `api`, protecting every path of `origin`; `route` overrides its fields."""
+    raw: dict[str, Any] = {
+        "upstream": origin,
+        "redis": {"breaker": {"failures": 1000}},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
+    }
+    return settings_from_dict(raw)
+
+
+GatewayFactory = Callable[..., Awaitable[TestClient]]
+
+
+@pytest.fixture
+async def make_gateway(
+    redis_url: str, upstream: tuple[CountingUpstream, str]
+) -> AsyncIterator[GatewayFactory]:
+    """Start in-process gateways in front of the counting upstream."""
+    clients: list[TestClient] = []
+
+    async def factory(
+        settings: Settings | None = None, url: str | None = None, **route: Any
+    ) -> TestClient:
+        app: web.Application = create_app(
+            settings or gateway_settings(upstream[1], **route), url or redis_url, Metrics()
+        )
+        client = TestClient(TestServer(app, host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        await client.close()

@@ -1,0 +1,121 @@
+"""A real aiohttp upstream for tests that counts how often each operation ran."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections import Counter
+
+import orjson
+from aiohttp import web
+
+
+class CountingUpstream:
+    """Endpoints that behave like a non-idempotent legacy API, with counters and gates.
+
+    Every call is counted under (path, Idempotency-Key). `gate` lets a test hold a request
+    inside the upstream: `entered` is set when one arrives, and it answers once `release`
+    is set, so tests synchronise on events rather than sleeps.
+    """
+
+    def __init__(self) -> None:
+        self.calls: Counter[tuple[str, str | None]] = Counter()
+        self.ids = itertools.count(1)
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.finished = asyncio.Event()
+        self.seen_headers: list[dict[str, str]] = []
+
+    def count(self, path: str, key: str | None = None) -> int:
+        if key is None:
+            return sum(n for (p, _), n in self.calls.items() if p == path)
+        return self.calls[(path, key)]
+
+    def _note(self, request: web.Request) -> None:
+        self.calls[(request.path, request.headers.get("Idempotency-Key"))] += 1
+        self.seen_headers.append(dict(request.headers))
+
+    async def pay(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self._note(request)
+        payload = {"id": f"pay_{next(self.ids)}", "size": len(body), "method": request.method}
+        return web.Response(
+            status=201,
+            body=orjson.dumps(payload),
+            content_type="application/json",
+            headers={"X-Upstream": "yes", "Set-Cookie": "a=1"},
+        )
+
+    async def status(self, request: web.Request) -> web.Response:
+        await request.read()
+        self._note(request)
+        code = int(request.match_info["code"])
+        return web.Response(status=code, text=f"status {code} #{next(self.ids)}")
+
+    async def gate(self, request: web.Request) -> web.Response:
+        await request.read()
+        self._note(request)
+        self.entered.set()
+        try:
+            await self.release.wait()
+        finally:
+            self.finished.set()
+        return web.Response(status=201, text=f"gated #{next(self.ids)}")
+
+    async def stall(self, request: web.Request) -> web.Response:
+        await request.read()
+        self._note(request)
+        self.entered.set()
+        await asyncio.Event().wait()  # never answers; the gateway's timeout ends it
+        raise AssertionError("unreachable")
+
+    async def reset(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self._note(request)
+        response = web.StreamResponse(status=200)
+        response.content_length = 1000
+        await response.prepare(request)
+        await response.write(b"partial")
+        assert request.transport is not None
+        request.transport.abort()  # connection cut mid-answer
+        return response
+
+    async def echo(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self._note(request)
+        return web.json_response({"headers": list(request.headers.items()), "size": len(body)})
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """A chunked answer of `size` random bytes in `chunk`-sized pieces."""
+        await request.read()
+        self._note(request)
+        size = int(request.query.get("size", "0"))
+        chunk = int(request.query.get("chunk", "65536"))
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/binary"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        sent = 0
+        while sent < size:
+            piece = os.urandom(min(chunk, size - sent))
+            await response.write(piece)
+            sent += len(piece)
+        await response.write_eof()
+        return response
+
+    async def plain(self, request: web.Request) -> web.Response:
+        self._note(request)
+        return web.Response(text="plain")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/pay", self.pay)
+        app.router.add_route("*", "/pay/{tail:.*}", self.pay)
+        app.router.add_route("*", "/status/{code}", self.status)
+        app.router.add_route("*", "/gate", self.gate)
+        app.router.add_route("*", "/stall", self.stall)
+        app.router.add_route("*", "/reset", self.reset)
+        app.router.add_route("*", "/echo", self.echo)
+        app.router.add_route("*", "/stream", self.stream)
+        app.router.add_route("*", "/plain", self.plain)
+        return app
