@@ -210,7 +210,7 @@ async def test_body_over_limit_without_length_is_413(
 
 
 async def test_redis_unreachable_fails_closed_with_503(upstream, make_gateway) -> None:
-    counting, origin = upstream
+    counting, _origin = upstream
     dead = f"redis://127.0.0.1:{free_port()}/0"
     client = await make_gateway(url=dead)
     resp = await client.post("/pay", data=b"x", headers=KEY)
@@ -221,7 +221,7 @@ async def test_redis_unreachable_fails_closed_with_503(upstream, make_gateway) -
 
 
 async def test_redis_unreachable_fail_open_proxies_and_marks(upstream, make_gateway) -> None:
-    counting, origin = upstream
+    counting, _origin = upstream
     dead = f"redis://127.0.0.1:{free_port()}/0"
     client = await make_gateway(url=dead, fail_mode="open")
     resp = await client.post("/pay", data=b"x", headers=KEY)
@@ -247,11 +247,7 @@ async def test_unmatched_path_goes_to_default_upstream(
 ) -> None:
     counting, origin = upstream
     settings = gateway_settings(origin).model_copy(
-        update={
-            "routes": (
-                gateway_settings(origin, path_prefix="/pay").routes[0],
-            )
-        }
+        update={"routes": (gateway_settings(origin, path_prefix="/pay").routes[0],)}
     )
     client = await make_gateway(settings=settings)
     for _ in range(2):
@@ -263,7 +259,7 @@ async def test_unmatched_path_goes_to_default_upstream(
 async def test_no_route_and_no_default_upstream_is_404(
     make_gateway: GatewayFactory, upstream
 ) -> None:
-    counting, origin = upstream
+    _counting, origin = upstream
     settings = gateway_settings(origin, path_prefix="/pay").model_copy(update={"upstream": None})
     client = await make_gateway(settings=settings)
     resp = await client.post("/elsewhere", data=b"x", headers=KEY)
@@ -312,7 +308,7 @@ async def test_upstream_unreachable_releases_the_key(
 async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(
     make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str]
 ) -> None:
-    counting, _ = upstream
+    _counting, _ = upstream
     client = await make_gateway()
     headers = {
         **KEY,

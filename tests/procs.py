@@ -1,0 +1,91 @@
+"""Running the gateway as a real subprocess, for tests that kill, restart or signal it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.redis_server import free_port
+
+
+def wait_for_port(
+    port: int, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll until something accepts connections on 127.0.0.1:port, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on port {port} after {timeout}s") from None
+            time.sleep(0.02)
+
+
+class GatewayProcess:
+    """`python -m gateway --config FILE` in a child process, on a free port.
+
+    `config` is the YAML tree; its listen port is filled in. Output goes to a log file in
+    `workdir`, which `log()` reads back.
+    """
+
+    def __init__(
+        self, config: dict[str, Any], workdir: Path, args: list[str] | None = None
+    ) -> None:
+        self.port = config.setdefault("listen", {}).setdefault("port", free_port())
+        config["listen"].setdefault("host", "127.0.0.1")
+        self.workdir = workdir
+        self.config_path = workdir / f"gateway-{self.port}.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / f"gateway-{self.port}.log"
+        self.args = args or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> GatewayProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "--config", str(self.config_path), *self.args],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        wait_for_port(self.port, timeout, self.process)
+        return self
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup runs, as in a crash."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; the exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
