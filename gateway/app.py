@@ -32,6 +32,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     store = Store(
         make_client(redis, app[REDIS_URL]),
         CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
+        pipeline=redis.pipeline,
     )
     upstreams = Upstreams(settings.upstreams())
     app[STORE] = store

@@ -216,6 +216,7 @@ class RedisSettings(_Model):
     pool_timeout: Duration = 1.0
     connect_timeout: Duration = 0.5
     socket_timeout: Duration = 1.0
+    pipeline: bool = True  # send the script calls of one loop turn as one pipeline
     breaker: Breaker = Breaker()
 
     @field_validator("url")

@@ -10,10 +10,12 @@ from importlib.resources import files
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from .breaker import CircuitBreaker
+from .coalescer import Coalescer
 from .errors import StoreUnavailable
 from .record import STATE_UNKNOWN, Record
 
@@ -47,13 +49,18 @@ def _ms(seconds: float) -> int:
 class Store:
     """Claims, extends, completes and releases idempotency records.
 
-    Every call is one EVALSHA (redis-py reloads a script after NOSCRIPT). Redis failures are
-    raised as StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
+    Every call is one EVALSHA (a script Redis forgot is loaded again after NOSCRIPT). With
+    `pipeline`, the calls of one loop turn go out together as one pipeline (not for a
+    RedisCluster client, whose calls go to many nodes). Redis failures are raised as
+    StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
     """
 
-    def __init__(self, client: Redis, breaker: CircuitBreaker) -> None:
+    def __init__(self, client: Redis, breaker: CircuitBreaker, pipeline: bool = False) -> None:
         self.client = client
         self.breaker = breaker
+        self._batch = (
+            Coalescer(client) if pipeline and not isinstance(client, RedisCluster) else None
+        )
         self._claim = self._register("claim")
         self._extend = self._register("extend")
         self._complete = self._register("complete")
@@ -67,7 +74,10 @@ class Store:
         if not self.breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         try:
-            result = await script(keys=[key], args=args)
+            if self._batch is not None:
+                result = await self._batch.call(script, key, args)
+            else:
+                result = await script(keys=[key], args=args)
         except _FAILURES as exc:
             self.breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -130,4 +140,6 @@ class Store:
             return False
 
     async def close(self) -> None:
+        if self._batch is not None:
+            await self._batch.close()
         await self.client.aclose()

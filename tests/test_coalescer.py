@@ -1,0 +1,114 @@
+"""The pipelined store: concurrent calls share one round trip, each keeps its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+import redis
+
+from gateway.breaker import CircuitBreaker
+from gateway.errors import StoreUnavailable
+from gateway.redis_client import make_client
+from gateway.redis_server import RedisServer
+from gateway.store import Claim, Store
+from tests.conftest import gateway_settings
+
+
+def pipelined_store(url: str, pipeline: bool = True) -> Store:
+    settings = gateway_settings("http://127.0.0.1:1").redis
+    return Store(make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=pipeline)
+
+
+def redis_clients(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return len(client.client_list()) - 1  # less this one
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+async def test_concurrent_claims_each_get_their_own_answer(redis_url: str, pipeline: bool) -> None:
+    store = pipelined_store(redis_url, pipeline)
+    try:
+        # Twenty keys, five claimants each, all in the same loop turn.
+        calls = [store.claim(f"idem:{{t:k{n % 20}}}", "fp", f"token{n}", 30.0) for n in range(100)]
+        results = await asyncio.gather(*calls)
+    finally:
+        await store.close()
+    outcomes = Counter(result.outcome for result in results)
+    assert outcomes == {Claim.CLAIMED: 20, Claim.IN_FLIGHT: 80}
+    assert all(r.pttl_ms > 0 for r in results if r.outcome is Claim.IN_FLIGHT)
+
+
+async def test_one_loop_turn_of_calls_uses_one_connection(redis_url: str) -> None:
+    store = pipelined_store(redis_url)
+    try:
+        await asyncio.gather(*(store.claim(f"idem:{{t:{i}}}", "f", "t", 30.0) for i in range(200)))
+        assert redis_clients(redis_url) == 1
+    finally:
+        await store.close()
+    direct = pipelined_store(redis_url, pipeline=False)
+    try:
+        await asyncio.gather(*(direct.claim(f"idem:{{u:{i}}}", "f", "t", 30.0) for i in range(200)))
+        assert redis_clients(redis_url) > 1  # the same load without coalescing
+    finally:
+        await direct.close()
+
+
+async def test_an_error_reply_fails_only_its_own_call(redis_url: str) -> None:
+    plain = redis.Redis.from_url(redis_url)
+    plain.set("idem:{t:string}", "not a hash")
+    plain.close()
+    store = pipelined_store(redis_url)
+    try:
+        results = await asyncio.gather(
+            store.claim("idem:{t:a}", "f", "t", 30.0),
+            store.claim("idem:{t:string}", "f", "t", 30.0),
+            store.claim("idem:{t:b}", "f", "t", 30.0),
+            return_exceptions=True,
+        )
+    finally:
+        await store.close()
+    assert results[0].outcome is Claim.CLAIMED
+    assert isinstance(results[1], StoreUnavailable)
+    assert "WRONGTYPE" in str(results[1])
+    assert results[2].outcome is Claim.CLAIMED
+
+
+async def test_forgotten_scripts_are_loaded_again(redis_url: str) -> None:
+    store = pipelined_store(redis_url)
+    try:
+        assert (await store.claim("idem:{t:a}", "f", "t1", 30.0)).outcome is Claim.CLAIMED
+        plain = redis.Redis.from_url(redis_url)
+        plain.script_flush()
+        plain.close()
+        results = await asyncio.gather(
+            store.claim("idem:{t:a}", "f", "t2", 30.0),
+            store.release("idem:{t:a}", "t1"),
+            store.claim("idem:{t:c}", "f", "t3", 30.0),
+        )
+    finally:
+        await store.close()
+    assert results[0].outcome is Claim.IN_FLIGHT
+    assert results[1] is True
+    assert results[2].outcome is Claim.CLAIMED
+
+
+async def test_redis_down_fails_every_call_then_recovers(own_redis: RedisServer) -> None:
+    store = pipelined_store(own_redis.url)
+    try:
+        assert (await store.claim("idem:{t:a}", "f", "t", 30.0)).outcome is Claim.CLAIMED
+        own_redis.stop(kill=True)
+        results = await asyncio.gather(
+            *(store.claim(f"idem:{{t:{i}}}", "f", "t", 30.0) for i in range(10)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, StoreUnavailable) for r in results)
+        own_redis.start()
+        again = await store.claim("idem:{t:new}", "f", "t", 30.0)
+        assert again.outcome is Claim.CLAIMED
+    finally:
+        await store.close()
