@@ -1,0 +1,111 @@
+"""The Lua state machine through Store, against a real redis-server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.breaker import CircuitBreaker
+from gateway.config import RedisSettings
+from gateway.record import Record
+from gateway.redis_client import make_client
+from gateway.store import Claim, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "idem:{api:t:k}"
+RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3, "d")
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[Store]:
+    s = Store(make_client(RedisSettings(url=redis_url), redis_url), CircuitBreaker(5, 1.0))
+    yield s
+    await s.close()
+
+
+async def test_claim_complete_replay(store: Store) -> None:
+    assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
+    busy = await store.claim(KEY, "fp", "other", 5)
+    assert busy.outcome is Claim.IN_FLIGHT and 0 < busy.pttl_ms <= 5000
+    assert (await store.claim(KEY, "fp2", "other", 5)).outcome is Claim.MISMATCH
+    assert await store.complete(KEY, "tok", RECORD, b"abc", 60)
+    done = await store.claim(KEY, "fp", "other", 5)
+    assert done.outcome is Claim.DONE
+    assert done.record == RECORD and done.body == b"abc"
+    assert 0 < done.pttl_ms <= 60_000
+
+
+async def test_a_repeated_claim_by_its_owner_is_still_claimed(store: Store) -> None:
+    assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
+    assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
+    assert await store.complete(KEY, "tok", RECORD, b"abc", 60)
+    assert await store.complete(KEY, "tok", RECORD, b"abc", 60), "a repeated complete is a no-op"
+
+
+async def test_fencing_other_tokens_change_nothing(store: Store) -> None:
+    await store.claim(KEY, "fp", "tok", 5)
+    assert not await store.complete(KEY, "thief", RECORD, b"abc", 60)
+    assert not await store.release(KEY, "thief")
+    assert not await store.extend(KEY, "thief", 5)
+    assert (await store.claim(KEY, "fp", "x", 5)).outcome is Claim.IN_FLIGHT
+    assert await store.release(KEY, "tok")
+    assert (await store.claim(KEY, "fp", "new", 5)).outcome is Claim.CLAIMED
+    assert not await store.complete(KEY, "tok", RECORD, b"abc", 60), "the old owner is fenced"
+
+
+async def test_extend_renews_only_a_pending_claim(store: Store, redis_url: str) -> None:
+    await store.claim(KEY, "fp", "tok", 0.2)
+    assert await store.extend(KEY, "tok", 30)
+    assert (await store.claim(KEY, "fp", "x", 5)).pttl_ms > 20_000
+    await store.complete(KEY, "tok", RECORD, b"abc", 60)
+    assert not await store.extend(KEY, "tok", 1), "a completed record is not a lease"
+
+
+async def test_resolve_touches_only_unknown_outcomes(store: Store) -> None:
+    await store.claim(KEY, "fp", "tok", 5)
+    assert not await store.resolve(KEY, RECORD, b"abc", 60)
+    unknown = Record(502, [], 0, "", unknown=True)
+    assert await store.complete(KEY, "tok", unknown, b"", 60)
+    assert (await store.claim(KEY, "fp", "x", 5)).record.unknown
+    assert await store.resolve(KEY, RECORD, b"abc", 60)
+    done = await store.claim(KEY, "fp", "x", 5)
+    assert done.record == RECORD and done.body == b"abc"
+
+
+async def test_scripts_reload_after_script_flush(store: Store, redis_url: str) -> None:
+    assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
+    admin = Redis.from_url(redis_url)
+    await admin.script_flush()
+    await admin.aclose()
+    assert (await store.claim(KEY, "fp", "x", 5)).outcome is Claim.IN_FLIGHT
+    assert await store.release(KEY, "tok")
+
+
+def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    wheel = next(tmp_path.glob("*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for script in ("claim", "extend", "complete", "release", "resolve"):
+        assert f"gateway/lua/{script}.lua" in names
+    # Import from the wheel alone (not the source tree) and read a script through the package.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "import gateway.store as s; assert s.__file__.startswith(sys.argv[1]), s.__file__;"
+        "print(s.load_script('claim').splitlines()[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(wheel)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("-- claim:")
