@@ -1,0 +1,140 @@
+"""README.md stays true: its commands are the ones CI runs, and its curl walk-through gives
+the answers it shows, against the real CLI on the embedded default."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.redis_server import free_port
+
+from .procs import wait_for_port
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+@dataclass
+class Step:
+    """One `$ curl ...` of the walk-through and the output the README shows for it."""
+
+    args: list[str]
+    background: bool
+    output: list[str] = field(default_factory=list)
+
+
+def walkthrough() -> list[Step]:
+    steps: list[Step] = []
+    for block in blocks("console"):
+        lines = iter(block.splitlines())
+        for line in lines:
+            if line.startswith("$ "):
+                command = line[2:]
+                while command.endswith("\\"):
+                    command = command[:-1] + next(lines).strip()
+                background = command.rstrip().endswith("&")
+                args = shlex.split(command.rstrip(" &"))
+                assert args[0] == "curl", line
+                steps.append(Step(args[1:], background))
+            elif line.strip():
+                steps[-1].output.append(line)
+    return steps
+
+
+def as_request(args: list[str], port: int) -> tuple[str, str, dict[str, str], str | None]:
+    method, headers, data, url = "GET", {}, None, ""
+    items = iter(args)
+    for arg in items:
+        if arg == "-X":
+            method = next(items)
+        elif arg == "-H":
+            name, value = next(items).split(":", 1)
+            headers[name.strip()] = value.strip()
+        elif arg == "-d":
+            data = next(items)
+            method = "POST" if method == "GET" else method
+        elif not arg.startswith("-"):
+            url = "http://" + arg.replace("localhost:8080", f"127.0.0.1:{port}")
+    return method, url, headers, data
+
+
+async def run_step(session: aiohttp.ClientSession, step: Step, port: int) -> list[str]:
+    """The answer as curl -si prints it: status line, headers, blank, body (or body alone)."""
+    method, url, headers, data = as_request(step.args, port)
+    if data is not None and "Content-Type" not in headers:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"  # as curl -d sends
+    async with session.request(method, url, headers=headers, data=data) as r:
+        body = (await r.read()).decode()
+        head = [f"HTTP/1.1 {r.status} {r.reason}"] + [f"{k}: {v}" for k, v in r.headers.items()]
+    return [*head, body] if any(a.startswith("-si") for a in step.args) else [body]
+
+
+@pytest.fixture
+def demo_and_gateway(tmp_path: Path) -> Iterator[int]:
+    """The demo upstream and `idem-gateway --config config/gateway.example.yaml`, as README
+    says, on free ports; the gateway runs on the embedded default Redis."""
+    demo_port, port = free_port(), free_port()
+    env = {**os.environ, "IDEM_PORT": str(port), "DEMO_UPSTREAM": f"http://127.0.0.1:{demo_port}"}
+    env.pop("IDEM_REDIS_URL", None)
+    log = open(tmp_path / "out.log", "wb")  # noqa: SIM115 - closed below
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gateway.demo_upstream", "--port", str(demo_port)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", "config/gateway.example.yaml"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(demo_port, process=demo)
+        wait_for_port(port, process=gateway)
+        yield port
+    finally:
+        for process in (gateway, demo):
+            process.terminate()
+            process.wait(timeout=30)
+        log.close()
+        text = (tmp_path / "out.log").read_text()
+        assert "embedded redis-server started" in text
+
+
+def test_setup_commands_are_what_ci_runs() -> None:
+    sh = blocks("sh")
+    assert sh[0].strip() == "pip install -e . && idem-gateway --config config/gateway.example.yaml"
+    assert sh[1].strip() == "pip install -e '.[test]' && python -m pytest"
+    assert sh[1].strip() in (ROOT / ".ci" / "run").read_text()
+
+
+async def test_curl_walkthrough_gives_the_answers_shown(demo_and_gateway: int) -> None:
+    port = demo_and_gateway
+    steps = walkthrough()
+    assert len(steps) >= 6
+    async with aiohttp.ClientSession() as session:
+        pending: list[asyncio.Task[list[str]]] = []
+        for step in steps:
+            if step.background:
+                pending.append(asyncio.ensure_future(run_step(session, step, port)))
+                continue
+            if pending:
+                # The duplicate races the first: whichever arrives second gets the 409 shown.
+                answers = await asyncio.gather(run_step(session, step, port), *pending)
+                pending.clear()
+                got = next(a for a in answers if a[0].startswith("HTTP/1.1 409"))
+            else:
+                got = await run_step(session, step, port)
+            for shown in step.output:
+                assert shown in got, f"README shows {shown!r} for curl {step.args}; got {got}"
