@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 
 import orjson
 from aiohttp import web
 
-COUNTER = web.AppKey("counter", itertools.count)
 PAYMENTS = web.AppKey("payments", list)
 
 
@@ -29,7 +27,7 @@ async def create_payment(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         return web.json_response({"error": "body must be JSON"}, status=400)
     payment = {
-        "id": f"pay_{next(request.app[COUNTER]):06d}",
+        "id": f"pay_{len(request.app[PAYMENTS]) + 1:06d}",
         "amount": fields.get("amount") if isinstance(fields, dict) else None,
         "currency": fields.get("currency") if isinstance(fields, dict) else None,
         "status": "captured",
@@ -49,7 +47,6 @@ async def stats(request: web.Request) -> web.Response:
 
 def create_demo_app() -> web.Application:
     app = web.Application()
-    app[COUNTER] = itertools.count(1)
     app[PAYMENTS] = []
     app.router.add_post("/payments", create_payment)
     app.router.add_get("/payments", list_payments)

@@ -122,7 +122,9 @@ class Store:
         """The raw fields of a record and its TTL in ms, for operators."""
         try:
             async with self.client.pipeline(transaction=False) as pipe:
-                fields, pttl = await pipe.hgetall(key).pttl(key).execute()
+                pipe.hgetall(key)
+                pipe.pttl(key)
+                fields, pttl = await pipe.execute()
         except _FAILURES as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         return fields, int(pttl)

@@ -267,9 +267,11 @@ async def test_no_route_and_no_default_upstream_is_404(
     assert_problem(await resp.read(), 404)
 
 
-@pytest.mark.parametrize(("status", "recorded"), [(200, True), (204, True), (301, True), (404, True), (422, True),
-                                                  (409, False), (429, False), (500, False),
-                                                  (503, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "recorded"),
+    [(200, True), (204, True), (301, True), (404, True), (422, True),
+     (409, False), (429, False), (500, False), (503, False)],
+)  # fmt: skip
 async def test_default_record_policy(
     make_gateway: GatewayFactory, upstream, status: int, recorded: bool
 ) -> None:
