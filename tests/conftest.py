@@ -58,11 +58,12 @@ async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
     await server.close()
 
 
-def gateway_settings(origin: str, **route: Any) -> Settings:
-    """One route, `api`, protecting every path of `origin`; `route` overrides its fields."""
+def gateway_settings(origin: str, redis: dict[str, Any] | None = None, **route: Any) -> Settings:
+    """One route, `api`, protecting every path of `origin`; `route` overrides its fields and
+    `redis` the Redis settings (the breaker stays out of the way unless a test sets it)."""
     raw: dict[str, Any] = {
         "upstream": origin,
-        "redis": {"breaker": {"failures": 1000}},
+        "redis": {"breaker": {"failures": 1000}, **(redis or {})},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
     return settings_from_dict(raw)

@@ -1,0 +1,62 @@
+"""Helpers for the fault tests: polling with a deadline, reading Redis and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import redis
+from aiohttp.test_utils import TestClient
+
+from gateway.app import METRICS
+from gateway.metrics import Metrics
+
+
+async def until(
+    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, every: float = 0.02
+) -> None:
+    """Poll `condition` until it holds; fail the test when `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)
+
+
+def redis_keys(url: str) -> list[bytes]:
+    client = redis.Redis.from_url(url)
+    try:
+        return list(client.scan_iter())
+    finally:
+        client.close()
+
+
+def records(url: str) -> list[dict[bytes, bytes]]:
+    """Every idempotency record's fields (one HASH per key)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return [client.hgetall(key) for key in client.scan_iter()]
+    finally:
+        client.close()
+
+
+def state(url: str) -> bytes | None:
+    """The state field (P, C or U) of the one record in Redis, None when there is none."""
+    found = records(url)
+    assert len(found) <= 1, found
+    return found[0].get(b"s") if found else None
+
+
+def metrics_of(client: TestClient) -> Metrics:
+    return client.server.app[METRICS]
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float:
+    """A sample of the gateway's registry (0 when it was never counted)."""
+    return metrics.registry.get_sample_value(name, labels) or 0.0

@@ -1,0 +1,109 @@
+"""`on_unknown_outcome` against an upstream that stalls or resets after taking the request."""
+
+from __future__ import annotations
+
+import aiohttp
+import orjson
+import pytest
+
+from gateway.redis_server import free_port
+
+from .conftest import GatewayFactory, gateway_settings
+from .faultkit import metrics_of, redis_keys, state, value
+from .upstream import CountingUpstream
+
+KEY = {"Idempotency-Key": "k-unknown"}
+STALL = {"timeouts": {"total": "300ms"}, "lease": "30s"}
+
+
+async def test_stall_release_answers_504_and_a_retry_runs_again(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(on_unknown_outcome="release", **STALL)
+    first = await client.post("/stall", data=b"x", headers=KEY)
+    assert first.status == 504
+    assert "Idempotency-Outcome" not in first.headers
+    assert redis_keys(redis_url) == []
+    assert (await client.post("/stall", data=b"x", headers=KEY)).status == 504
+    assert counting.count("/stall") == 2
+    assert value(metrics_of(client), "idem_unknown_outcomes_total", route="api", mode="release")
+
+
+async def test_stall_keep_answers_504_and_retries_get_409(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(on_unknown_outcome="keep", **STALL)
+    first = await client.post("/stall", data=b"x", headers=KEY)
+    assert first.status == 504
+    assert state(redis_url) == b"P"
+    retry = await client.post("/stall", data=b"x", headers=KEY)
+    assert retry.status == 409
+    assert counting.count("/stall") == 1
+
+
+async def test_stall_record_replays_502_outcome_unknown(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(on_unknown_outcome="record", **STALL)
+    first = await client.post("/stall", data=b"x", headers=KEY)
+    assert first.status == 502
+    assert first.headers["Idempotency-Outcome"] == "unknown"
+    assert orjson.loads(await first.read())["type"].endswith("outcome-unknown")
+    assert state(redis_url) == b"U"
+    for _ in range(2):
+        retry = await client.post("/stall", data=b"x", headers=KEY)
+        assert retry.status == 502
+        assert retry.headers["Idempotency-Outcome"] == "unknown"
+        assert retry.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/stall") == 1
+
+
+async def _cut(client, path: str) -> None:
+    """The reset endpoint sends a head and part of the body, then cuts: the client sees a
+    broken answer, never a complete one."""
+    with pytest.raises(aiohttp.ClientPayloadError):
+        resp = await client.post(path, data=b"x", headers=KEY)
+        await resp.read()
+
+
+@pytest.mark.parametrize(
+    ("mode", "stored", "retry_status", "calls"),
+    [("release", None, None, 2), ("keep", b"P", 409, 1), ("record", b"U", 502, 1)],
+)
+async def test_reset_mid_answer(
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    mode: str,
+    stored: bytes | None,
+    retry_status: int | None,
+    calls: int,
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(on_unknown_outcome=mode, lease="30s")
+    await _cut(client, "/reset")
+    assert state(redis_url) == stored
+    if retry_status is None:
+        await _cut(client, "/reset")  # released: the retry runs again
+    else:
+        retry = await client.post("/reset", data=b"x", headers=KEY)
+        assert retry.status == retry_status
+        if mode == "record":
+            assert retry.headers["Idempotency-Outcome"] == "unknown"
+    assert counting.count("/reset") == calls
+
+
+@pytest.mark.parametrize("mode", ["release", "keep", "record"])
+async def test_connect_failure_always_releases(
+    make_gateway: GatewayFactory, redis_url: str, mode: str
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = await make_gateway(settings=gateway_settings(dead, on_unknown_outcome=mode))
+    resp = await client.post("/pay", data=b"x", headers=KEY)
+    assert resp.status == 502
+    assert "Idempotency-Outcome" not in resp.headers
+    assert orjson.loads(await resp.read())["type"].endswith("upstream-unreachable")
+    assert redis_keys(redis_url) == []
