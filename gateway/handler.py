@@ -7,7 +7,7 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -60,6 +60,22 @@ class Claimed:
     key: str
     token: str
     body: bytes
+    # The client's answer: set when the forward ends, or earlier when the answer has been
+    # sent and only the storing of its outcome waits for Redis (the client need not wait).
+    answered: asyncio.Future[web.StreamResponse] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    def answer_from(self, task: asyncio.Task[web.StreamResponse]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if self.answered.done():
+            return
+        if task.cancelled():
+            self.answered.cancel()
+        elif error is not None:
+            self.answered.set_exception(error)
+        else:
+            self.answered.set_result(task.result())
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -151,8 +167,10 @@ class Gateway:
 
         if action is Action.FORWARD:
             claimed = Claimed(request, route, rkey, token, body)
-            # Shielded: a client that goes away must not stop the call or lose its outcome.
-            return await asyncio.shield(self.tasks.spawn(self._forward(claimed)))
+            # A task of its own, shielded: a client that goes away must not stop the call or
+            # lose its outcome.
+            self.tasks.spawn(self._forward(claimed)).add_done_callback(claimed.answer_from)
+            return await asyncio.shield(claimed.answered)
         if action is Action.REPLAY:
             self.metrics.request(route.name, request.method, m.REPLAYED)
             return await self._replay(request, result)
@@ -264,7 +282,7 @@ class Gateway:
                     )
                     if settle is Settle.RECORD:
                         recorded = await recorder.finish()
-                        await self._record(c, upstream, recorded, beat.lost)
+                        await self._record(c, upstream, recorded, beat.lost, response)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 kind = classify(exc)
                 failed = await self._settle_failure(c, kind, exc)
@@ -290,6 +308,7 @@ class Gateway:
         upstream: aiohttp.ClientResponse,
         body: RecordedBody,
         lease_lost: bool,
+        response: web.StreamResponse,
     ) -> None:
         record = Record(
             status=upstream.status,
@@ -300,7 +319,7 @@ class Gateway:
             completed_at=time.time(),
             extra={"body": "too-large"} if body.too_large else {},
         )
-        stored = await self._store_outcome(c, record, body.inline)
+        stored = await self._store_outcome(c, record, body.inline, response)
         if not stored or lease_lost:
             self.metrics.lease_lost.labels(c.route.name).inc()
             log.error(
@@ -308,8 +327,14 @@ class Gateway:
                 "another owner holds the key" if not stored else "a lease renewal failed",
             )  # fmt: skip
 
-    async def _store_outcome(self, c: Claimed, record: Record, body: bytes) -> bool:
-        """Complete the claim; while Redis is unreachable, keep trying for one lease."""
+    async def _store_outcome(
+        self, c: Claimed, record: Record, body: bytes, sent: web.StreamResponse | None = None
+    ) -> bool:
+        """Complete the claim; while Redis is unreachable, keep trying for one lease.
+
+        Meanwhile the client has its answer (`sent`, already streamed in full): the handler
+        returns it, so a keep-alive connection is not held up by a Redis outage.
+        """
         deadline = time.monotonic() + c.route.lease
         pause = WAIT_BACKOFF[0]
         while True:
@@ -317,6 +342,8 @@ class Gateway:
                 return await self.store.complete(c.key, c.token, record, body, c.route.retention)
             except StoreUnavailable as exc:
                 self.metrics.redis_errors.inc()
+                if sent is not None and not c.answered.done():
+                    c.answered.set_result(sent)
                 if time.monotonic() + pause > deadline:
                     log.error("outcome not stored on route %s: %s", c.route.name, exc)
                     return False
