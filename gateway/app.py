@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from .access import add_request_id, observer
 from .breaker import CircuitBreaker
 from .config import Settings
 from .handler import Gateway
@@ -35,6 +36,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         pipeline=redis.pipeline,
     )
     upstreams = Upstreams(settings.upstreams())
+    app[METRICS].watch_circuit(store.breaker)
     app[STORE] = store
     app[GATEWAY] = Gateway(settings, store, upstreams, app[METRICS], app[TASKS])
     try:
@@ -53,10 +55,12 @@ def create_app(
     settings: Settings, redis_url: str, metrics: Metrics | None = None
 ) -> web.Application:
     """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
-    app = web.Application()
+    metrics = metrics or Metrics()
+    app = web.Application(middlewares=[observer(metrics, lambda: app[GATEWAY].settings)])
     app[SETTINGS] = settings
     app[REDIS_URL] = redis_url
-    app[METRICS] = metrics or Metrics()
+    app[METRICS] = metrics
+    app.on_response_prepare.append(add_request_id)
     app[TASKS] = TaskSet()
     app.cleanup_ctx.append(_resources)
     app.router.add_route("*", "/{tail:.*}", _handle)

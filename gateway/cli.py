@@ -10,10 +10,13 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
+from . import keyscli, logs
+from .admin import attach_admin
 from .app import DRAIN_SECONDS, create_app
 from .config import Settings, load_settings
 from .errors import ConfigError
 from .redis_server import RedisServer
+from .reload import reload_on_sighup
 
 log = logging.getLogger("gateway")
 
@@ -29,8 +32,11 @@ def new_loop(kind: str) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def serve(settings: Settings) -> None:
-    """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`."""
+def serve(settings: Settings, config_path: str | None = None) -> None:
+    """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
+
+    SIGHUP reloads `config_path`.
+    """
     embedded: RedisServer | None = None
     url = settings.redis.url
     if url == "embedded":
@@ -46,8 +52,13 @@ def serve(settings: Settings) -> None:
             "idem-gateway listening on http://%s:%d (%d routes, %s loop)",
             listen.host, listen.port, len(settings.routes), settings.loop,
         )  # fmt: skip
+        app = create_app(settings, url)
+        if settings.admin is not None:
+            attach_admin(app, settings.admin)
+        if config_path:
+            reload_on_sighup(app, config_path)
         web.run_app(
-            create_app(settings, url),
+            app,
             host=listen.host,
             port=listen.port,
             backlog=listen.backlog,
@@ -68,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-c", "--config", metavar="FILE", help="YAML config (default: built-in)")
     parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
+    keyscli.add_parser(parser.add_subparsers(dest="command", metavar="keys"))
     args = parser.parse_args(argv)
 
     path = args.check or args.config
@@ -79,11 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"{path}: OK ({len(settings.routes)} routes)")
         return 0
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    serve(settings)
+    if args.command == "keys":
+        return keyscli.run(args, settings)
+    logs.configure(settings.log_level, settings.log_format)
+    serve(settings, path)
     return 0
 
 

@@ -154,6 +154,9 @@ class Policy(_Model):
     on_unknown_outcome: Literal["release", "keep", "record"] = "release"
     on_in_flight: Literal["reject", "wait"] = "reject"
     in_flight_wait: Duration = 10.0
+    # shadow: decide and record as usual, but forward every request and answer what the
+    # upstream answers; what enforce would have done is only counted and logged.
+    mode: Literal["enforce", "shadow"] = "enforce"
 
     @field_validator("methods")
     @classmethod
@@ -202,6 +205,23 @@ class Listen(_Model):
     backlog: int = Field(default=4096, ge=1)
 
 
+class Admin(_Model):
+    """The operators' listener: health, readiness, metrics and the key endpoints."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=9090, ge=0, le=65535)
+    token: str | None = None  # bearer token for /keys/*; without it they answer 403
+
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if not value:  # `${IDEM_ADMIN_TOKEN:-}` unset: the key endpoints stay closed
+            return None
+        if len(value) < 16:
+            raise ValueError("the admin token must be at least 16 characters long")
+        return value
+
+
 class Breaker(_Model):
     """Fail fast after `failures` Redis errors in a row; probe again after `reset`."""
 
@@ -234,6 +254,8 @@ class Settings(_Model):
     redis: RedisSettings = RedisSettings()
     loop: Literal["uvloop", "asyncio"] = "uvloop"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    admin: Admin | None = None  # no admin listener unless configured
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()

@@ -34,6 +34,7 @@ from .proxy import (
 )
 from .record import Record
 from .recording import BodyRecorder, RecordedBody
+from .retention import expires
 from .store import ClaimResult, Store
 from .tasks import TaskSet
 
@@ -45,6 +46,14 @@ BYPASSED = {"Idempotency-Bypassed": "store-unavailable"}
 RETRY_AFTER = "1"
 # How often a waiting duplicate asks again: from the first value, growing to the last.
 WAIT_BACKOFF = (0.01, 0.25)
+# Shadow mode: the outcome enforce mode would have counted instead of forwarding.
+WOULD = {
+    Action.REPLAY: m.REPLAYED,
+    Action.REPLAY_UNKNOWN: m.REPLAYED,
+    Action.MISMATCH: m.MISMATCH,
+    Action.CONFLICT: m.CONFLICT,
+    Action.WAIT: m.CONFLICT,
+}
 
 
 class BodyTooLarge(Exception):
@@ -120,8 +129,12 @@ class Gateway:
         try:
             key = parse_key(request.headers.getall(route.key_header, ()))
         except BadKey as exc:
+            if route.mode == "shadow":
+                return await self._shadow(request, route, None, m.REJECTED)
             return self._rejected(route, request, 400, "bad-key", "Bad idempotency key", str(exc))
         if key is None:
+            if route.require_key and route.mode == "shadow":
+                return await self._shadow(request, route, None, m.REJECTED)
             if route.require_key:
                 detail = f"this route requires an {route.key_header} header"
                 return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
@@ -156,15 +169,18 @@ class Gateway:
         tenant = tenant_id(request.headers.get(name) for name in route.scope)
         rkey = record_key(self.settings.redis.key_prefix, route.name, tenant, key)
         token = secrets.token_hex(16)
+        shadow = route.mode == "shadow"
         try:
             result = await self.store.claim(rkey, fp, token, route.lease)
-            action = on_claim(result, route, may_wait=True)
+            action = on_claim(result, route, may_wait=not shadow)
             if action is Action.WAIT:
                 result = await self._wait(result, rkey, fp, token, route)
                 action = on_claim(result, route, may_wait=False)
         except StoreUnavailable as exc:
             return await self._store_down(request, route, body, exc)
 
+        if shadow and action is not Action.FORWARD:
+            return await self._shadow(request, route, body, WOULD[action])
         if action is Action.FORWARD:
             claimed = Claimed(request, route, rkey, token, body)
             # A task of its own, shielded: a client that goes away must not stop the call or
@@ -179,7 +195,7 @@ class Gateway:
             detail = (
                 "the upstream was called but its outcome is unknown; an operator must resolve it"
             )
-            headers = {**REPLAYED, **OUTCOME_UNKNOWN}
+            headers = {**REPLAYED, **OUTCOME_UNKNOWN, **expires(result.pttl_ms / 1000)}
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
         if action is Action.MISMATCH:
             self.metrics.request(route.name, request.method, m.MISMATCH)
@@ -214,7 +230,7 @@ class Gateway:
         self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
     ) -> web.StreamResponse:
         self.metrics.redis_errors.inc()
-        if route.fail_mode == "open":
+        if route.fail_mode == "open" or route.mode == "shadow":
             log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
             self.metrics.request(route.name, request.method, m.BYPASSED)
             session = self.upstreams.session(route.upstream)
@@ -228,6 +244,15 @@ class Gateway:
             "the request was not forwarded; retry later", {"Retry-After": RETRY_AFTER},
         )  # fmt: skip
 
+    async def _shadow(
+        self, request: web.Request, route: Route, body: bytes | None, would: str
+    ) -> web.StreamResponse:
+        """Shadow mode: count what enforce would have answered, and forward untouched."""
+        self.metrics.would(route.name, would)
+        self.metrics.request(route.name, request.method, m.SHADOWED)
+        session = self.upstreams.session(route.upstream)
+        return await pass_through(request, session, route.upstream, route.timeouts, None, body)
+
     async def _replay(self, request: web.Request, result: ClaimResult) -> web.StreamResponse:
         record = result.record
         assert record is not None
@@ -240,7 +265,8 @@ class Gateway:
         if len(result.body) != record.size:
             log.error("recorded body has %d bytes, expected %d", len(result.body), record.size)
             return problem(502, "record-corrupt", "Recorded answer corrupt", "size mismatch")
-        response = start_response(record.status, None, record.headers, record.size, REPLAYED)
+        extra = {**REPLAYED, **expires(result.pttl_ms / 1000)}
+        response = start_response(record.status, None, record.headers, record.size, extra)
         await response.prepare(request)
         await write_quietly(response, result.body)
         await response.write_eof()
@@ -266,9 +292,11 @@ class Gateway:
                     settle = on_answer(upstream.status, route)
                     if settle is Settle.RELEASE:
                         await self._release(c)  # a retry may run while this answer streams
+                    # An answer that is recorded says until when (shadow mode adds nothing).
+                    enforced = settle is Settle.RECORD and route.mode == "enforce"
                     response = start_response(
                         upstream.status, upstream.reason, response_headers(upstream.raw_headers),
-                        upstream.content_length,
+                        upstream.content_length, expires(route.retention) if enforced else None,
                     )  # fmt: skip
                     client_here = await self._prepare_quietly(response, request)
                     recorder = BodyRecorder(route.inline_max, route.max_recorded_body)
@@ -277,9 +305,7 @@ class Gateway:
                             await recorder.feed(chunk)
                         if client_here:
                             client_here = await write_quietly(response, chunk)
-                    self.metrics.upstream_seconds.labels(route.name).observe(
-                        time.monotonic() - started
-                    )
+                    self.metrics.upstream(route.name, time.monotonic() - started)
                     if settle is Settle.RECORD:
                         recorded = await recorder.finish()
                         await self._record(c, upstream, recorded, beat.lost, response)

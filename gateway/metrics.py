@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from . import breaker as b
+from .requestlog import current
 
 # Outcomes of a request, as counted in idem_requests_total{outcome}.
 FORWARDED = "forwarded"  # claimed and sent upstream
@@ -12,7 +15,13 @@ MISMATCH = "mismatch"  # 422: same key, other payload
 REJECTED = "rejected"  # 400/413: bad request, nothing stored
 BYPASSED = "bypassed"  # Redis down and fail_mode: open
 UNPROTECTED = "unprotected"  # method or path not protected
+SHADOWED = "shadowed"  # shadow mode: forwarded untouched where enforce would not have
 ERROR = "error"  # 503 (Redis down, closed) or 502/504 from the upstream call
+
+# idem_circuit_state values.
+CIRCUIT_STATES = {b.CLOSED: 0, b.HALF_OPEN: 1, b.OPEN: 2}
+# Overhead buckets: the gateway's own time is sub-millisecond to a few ms.
+OVERHEAD_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class Metrics:
@@ -24,6 +33,10 @@ class Metrics:
         self.requests = Counter(
             "idem_requests", "Requests by route, method and outcome",
             ["route", "method", "outcome"], registry=r,
+        )  # fmt: skip
+        self.shadow = Counter(
+            "idem_shadow_decisions", "Shadow mode: what enforce mode would have answered",
+            ["route", "would"], registry=r,
         )  # fmt: skip
         self.lease_lost = Counter(
             "idem_lease_lost", "Claims whose lease was lost before the outcome was stored",
@@ -44,6 +57,40 @@ class Metrics:
             "idem_upstream_seconds", "Upstream call time, head to last byte", ["route"],
             registry=r,
         )  # fmt: skip
+        self.overhead_seconds = Histogram(
+            "idem_overhead_seconds", "Time spent in the gateway itself: handling minus upstream",
+            ["route"], buckets=OVERHEAD_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.circuit = Gauge(
+            "idem_circuit_state", "Redis circuit breaker: 0 closed, 1 half-open, 2 open",
+            registry=r,
+        )  # fmt: skip
+        self.blob_written = Counter(
+            "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
+        )
+        self.blob_read = Counter(
+            "idem_blob_read_bytes", "Body bytes read back from the blob store", registry=r
+        )
 
     def request(self, route: str, method: str, outcome: str) -> None:
         self.requests.labels(route, method, outcome).inc()
+        info = current()
+        if info is not None:
+            info.route, info.outcome = route, outcome
+
+    def upstream(self, route: str, seconds: float) -> None:
+        self.upstream_seconds.labels(route).observe(seconds)
+        info = current()
+        if info is not None:
+            info.upstream_seconds += seconds
+
+    def would(self, route: str, outcome: str) -> None:
+        """Shadow mode: enforce would have answered `outcome` (replayed, conflict, ...)."""
+        self.shadow.labels(route, outcome).inc()
+        info = current()
+        if info is not None:
+            info.would = outcome
+
+    def watch_circuit(self, breaker: b.CircuitBreaker) -> None:
+        """Read the breaker's state at each scrape."""
+        self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])

@@ -12,6 +12,7 @@ from multidict import CIMultiDict
 
 from .config import Timeouts
 from .errors import problem
+from .requestlog import REQUEST_ID, current
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
 HOP_BY_HOP = frozenset(
@@ -58,6 +59,9 @@ def forward_headers(request: web.Request) -> CIMultiDict[str]:
     out["X-Forwarded-Proto"] = request.scheme
     if request.host:
         out["X-Forwarded-Host"] = request.host
+    info = current()
+    if info is not None:  # the client's id, or the one generated for it
+        out[REQUEST_ID] = info.request_id
     return out
 
 
@@ -113,6 +117,11 @@ class Upstreams:
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
+
+    def add(self, origins: Iterable[str]) -> None:
+        """Sessions for origins not seen before (a reloaded config); the others stay open."""
+        fresh = [origin for origin in origins if origin not in self._sessions]
+        self._sessions.update(Upstreams(fresh)._sessions)
 
     def session(self, origin: str) -> aiohttp.ClientSession:
         return self._sessions[origin]

@@ -135,6 +135,18 @@ class Store:
         except _FAILURES as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
+    async def ready(self) -> bool:
+        """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
+        scripts = (self._claim, self._extend, self._complete, self._release, self._resolve)
+        try:
+            present = await self.client.script_exists(*(script.sha for script in scripts))
+            for script, loaded in zip(scripts, present, strict=True):
+                if not loaded:
+                    await self.client.script_load(script.script)
+        except _FAILURES:
+            return False
+        return True
+
     async def ping(self) -> bool:
         try:
             return bool(await self.client.ping())

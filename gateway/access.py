@@ -1,0 +1,97 @@
+"""Per request: an X-Request-Id, the gateway-overhead metric and one structured log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from .config import Settings
+from .keys import BadKey, digest, parse_key
+from .logs import FIELDS
+from .metrics import Metrics
+from .requestlog import REQUEST_ID, RequestInfo, begin, end
+
+REQUEST_INFO = web.RequestKey("idem_request_info", RequestInfo)
+MAX_REQUEST_ID = 128
+
+access_log = logging.getLogger("gateway.access")
+
+
+def request_id(request: web.Request) -> str:
+    """The client's X-Request-Id when it is sane, else a fresh one."""
+    given = request.headers.get(REQUEST_ID, "")
+    if 0 < len(given) <= MAX_REQUEST_ID and all(0x21 <= ord(c) <= 0x7E for c in given):
+        return given
+    return uuid.uuid4().hex
+
+
+def key_hash(settings: Settings, request: web.Request) -> str | None:
+    """The digest the record's Redis key holds for this request's key; never the key itself."""
+    route = settings.route_for(request.path)
+    if route is None or request.method not in route.methods:
+        return None
+    try:
+        key = parse_key(request.headers.getall(route.key_header, ()))
+    except BadKey:
+        return None
+    return digest(key) if key is not None else None
+
+
+def observer(metrics: Metrics, settings: Callable[[], Settings]) -> Handler:
+    """The middleware; `settings` gives the current settings (they change on reload)."""
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        info = RequestInfo(request_id(request))
+        request[REQUEST_INFO] = info
+        token = begin(info)
+        started = time.monotonic()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            end(token)
+            elapsed = time.monotonic() - started
+            if info.route:
+                overhead = max(0.0, elapsed - info.upstream_seconds)
+                metrics.overhead_seconds.labels(info.route).observe(overhead)
+            if access_log.isEnabledFor(logging.INFO):
+                _log(request, info, status, elapsed, settings())
+
+    return observe
+
+
+def _log(
+    request: web.Request, info: RequestInfo, status: int, elapsed: float, settings: Settings
+) -> None:
+    fields: dict[str, object] = {
+        "request_id": info.request_id,
+        "method": request.method,
+        "path": request.path,  # the query string is left out: it may carry secrets
+        "route": info.route or None,
+        "key_hash": key_hash(settings, request),
+        "outcome": info.outcome or None,
+        "status": status,
+        "duration_ms": round(elapsed * 1000, 3),
+        "upstream_ms": round(info.upstream_seconds * 1000, 3),
+    }
+    if info.would:
+        fields["shadow_would"] = info.would
+    access_log.info("request", extra={FIELDS: fields})
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every answer names its request id (a replay's own, too)."""
+    info = request.get(REQUEST_INFO)
+    if info is not None:
+        response.headers[REQUEST_ID] = info.request_id

@@ -1,0 +1,200 @@
+"""The admin listener: health, readiness, Prometheus metrics and the operators' key endpoints.
+
+It runs in the gateway's process on a port of its own (`admin:` in the config), started and
+stopped with the public application. With `--workers N`, worker i listens on `admin.port + i`
+(see README, "Admin listener").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from . import keyops
+from .app import GATEWAY, METRICS
+from .config import Admin
+from .errors import problem
+
+log = logging.getLogger(__name__)
+
+PUBLIC = web.AppKey("public", web.Application)
+
+
+@dataclass(slots=True)
+class AdminState:
+    draining: bool = False  # set once shutdown begins: /readyz answers 503 from then on
+    port: int = 0  # where the admin listener listens, once started
+
+
+STATE = web.AppKey("admin_state", AdminState)
+TOKEN = web.AppKey("admin_token", str)
+
+
+class KeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    route: str
+    key: str
+    tenant: list[str] = Field(default_factory=list)  # the scope headers' values, in order
+
+
+class ResolveRequest(KeyRequest):
+    purge: bool = False
+    status: int | None = None
+    body: str | None = None  # UTF-8 text
+    body_base64: str | None = None
+    content_type: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ResolveRequest:
+        if self.purge == (self.status is not None):
+            raise ValueError("give either purge: true or a status (with a body)")
+        if self.body is not None and self.body_base64 is not None:
+            raise ValueError("give body or body_base64, not both")
+        return self
+
+    def body_bytes(self) -> bytes:
+        if self.body_base64 is not None:
+            try:
+                return base64.b64decode(self.body_base64, validate=True)
+            except binascii.Error as exc:
+                raise keyops.KeyOpError(400, f"body_base64: {exc}") from None
+        return (self.body or "").encode()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    draining = request.app[STATE].draining
+    store = request.app[PUBLIC][GATEWAY].store
+    redis_ok = await store.ready()
+    ready = redis_ok and not draining
+    body = {"ready": ready, "redis": redis_ok, "draining": draining}
+    return web.json_response(body, status=200 if ready else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = request.app[PUBLIC][METRICS].registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+KeyHandler = Callable[[web.Request, Any], Awaitable[web.Response]]
+
+
+def _keys_endpoint(
+    model: type[KeyRequest], op: KeyHandler
+) -> Callable[..., Awaitable[web.Response]]:
+    """Bearer authentication, body validation and error mapping around one key operation."""
+
+    async def endpoint(request: web.Request) -> web.Response:
+        token = request.app.get(TOKEN)
+        if token is None:
+            return problem(403, "admin-token-unset", "Key endpoints disabled",
+                           "set admin.token to use the /keys endpoints")  # fmt: skip
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return problem(401, "unauthorized", "Unauthorized", "a valid bearer token is required",
+                           {"WWW-Authenticate": 'Bearer realm="idem-gateway admin"'})  # fmt: skip
+        try:
+            body = model.model_validate_json(await request.read())
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
+            return problem(400, "bad-admin-request", "Bad request", detail)
+        try:
+            return await op(request, body)
+        except keyops.KeyOpError as exc:
+            return problem(exc.status, "key-operation", "Key operation refused", str(exc))
+
+    return endpoint
+
+
+def _target(request: web.Request, body: KeyRequest) -> tuple[Any, Any, str]:
+    gateway = request.app[PUBLIC][GATEWAY]
+    route, rkey = keyops.locate(gateway.settings, body.route, body.tenant, body.key)
+    return gateway.store, route, rkey
+
+
+async def _show(request: web.Request, body: KeyRequest) -> web.Response:
+    store, _, rkey = _target(request, body)
+    found = await keyops.show(store, rkey)
+    return web.json_response(found, status=404 if found["state"] == "absent" else 200)
+
+
+async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
+    store, _, rkey = _target(request, body)
+    if not await keyops.purge(store, rkey):
+        raise keyops.KeyOpError(404, "no record for this key")
+    log.warning("admin: purged a record on route %s", body.route)
+    return web.json_response({"purged": True})
+
+
+async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
+    store, route, rkey = _target(request, body)
+    if body.purge:
+        await keyops.resolve_by_purge(store, rkey)
+    else:
+        assert body.status is not None
+        await keyops.resolve_with(store, route, rkey, body.status, body.body_bytes(),
+                                  body.content_type)  # fmt: skip
+    log.warning("admin: resolved an unknown outcome on route %s", body.route)
+    return web.json_response({"resolved": True, "purged": body.purge})
+
+
+def create_admin_app(
+    public: web.Application, token: str | None, state: AdminState
+) -> web.Application:
+    """The admin application of the gateway `public`."""
+    app = web.Application()
+    app[PUBLIC] = public
+    app[STATE] = state
+    if token is not None:
+        app[TOKEN] = token
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/keys/show", _keys_endpoint(KeyRequest, _show))
+    app.router.add_post("/keys/purge", _keys_endpoint(KeyRequest, _purge))
+    app.router.add_post("/keys/resolve", _keys_endpoint(ResolveRequest, _resolve))
+    return app
+
+
+def attach_admin(public: web.Application, settings: Admin, worker: int = 0) -> AdminState:
+    """Serve the admin app beside `public` on `settings.port + worker`, for as long as it runs.
+
+    Call before `public` starts; the returned state shows the bound port once it has.
+    """
+    state = AdminState()
+
+    async def draining(app: web.Application) -> None:
+        state.draining = True
+
+    async def listener(app: web.Application) -> AsyncIterator[None]:
+        runner = web.AppRunner(create_admin_app(app, settings.token, state), access_log=None)
+        await runner.setup()
+        port = settings.port + worker if settings.port else 0
+        site = web.TCPSite(runner, settings.host, port)
+        await site.start()
+        state.port = runner.addresses[0][1]
+        log.info("admin listener on http://%s:%d", settings.host, state.port)
+        try:
+            yield
+        finally:
+            await runner.cleanup()
+
+    public.on_shutdown.append(draining)
+    public.cleanup_ctx.append(listener)
+    return state

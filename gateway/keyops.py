@@ -1,0 +1,118 @@
+"""Operators' work on one record: find it, describe it, purge it, resolve an UNKNOWN outcome.
+
+Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .config import Route, Settings
+from .keys import BadKey, parse_key, record_key, tenant_id
+from .record import STATE_UNKNOWN, Record
+from .store import Store
+
+STATES = {b"P": "pending", b"C": "completed", b"U": "unknown"}
+
+
+class KeyOpError(Exception):
+    """The operation cannot be done; `status` is the HTTP status that says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def locate(
+    settings: Settings, route_name: str, tenant: Sequence[str], key: str
+) -> tuple[Route, str]:
+    """The route and the record's Redis key for a client's key.
+
+    `tenant` holds the values of the route's `scope` headers as the client sends them, in
+    order; missing ones count as absent headers, exactly as the gateway hashes them.
+    """
+    route = next((r for r in settings.routes if r.name == route_name), None)
+    if route is None:
+        names = ", ".join(r.name for r in settings.routes) or "none"
+        raise KeyOpError(404, f"no route named {route_name!r} (routes: {names})")
+    if len(tenant) > len(route.scope):
+        raise KeyOpError(
+            400, f"route {route.name!r} has {len(route.scope)} scope header(s) "
+            f"({', '.join(route.scope)}); {len(tenant)} tenant values given",
+        )  # fmt: skip
+    try:
+        parsed = parse_key([key])
+    except BadKey as exc:
+        raise KeyOpError(400, f"bad key: {exc}") from None
+    assert parsed is not None
+    values = [*tenant, *([None] * (len(route.scope) - len(tenant)))]
+    return route, record_key(settings.redis.key_prefix, route.name, tenant_id(values), parsed)
+
+
+def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
+    """A record's state, age, time left, status and sizes (never its body or tenant)."""
+    if not fields:
+        return {"state": "absent"}
+    now = time.time()
+    state = STATES.get(fields.get(b"s", b""), "corrupt")
+    out: dict[str, Any] = {"state": state, "ttl_seconds": pttl_ms / 1000 if pttl_ms >= 0 else None}
+    if b"c" in fields:
+        out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
+    if state in ("completed", "unknown") and b"m" in fields:
+        record = Record.decode(fields[b"m"])
+        out.update(
+            status=record.status,
+            body_bytes=record.size,
+            inline_bytes=len(fields.get(b"b", b"")),
+            blob=record.blob,
+            completed_seconds_ago=round(now - record.completed_at, 3),
+        )
+        if record.extra:
+            out["extra"] = record.extra
+    return out
+
+
+async def show(store: Store, rkey: str) -> dict[str, Any]:
+    fields, pttl = await store.inspect(rkey)
+    return describe(fields, pttl)
+
+
+async def purge(store: Store, rkey: str) -> bool:
+    """Delete the record in whatever state: the next request with the key runs upstream."""
+    return await store.purge(rkey)
+
+
+async def resolve_by_purge(store: Store, rkey: str) -> None:
+    """Delete an UNKNOWN outcome so the client's next retry runs upstream again."""
+    fields, _ = await store.inspect(rkey)
+    state = fields.get(b"s", b"").decode() or "absent"
+    if state != STATE_UNKNOWN:
+        raise KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+    await store.purge(rkey)
+
+
+async def resolve_with(
+    store: Store, route: Route, rkey: str, status: int, body: bytes, content_type: str | None
+) -> None:
+    """Store the result an operator knows for an UNKNOWN outcome; retries replay it."""
+    if not 100 <= status <= 599:
+        raise KeyOpError(400, f"{status} is not an HTTP status")
+    record = Record(
+        status=status,
+        headers=[("Content-Type", content_type)] if content_type else [],
+        size=len(body),
+        sha256=hashlib.sha256(body).hexdigest(),
+        completed_at=time.time(),
+        extra={"resolved": "operator"},
+    )
+    if not await store.resolve(rkey, record, body, route.retention):
+        fields, _ = await store.inspect(rkey)
+        state = fields.get(b"s", b"").decode() or "absent"
+        raise KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+
+
+def _name(state: str) -> str:
+    return STATES.get(state.encode(), state)

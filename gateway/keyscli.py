@@ -1,0 +1,99 @@
+"""`idem-gateway keys show|purge|resolve`: operators' work on one record, straight in Redis."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import keyops
+from .breaker import CircuitBreaker
+from .config import Settings
+from .errors import StoreUnavailable
+from .redis_client import make_client
+from .store import Store
+
+# Exit codes beyond 0 (done) and 2 (bad usage or config).
+NOT_FOUND = 1  # no record / not an unknown outcome
+UNREACHABLE = 3  # Redis did not answer
+
+
+def add_parser(commands: Any) -> None:
+    """The `keys` command and its three operations."""
+    keys = commands.add_parser("keys", help="show, purge or resolve one idempotency record")
+    keys.add_argument(
+        "-c", "--config", metavar="FILE", default=argparse.SUPPRESS, help="YAML config"
+    )
+    ops = keys.add_subparsers(dest="op", required=True, metavar="show|purge|resolve")
+    for name, text in (
+        ("show", "state, age, time to live, status and sizes of a record"),
+        ("purge", "delete a record: the next request with the key runs upstream"),
+        ("resolve", "settle an unknown outcome: purge it, or store the real result"),
+    ):
+        op = ops.add_parser(name, help=text)
+        op.add_argument("--route", required=True, help="route name")
+        op.add_argument(
+            "--tenant", action="append", default=[], metavar="VALUE",
+            help="the value of the route's scope header as clients send it "
+            "(repeat for several scope headers, in their order)",
+        )  # fmt: skip
+        op.add_argument("key", help="the Idempotency-Key value")
+        if name == "resolve":
+            how = op.add_mutually_exclusive_group(required=True)
+            how.add_argument("--purge", action="store_true", help="delete it: a retry runs")
+            how.add_argument("--status", type=int, help="the status retries get from now on")
+            op.add_argument("--body-file", type=Path, help="the body retries get (with --status)")
+            op.add_argument("--content-type", help="the Content-Type of that body")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.redis.url == "embedded":
+        print(
+            "idem-gateway keys: the embedded Redis lives inside the gateway process; "
+            "use the admin listener's /keys endpoints, or configure redis.url",
+            file=sys.stderr,
+        )
+        return 2
+    body = b""
+    if args.op == "resolve" and args.body_file is not None:
+        try:
+            body = args.body_file.read_bytes()
+        except OSError as exc:
+            print(f"idem-gateway keys: {args.body_file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    try:
+        return asyncio.run(_run(args, settings, body))
+    except keyops.KeyOpError as exc:
+        print(f"idem-gateway keys: {exc}", file=sys.stderr)
+        return NOT_FOUND if exc.status in (404, 409) else 2
+    except StoreUnavailable as exc:
+        print(f"idem-gateway keys: Redis unavailable: {exc}", file=sys.stderr)
+        return UNREACHABLE
+
+
+async def _run(args: argparse.Namespace, settings: Settings, body: bytes) -> int:
+    route, rkey = keyops.locate(settings, args.route, args.tenant, args.key)
+    store = Store(make_client(settings.redis, settings.redis.url), CircuitBreaker(1, 1.0))
+    try:
+        if args.op == "show":
+            found = await keyops.show(store, rkey)
+            print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
+            return NOT_FOUND if found["state"] == "absent" else 0
+        if args.op == "purge":
+            if not await keyops.purge(store, rkey):
+                raise keyops.KeyOpError(404, "no record for this key")
+            print("purged")
+            return 0
+        if args.purge:
+            await keyops.resolve_by_purge(store, rkey)
+            print("resolved: purged, the next retry runs upstream")
+        else:
+            await keyops.resolve_with(store, route, rkey, args.status, body, args.content_type)
+            print(f"resolved: retries now get {args.status} ({len(body)} body bytes)")
+        return 0
+    finally:
+        await store.close()

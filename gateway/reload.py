@@ -1,0 +1,61 @@
+"""Reloading the config on SIGHUP: routes change for new requests, nothing is dropped.
+
+Requests already running keep the route they started with. A file that does not validate is
+refused and logged; the running config stays. Listener, Redis, admin and loop settings are
+bound at start: a change to them is logged and takes effect only after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from .app import GATEWAY
+from .config import load_settings
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Settings fixed for the life of the process.
+FIXED = ("listen", "redis", "admin", "loop", "log_format")
+
+
+def apply(app: web.Application, path: str | Path) -> bool:
+    """Load `path` and make it the gateway's settings; False (and a log line) when refused."""
+    try:
+        new = load_settings(path)
+    except ConfigError as exc:
+        log.error("config reload refused, the running config stays: %s", exc)
+        return False
+    gateway = app[GATEWAY]
+    old = gateway.settings
+    fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
+    if fixed:
+        log.warning(
+            "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
+        )
+        new = new.model_copy(update={name: getattr(old, name) for name in fixed})
+    gateway.upstreams.add(new.upstreams())
+    gateway.settings = new
+    logging.getLogger().setLevel(new.log_level.upper())
+    log.info("config reloaded from %s (%d routes)", path, len(new.routes))
+    return True
+
+
+def reload_on_sighup(app: web.Application, path: str | Path) -> None:
+    """While `app` runs, SIGHUP reloads `path`. Call before the app starts."""
+
+    async def handler(app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, apply, app, path)
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGHUP)
+
+    app.cleanup_ctx.append(handler)

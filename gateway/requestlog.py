@@ -1,0 +1,37 @@
+"""What one request did, gathered while it runs, for its log line and overhead metric.
+
+The handler's code need not pass it around: it lives in a context variable, which the
+forwarding task inherits (asyncio copies the context into the tasks it spawns).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+REQUEST_ID = "X-Request-Id"
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    request_id: str
+    route: str = ""
+    outcome: str = ""
+    would: str = ""  # shadow mode: what enforce would have answered
+    upstream_seconds: float = 0.0
+
+
+_current: ContextVar[RequestInfo | None] = ContextVar("idem_request", default=None)
+
+
+def current() -> RequestInfo | None:
+    return _current.get()
+
+
+def begin(info: RequestInfo) -> object:
+    """Make `info` the current request's; the returned token ends it (`end`)."""
+    return _current.set(info)
+
+
+def end(token: object) -> None:
+    _current.reset(token)  # type: ignore[arg-type]
