@@ -10,6 +10,7 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.admin import AdminState, create_admin_app
 from gateway.app import create_app
 from gateway.config import Settings, settings_from_dict
 from gateway.metrics import Metrics
@@ -85,6 +86,29 @@ async def make_gateway(
         app: web.Application = create_app(
             settings or gateway_settings(upstream[1], **route), url or redis_url, Metrics()
         )
+        client = TestClient(TestServer(app, host="127.0.0.1"))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        await client.close()
+
+
+AdminFactory = Callable[..., Awaitable[TestClient]]
+ADMIN_TOKEN = "test-admin-token-0123456789"
+
+
+@pytest.fixture
+async def make_admin() -> AsyncIterator[AdminFactory]:
+    """The admin listener of an in-process gateway: `await make_admin(gateway_client)`."""
+    clients: list[TestClient] = []
+
+    async def factory(
+        gateway: TestClient, token: str | None = ADMIN_TOKEN, state: AdminState | None = None
+    ) -> TestClient:
+        app = create_admin_app(gateway.server.app, token, state or AdminState())
         client = TestClient(TestServer(app, host="127.0.0.1"))
         await client.start_server()
         clients.append(client)

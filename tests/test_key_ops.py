@@ -1,0 +1,189 @@
+"""Operators' key operations: `idem-gateway keys ...` and the admin /keys endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from gateway.cli import main
+
+from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+
+TENANT = {"Authorization": "Bearer tenant-1"}
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+UNKNOWN_ROUTE = {"on_unknown_outcome": "record", "timeouts": {"total": "300ms"}}
+
+
+def write_config(tmp_path: Path, origin: str, redis_url: str, **route: Any) -> Path:
+    path = tmp_path / "gateway.yaml"
+    config = {
+        "redis": {"url": redis_url},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def keys_cli(capsys: pytest.CaptureFixture[str], config: Path, *args: str) -> tuple[int, str]:
+    """Run `idem-gateway --config FILE keys ...` (in a thread: it runs a loop of its own)."""
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["--config", str(config), "keys", *args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+async def test_cli_show_then_purge_runs_the_next_request_again(
+    make_gateway: GatewayFactory, upstream, redis_url: str, tmp_path: Path, capsys
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway()
+    headers = {"Idempotency-Key": "order-7", **TENANT}
+    assert (await gw.post("/pay", data=b"12345", headers=headers)).status == 201
+    config = write_config(tmp_path, origin, redis_url)
+
+    code, out = await keys_cli(capsys, config, "show", "--route", "api",
+                               "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
+    assert code == 0, out
+    shown = orjson.loads(out)
+    assert shown["state"] == "completed"
+    assert shown["status"] == 201
+    assert shown["inline_bytes"] == shown["body_bytes"] > 0
+    assert 86300 < shown["ttl_seconds"] <= 86400  # the default 24h retention
+    assert 0 <= shown["age_seconds"] < 30
+    assert "tenant-1" not in out and "order-7" not in out
+
+    code, out = await keys_cli(
+        capsys, config, "show", "--route", "api", "--tenant", "other", "order-7"
+    )
+    assert code == 1 and orjson.loads(out) == {"state": "absent"}  # other tenant, other record
+
+    code, out = await keys_cli(capsys, config, "purge", "--route", "api",
+                               "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
+    assert (code, out.strip()) == (0, "purged")
+    code, _ = await keys_cli(capsys, config, "purge", "--route", "api",
+                             "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
+    assert code == 1
+
+    again = await gw.post("/pay", data=b"12345", headers=headers)
+    assert again.status == 201
+    assert "Idempotent-Replayed" not in again.headers
+    assert counting.count("/pay", "order-7") == 2
+
+
+async def test_cli_refuses_unknown_route_and_embedded_redis(
+    upstream, redis_url: str, tmp_path: Path, capsys
+) -> None:
+    _, origin = upstream
+    config = write_config(tmp_path, origin, redis_url)
+    code, out = await keys_cli(capsys, config, "show", "--route", "nope", "k")
+    assert code == 1 and "no route named 'nope'" in out
+    code, out = await keys_cli(capsys, write_config(tmp_path, origin, "embedded"),
+                               "show", "--route", "api", "k")  # fmt: skip
+    assert code == 2 and "admin listener" in out
+
+
+async def unknown_outcome(gw, counting, key: str) -> None:
+    """Leave an UNKNOWN outcome for `key`: the upstream stalls past timeouts.total."""
+    first = await gw.post("/stall", headers={"Idempotency-Key": key})
+    assert first.status == 502
+    assert first.headers["Idempotency-Outcome"] == "unknown"
+    retry = await gw.post("/stall", headers={"Idempotency-Key": key})
+    assert retry.status == 502
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/stall", key) == 1
+
+
+async def test_cli_resolve_unknown_by_purge_lets_the_retry_run(
+    make_gateway: GatewayFactory, upstream, redis_url: str, tmp_path: Path, capsys
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway(**UNKNOWN_ROUTE)
+    await unknown_outcome(gw, counting, "u-1")
+    config = write_config(tmp_path, origin, redis_url, **UNKNOWN_ROUTE)
+
+    code, out = await keys_cli(capsys, config, "show", "--route", "api", "u-1")
+    assert code == 0 and orjson.loads(out)["state"] == "unknown"
+    code, out = await keys_cli(capsys, config, "resolve", "--route", "api", "--purge", "u-1")
+    assert code == 0, out
+
+    await gw.post("/stall", headers={"Idempotency-Key": "u-1"})
+    assert counting.count("/stall", "u-1") == 2  # the retry ran upstream again
+
+
+async def test_cli_resolve_unknown_with_a_result_replays_it(
+    make_gateway: GatewayFactory, upstream, redis_url: str, tmp_path: Path, capsys
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway(**UNKNOWN_ROUTE)
+    await unknown_outcome(gw, counting, "u-2")
+    config = write_config(tmp_path, origin, redis_url, **UNKNOWN_ROUTE)
+    body = tmp_path / "body.json"
+    body.write_bytes(b'{"id": "pay_manual"}')
+
+    code, out = await keys_cli(capsys, config, "resolve", "--route", "api", "--status", "201",
+                               "--body-file", str(body), "--content-type", "application/json",
+                               "u-2")  # fmt: skip
+    assert code == 0, out
+    replay = await gw.post("/stall", headers={"Idempotency-Key": "u-2"})
+    assert replay.status == 201
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.headers["Content-Type"] == "application/json"
+    assert await replay.read() == b'{"id": "pay_manual"}'
+    assert counting.count("/stall", "u-2") == 1
+
+    # A completed record is not an unknown outcome: resolving it again is refused.
+    code, out = await keys_cli(capsys, config, "resolve", "--route", "api", "--purge", "u-2")
+    assert code == 1 and "state: completed" in out
+
+
+async def test_admin_key_endpoints_need_the_bearer_token(
+    make_gateway: GatewayFactory, make_admin: AdminFactory
+) -> None:
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    query = {"route": "api", "key": "k"}
+    assert (await admin.post("/keys/show", json=query)).status == 401
+    wrong = {"Authorization": "Bearer not-the-token-at-all"}
+    assert (await admin.post("/keys/purge", json=query, headers=wrong)).status == 401
+    closed = await make_admin(gw, token=None)
+    assert (await closed.post("/keys/show", json=query, headers=AUTH)).status == 403
+
+
+async def test_admin_show_purge_and_resolve_over_http(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(**UNKNOWN_ROUTE)
+    admin = await make_admin(gw)
+    headers = {"Idempotency-Key": "h-1", **TENANT}
+    assert (await gw.post("/pay", data=b"x", headers=headers)).status == 201
+    target = {"route": "api", "key": "h-1", "tenant": ["Bearer tenant-1"]}
+
+    shown = await admin.post("/keys/show", json=target, headers=AUTH)
+    assert shown.status == 200
+    assert (await shown.json())["state"] == "completed"
+    bad = await admin.post("/keys/show", json={"route": "api"}, headers=AUTH)
+    assert bad.status == 400 and "key" in (await bad.json())["detail"]
+    missing = await admin.post("/keys/show", json={**target, "route": "zz"}, headers=AUTH)
+    assert missing.status == 404
+
+    assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
+    assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
+    assert (await gw.post("/pay", data=b"x", headers=headers)).status == 201
+    assert counting.count("/pay", "h-1") == 2
+
+    await unknown_outcome(gw, counting, "h-2")
+    resolve = {"route": "api", "key": "h-2", "status": 200, "body": "settled"}
+    done = await admin.post("/keys/resolve", json=resolve, headers=AUTH)
+    assert done.status == 200, await done.text()
+    replay = await gw.post("/stall", headers={"Idempotency-Key": "h-2"})
+    assert (replay.status, await replay.read()) == (200, b"settled")
+    again = await admin.post("/keys/resolve", json=resolve, headers=AUTH)
+    assert again.status == 409
+    both = await admin.post("/keys/resolve", json={**resolve, "purge": True}, headers=AUTH)
+    assert both.status == 400

@@ -1,0 +1,175 @@
+"""The admin listener's /healthz, /readyz and /metrics against real Redis and upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aiohttp
+import orjson
+from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
+
+from gateway.admin import attach_admin
+from gateway.app import create_app
+from gateway.config import Admin, settings_from_dict
+from gateway.keys import digest
+from gateway.logs import JsonFormatter
+from gateway.metrics import Metrics
+from gateway.redis_server import RedisServer
+
+from .conftest import AdminFactory, GatewayFactory, gateway_settings
+from .scrape import sample, scrape
+
+REQUESTS = "idem_requests_total"
+
+
+def one_route(origin: str, failures: int = 1000) -> dict:
+    return {
+        "upstream": origin,
+        "redis": {"breaker": {"failures": failures, "reset": "1h"}},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+
+
+async def test_scripted_sequence_moves_each_counter_by_exactly_one(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream, own_redis: RedisServer
+) -> None:
+    counting, origin = upstream
+    settings = settings_from_dict(one_route(origin, failures=1))
+    gw = await make_gateway(settings=settings, url=own_redis.url)
+    admin = await make_admin(gw)
+    before = await scrape(admin)
+    assert sample(before, "idem_circuit_state") == 0
+
+    assert (await gw.post("/pay", data=b"a", headers={"Idempotency-Key": "k1"})).status == 201
+    assert (await gw.post("/pay", data=b"a", headers={"Idempotency-Key": "k1"})).status == 201
+    held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "k2"}))
+    await asyncio.wait_for(counting.entered.wait(), 10)
+    assert (await gw.post("/gate", headers={"Idempotency-Key": "k2"})).status == 409
+    counting.release.set()
+    assert (await held).status == 201
+    assert (await gw.post("/pay", data=b"b", headers={"Idempotency-Key": "k1"})).status == 422
+    own_redis.stop()
+    assert (await gw.post("/pay", data=b"c", headers={"Idempotency-Key": "k3"})).status == 503
+
+    after = await scrape(admin)
+
+    def moved(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert moved(REQUESTS, route="api", method="POST", outcome="forwarded") == 2
+    assert moved(REQUESTS, route="api", method="POST", outcome="replayed") == 1
+    assert moved(REQUESTS, route="api", method="POST", outcome="conflict") == 1
+    assert moved(REQUESTS, route="api", method="POST", outcome="mismatch") == 1
+    assert moved(REQUESTS, route="api", method="POST", outcome="error") == 1
+    assert moved(REQUESTS) == 6
+    assert moved("idem_redis_errors_total") == 1
+    assert moved("idem_upstream_seconds_count", route="api") == 2
+    assert moved("idem_overhead_seconds_count", route="api") == 6
+    assert moved("idem_lease_lost_total") == 0
+    assert moved("idem_unknown_outcomes_total") == 0
+    assert sample(after, "idem_circuit_state") == 2  # one failure opens it (failures: 1)
+    assert counting.count("/pay") == 1
+    assert counting.count("/gate") == 1
+
+
+async def test_healthz_and_readyz_follow_redis(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, own_redis: RedisServer
+) -> None:
+    gw = await make_gateway(url=own_redis.url)
+    admin = await make_admin(gw)
+    ready = await admin.get("/readyz")
+    assert ready.status == 200
+    assert await ready.json() == {"ready": True, "redis": True, "draining": False}
+
+    own_redis.stop()
+    down = await admin.get("/readyz")
+    assert down.status == 503
+    assert (await down.json())["redis"] is False
+    assert (await admin.get("/healthz")).status == 200  # the process itself is fine
+
+    own_redis.start()  # same port, empty script cache: readiness loads the scripts again
+    back = await admin.get("/readyz")
+    assert back.status == 200
+    assert (await gw.post("/pay", headers={"Idempotency-Key": "after"})).status == 201
+
+
+async def test_readyz_fails_while_draining(redis_url: str, upstream) -> None:
+    """Stopping the gateway flips /readyz to 503 while in-flight requests finish."""
+    counting, origin = upstream
+    app = create_app(gateway_settings(origin), redis_url, Metrics())
+    state = attach_admin(app, Admin(port=0))
+    gw = TestClient(TestServer(app, host="127.0.0.1"))
+    await gw.start_server()
+    try:
+        async with aiohttp.ClientSession() as admin:
+            readyz = f"http://127.0.0.1:{state.port}/readyz"
+            async with admin.get(readyz) as resp:
+                assert resp.status == 200
+            held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "d"}))
+            await asyncio.wait_for(counting.entered.wait(), 10)
+            closing = asyncio.ensure_future(gw.server.close())
+            deadline = time.monotonic() + 10
+            while True:
+                async with admin.get(readyz) as resp:
+                    if resp.status == 503:
+                        assert await resp.json() == {
+                            "ready": False, "redis": True, "draining": True,
+                        }  # fmt: skip
+                        break
+                assert time.monotonic() < deadline, "readyz never reported draining"
+                await asyncio.sleep(0.01)
+            counting.release.set()
+            assert (await held).status == 201  # the in-flight request was not dropped
+            await closing
+    finally:
+        await gw.close()
+
+
+async def test_request_id_propagated_and_logged_without_secrets(
+    make_gateway: GatewayFactory, upstream, caplog
+) -> None:
+    counting, _ = upstream
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    gw = await make_gateway(scope=["Authorization"])
+    headers = {
+        "Idempotency-Key": "raw-key-never-logged",
+        "Authorization": "Bearer tenant-secret-never-logged",
+        "X-Request-Id": "req-abc-123",
+    }
+    resp = await gw.post("/pay?token=query-secret", data=b"body-never-logged", headers=headers)
+    assert resp.status == 201
+    assert resp.headers["X-Request-Id"] == "req-abc-123"
+    assert CIMultiDict(counting.seen_headers[-1])["X-Request-Id"] == "req-abc-123"
+
+    generated = await gw.post("/pay", headers={"Idempotency-Key": "other"})
+    rid = generated.headers["X-Request-Id"]
+    assert len(rid) == 32
+    assert CIMultiDict(counting.seen_headers[-1])["X-Request-Id"] == rid
+
+    replay = await gw.post("/pay?token=query-secret", data=b"body-never-logged", headers=headers)
+    assert replay.headers["Idempotent-Replayed"] == "true"
+
+    lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.access"]
+    assert len(lines) == 3
+    first = orjson.loads(lines[0])
+    assert first["request_id"] == "req-abc-123"
+    assert first["route"] == "api"
+    assert first["key_hash"] == digest("raw-key-never-logged")
+    assert first["outcome"] == "forwarded"
+    assert first["status"] == 201
+    assert first["path"] == "/pay"
+    assert first["duration_ms"] >= first["upstream_ms"] > 0
+    assert orjson.loads(lines[2])["outcome"] == "replayed"
+    for line in lines:
+        for secret in ("raw-key-never-logged", "tenant-secret", "body-never", "query-secret"):
+            assert secret not in line
+
+
+async def test_request_log_costs_nothing_when_off(make_gateway: GatewayFactory, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.access")
+    gw = await make_gateway()
+    assert (await gw.post("/pay", headers={"Idempotency-Key": "quiet"})).status == 201
+    assert [r for r in caplog.records if r.name == "gateway.access"] == []

@@ -1,0 +1,92 @@
+"""SIGHUP reloads the config of a running gateway process; a broken file is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from aiohttp.test_utils import TestServer
+
+from gateway.redis_server import free_port
+
+from .procs import GatewayProcess
+from .upstream import CountingUpstream
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def config(origin: str, redis_url: str, admin_port: int, **route: Any) -> dict[str, Any]:
+    return {
+        "redis": {"url": redis_url},
+        "admin": {"port": admin_port},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
+    }
+
+
+async def test_sighup_changes_routes_for_new_requests_and_refuses_a_broken_file(
+    upstream, redis_url: str, tmp_path: Path
+) -> None:
+    counting, origin = upstream
+    other = CountingUpstream()
+    other_server = TestServer(other.app(), host="127.0.0.1")
+    await other_server.start_server()
+    other_origin = str(other_server.make_url("")).rstrip("/")
+    admin_port = free_port()
+    gateway = GatewayProcess(config(origin, redis_url, admin_port), tmp_path)
+    await asyncio.to_thread(gateway.start)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{admin_port}/healthz") as resp:
+                assert resp.status == 200
+            async with http.post(f"{gateway.url}/pay") as resp:
+                assert resp.status == 201  # no key needed yet
+            held = asyncio.ensure_future(
+                http.post(f"{gateway.url}/gate", headers={"Idempotency-Key": "held"})
+            )
+            await asyncio.wait_for(counting.entered.wait(), 10)
+
+            changed = config(origin, redis_url, admin_port, require_key=True)
+            changed["routes"].append(
+                {"name": "moved", "path_prefix": "/pay/moved", "upstream": other_origin}
+            )
+            gateway.config_path.write_text(yaml.safe_dump(changed))
+            gateway.signal(signal.SIGHUP)
+            await eventually(lambda: _logged(gateway, "config reloaded"), "the reload")
+
+            async with http.post(f"{gateway.url}/pay") as resp:
+                assert resp.status == 400  # the new rule applies to new requests
+            headers = {"Idempotency-Key": "m-1"}
+            async with http.post(f"{gateway.url}/pay/moved", headers=headers) as resp:
+                assert resp.status == 201
+            assert other.count("/pay/moved", "m-1") == 1  # a session for the new origin
+            counting.release.set()
+            async with await held as resp:
+                assert resp.status == 201  # the request running during the reload finished
+
+            gateway.config_path.write_text("routes: [{name: broken}]\n")
+            gateway.signal(signal.SIGHUP)
+            await eventually(lambda: _logged(gateway, "config reload refused"), "the refusal")
+            assert "routes[0].path_prefix: is required" in gateway.log()
+            async with http.post(f"{gateway.url}/pay") as resp:
+                assert resp.status == 400  # the running config stayed
+            async with http.post(f"{gateway.url}/pay/moved", headers=headers) as resp:
+                assert resp.headers["Idempotent-Replayed"] == "true"
+        assert gateway.process is not None and gateway.process.poll() is None
+    finally:
+        assert gateway.stop() == 0
+        await other_server.close()
+
+
+async def _logged(gateway: GatewayProcess, text: str) -> bool:
+    return text in gateway.log()

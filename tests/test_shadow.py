@@ -1,0 +1,62 @@
+"""Shadow mode: every decision is made and counted, every request still forwarded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gateway.reload import apply
+
+from .conftest import AdminFactory, GatewayFactory
+from .scrape import sample, scrape
+
+SHADOW = "idem_shadow_decisions_total"
+
+
+async def test_shadow_forwards_duplicates_and_counts_what_enforce_would_do(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream, redis_url: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    counting, origin = upstream
+    gw = await make_gateway(mode="shadow", require_key=True)
+    admin = await make_admin(gw)
+    key = {"Idempotency-Key": "s-1"}
+
+    first = await gw.post("/pay", data=b"a", headers=key)
+    assert first.status == 201
+    assert "Idempotency-Expires" not in first.headers  # shadow mode changes no answer
+    duplicate = await gw.post("/pay", data=b"a", headers=key)
+    assert duplicate.status == 201
+    assert "Idempotent-Replayed" not in duplicate.headers
+    assert "Idempotency-Expires" not in duplicate.headers
+    assert await duplicate.read() != await first.read()  # a fresh upstream answer
+    assert counting.count("/pay", "s-1") == 2
+
+    other = await gw.post("/pay", data=b"b", headers=key)  # enforce: 422
+    assert other.status == 201
+    no_key = await gw.post("/pay", data=b"c")  # enforce: 400 (require_key)
+    assert no_key.status == 201
+    assert counting.count("/pay") == 4
+
+    text = await scrape(admin)
+    assert sample(text, SHADOW, route="api", would="replayed") == 1
+    assert sample(text, SHADOW, route="api", would="mismatch") == 1
+    assert sample(text, SHADOW, route="api", would="rejected") == 1
+    assert sample(text, SHADOW) == 3
+    assert sample(text, "idem_requests_total", outcome="shadowed") == 3
+    assert sample(text, "idem_requests_total", outcome="forwarded") == 1
+
+    # Enforce the same route (a config reload): the recorded first answer is replayed.
+    config = tmp_path / "enforce.yaml"
+    config.write_text(yaml.safe_dump({
+        "redis": {"url": redis_url, "breaker": {"failures": 1000}},
+        "upstream": origin,
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, "require_key": True}],
+    }))  # fmt: skip
+    assert apply(gw.server.app, config)
+    replay = await gw.post("/pay", data=b"a", headers=key)
+    assert replay.status == 201
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert await replay.read() == await first.read()
+    assert counting.count("/pay", "s-1") == 3  # first, duplicate, would-be 422; no more
