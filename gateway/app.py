@@ -12,6 +12,7 @@ from .config import Settings
 from .handler import Gateway
 from .metrics import Metrics
 from .proxy import Upstreams
+from .quiet import quiet_malformed_requests
 from .redis_client import make_client
 from .store import Store
 from .tasks import TaskSet
@@ -55,6 +56,7 @@ def create_app(
     settings: Settings, redis_url: str, metrics: Metrics | None = None
 ) -> web.Application:
     """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
+    quiet_malformed_requests()
     metrics = metrics or Metrics()
     app = web.Application(middlewares=[observer(metrics, lambda: app[GATEWAY].settings)])
     app[SETTINGS] = settings

@@ -37,6 +37,7 @@ from .recording import BodyRecorder, RecordedBody
 from .retention import expires
 from .store import ClaimResult, Store
 from .tasks import TaskSet
+from .validate import undecodable_header
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,11 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         route = self.settings.route_for(request.path)
+        bad_header = undecodable_header(request.raw_headers)
+        if bad_header is not None:
+            self.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+            detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
+            return problem(400, "bad-header", "Undecodable header", detail)
         if route is None:
             if self.settings.upstream is None:
                 return problem(404, "no-route", "No route", f"no route matches {request.path}")
