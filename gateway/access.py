@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 
 from .config import Settings
 from .keys import BadKey, digest, parse_key
@@ -42,7 +42,7 @@ def key_hash(settings: Settings, request: web.Request) -> str | None:
     return digest(key) if key is not None else None
 
 
-def observer(metrics: Metrics, settings: Callable[[], Settings]) -> Handler:
+def observer(metrics: Metrics, settings: Callable[[], Settings]) -> Middleware:
     """The middleware; `settings` gives the current settings (they change on reload)."""
 
     @web.middleware
