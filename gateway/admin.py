@@ -1,14 +1,15 @@
 """The admin listener: health, readiness, Prometheus metrics and the operators' key endpoints.
 
 It runs in the gateway's process on a port of its own (`admin:` in the config), started and
-stopped with the public application. With `--workers N`, worker i listens on `admin.port + i`
-(see README, "Admin listener").
+stopped with the public application. Each worker of `--workers N` takes a port of its own from
+`admin.port` upwards (see README, "Admin listener").
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +28,8 @@ from .errors import problem
 log = logging.getLogger(__name__)
 
 PUBLIC = web.AppKey("public", web.Application)
+# Worker processes take admin ports from admin.port up to admin.port + MAX_WORKERS - 1.
+MAX_WORKERS = 64
 
 
 @dataclass(slots=True)
@@ -172,10 +175,12 @@ def create_admin_app(
     return app
 
 
-def attach_admin(public: web.Application, settings: Admin, worker: int = 0) -> AdminState:
-    """Serve the admin app beside `public` on `settings.port + worker`, for as long as it runs.
+def attach_admin(public: web.Application, settings: Admin, worker: bool = False) -> AdminState:
+    """Serve the admin app beside `public` for as long as it runs; call before it starts.
 
-    Call before `public` starts; the returned state shows the bound port once it has.
+    A worker of `--workers N` takes the first free port of `admin.port`, `admin.port + 1`, ...
+    (up to MAX_WORKERS ports), so that each worker's metrics can be scraped on its own. The
+    returned state shows the bound port once the listener has started.
     """
     state = AdminState()
 
@@ -185,12 +190,9 @@ def attach_admin(public: web.Application, settings: Admin, worker: int = 0) -> A
     async def listener(app: web.Application) -> AsyncIterator[None]:
         runner = web.AppRunner(create_admin_app(app, settings.token, state), access_log=None)
         await runner.setup()
-        port = settings.port + worker if settings.port else 0
-        site = web.TCPSite(runner, settings.host, port)
-        await site.start()
-        state.port = runner.addresses[0][1]
-        log.info("admin listener on http://%s:%d", settings.host, state.port)
         try:
+            state.port = await _bind(runner, settings, MAX_WORKERS if worker else 1)
+            log.info("admin listener on http://%s:%d", settings.host, state.port)
             yield
         finally:
             await runner.cleanup()
@@ -198,3 +200,17 @@ def attach_admin(public: web.Application, settings: Admin, worker: int = 0) -> A
     public.on_shutdown.append(draining)
     public.cleanup_ctx.append(listener)
     return state
+
+
+async def _bind(runner: web.AppRunner, settings: Admin, tries: int) -> int:
+    """Listen on the first free port of `settings.port` and the `tries - 1` above it."""
+    for offset in range(tries):
+        port = settings.port + offset if settings.port else 0
+        try:
+            await web.TCPSite(runner, settings.host, port).start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or offset == tries - 1:
+                raise
+            continue
+        return int(runner.addresses[-1][1])
+    raise AssertionError("unreachable")

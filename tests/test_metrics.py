@@ -8,16 +8,17 @@ import time
 
 import aiohttp
 import orjson
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
-from gateway.admin import attach_admin
+from gateway.admin import MAX_WORKERS, attach_admin
 from gateway.app import create_app
 from gateway.config import Admin, settings_from_dict
 from gateway.keys import digest
 from gateway.logs import JsonFormatter
 from gateway.metrics import Metrics
-from gateway.redis_server import RedisServer
+from gateway.redis_server import RedisServer, free_port
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .scrape import sample, scrape
@@ -173,3 +174,32 @@ async def test_request_log_costs_nothing_when_off(make_gateway: GatewayFactory, 
     gw = await make_gateway()
     assert (await gw.post("/pay", headers={"Idempotency-Key": "quiet"})).status == 201
     assert [r for r in caplog.records if r.name == "gateway.access"] == []
+
+
+async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -> None:
+    """Worker processes share admin.port's range: each binds the first free port upwards."""
+    _, origin = upstream
+    admin = Admin(port=free_port())
+    servers: list[TestServer] = []
+    states = []
+    try:
+        for _ in range(2):
+            app = create_app(gateway_settings(origin), redis_url, Metrics())
+            states.append(attach_admin(app, admin, worker=True))
+            servers.append(TestServer(app, host="127.0.0.1"))
+            await servers[-1].start_server()
+        first, second = (s.port for s in states)
+        assert first == admin.port
+        assert admin.port < second < admin.port + MAX_WORKERS  # the next free one (others
+        # on this machine may hold admin.port + 1)
+
+        # A single process does not wander: a busy admin port is an error at start.
+        lone = create_app(gateway_settings(origin), redis_url, Metrics())
+        attach_admin(lone, admin)
+        server = TestServer(lone, host="127.0.0.1")
+        with pytest.raises(OSError):
+            await server.start_server()
+        await server.close()
+    finally:
+        for s in servers:
+            await s.close()
