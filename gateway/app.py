@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from .access import add_request_id, observer
+from .blobstore import BlobStore, open_blob_store, sweep_periodically
 from .breaker import CircuitBreaker
 from .config import Settings
 from .handler import Gateway
@@ -22,6 +25,7 @@ REDIS_URL = web.AppKey("redis_url", str)
 METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
 STORE = web.AppKey("store", Store)
+BLOBS = web.AppKey("blobs", BlobStore)
 GATEWAY = web.AppKey("gateway", Gateway)
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
@@ -30,6 +34,14 @@ DRAIN_SECONDS = 60.0
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
+    blobs = open_blob_store(settings.blob)
+    await blobs.start()  # an unusable blob store stops the start here, not at a request
+    sweeper = asyncio.ensure_future(
+        sweep_periodically(
+            blobs, settings.blob.sweep_interval, lambda: app[GATEWAY].settings.longest_hold()
+        )
+    )
+    app[BLOBS] = blobs
     redis = settings.redis
     store = Store(
         make_client(redis, app[REDIS_URL]),
@@ -39,13 +51,17 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     upstreams = Upstreams(settings.upstreams())
     app[METRICS].watch_circuit(store.breaker)
     app[STORE] = store
-    app[GATEWAY] = Gateway(settings, store, upstreams, app[METRICS], app[TASKS])
+    app[GATEWAY] = Gateway(settings, store, upstreams, app[METRICS], app[TASKS], blobs)
     try:
         yield
     finally:
         await app[TASKS].drain(DRAIN_SECONDS)
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
         await upstreams.close()
         await store.close()
+        await blobs.close()
 
 
 async def _handle(request: web.Request) -> web.StreamResponse:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -249,9 +250,48 @@ class RedisSettings(_Model):
         return value
 
 
+def _default_blob_url() -> str:
+    return "file://" + str(Path(tempfile.gettempdir()) / "idem-gateway-blobs")
+
+
+class BlobSettings(_Model):
+    """Where bodies over `inline_max` go: ``file:///DIR`` or ``s3://bucket/prefix``."""
+
+    url: str = Field(default_factory=_default_blob_url)
+    endpoint: HttpUrl | None = None  # an S3-compatible server; None -> AWS
+    region: str | None = None
+    access_key_id: str | None = None  # None -> the AWS default chain (env, profile, role)
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    addressing: Literal["auto", "path", "virtual"] = "auto"
+    part_size: Size = Field(default=8 << 20, ge=5 << 20)  # S3 multipart part (min 5 MiB)
+    sweep_interval: Duration = 600.0  # file://: how often stale blobs are looked for
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme == "file":
+            if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+                raise ValueError(f"{value!r} is not a file:///absolute/dir URL")
+            return value
+        if parts.scheme == "s3":
+            if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", parts.netloc):
+                raise ValueError(f"{value!r}: {parts.netloc!r} is not an S3 bucket name")
+            return value
+        raise ValueError(f"{value!r} is not a file:///dir or s3://bucket/prefix URL")
+
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> BlobSettings:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("access_key_id and secret_access_key go together")
+        return self
+
+
 class Settings(_Model):
     listen: Listen = Listen()
     redis: RedisSettings = RedisSettings()
+    blob: BlobSettings = BlobSettings()
     loop: Literal["uvloop", "asyncio"] = "uvloop"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
@@ -278,6 +318,11 @@ class Settings(_Model):
             ):
                 best = route
         return best
+
+    def longest_hold(self) -> float:
+        """The longest a blob may be referenced: the longest retention plus lease."""
+        policies = (self.defaults, *self.routes)
+        return max(p.retention for p in policies) + max(p.lease for p in policies)
 
     def upstreams(self) -> set[str]:
         found = {route.upstream for route in self.routes}

@@ -17,7 +17,18 @@ class StoreUnavailable(Exception):
 
 
 class BlobError(Exception):
-    """A recorded body is missing or does not match its digest."""
+    """The blob store failed: a body is missing, does not match its record, or cannot be
+    written. `reason` is one of the names below (also the metrics label)."""
+
+    MISSING = "missing"
+    CORRUPT = "corrupt"  # size or digest differ from the record
+    UNAVAILABLE = "unavailable"  # the store did not answer
+    WRITE = "write"
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
 
 
 def problem(

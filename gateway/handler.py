@@ -13,9 +13,10 @@ import aiohttp
 from aiohttp import web
 
 from . import metrics as m
+from .blobstore import BlobStore
 from .config import Route, Settings
 from .decision import Action, Settle, failure_status, on_answer, on_claim, on_failure
-from .errors import StoreUnavailable, problem
+from .errors import BlobError, StoreUnavailable, problem
 from .fingerprint import fingerprint
 from .heartbeat import Heartbeat
 from .keys import BadKey, parse_key, record_key, tenant_id
@@ -33,7 +34,8 @@ from .proxy import (
     write_quietly,
 )
 from .record import Record
-from .recording import BodyRecorder, RecordedBody
+from .recording import TOO_LARGE, BodyRecorder, RecordedBody
+from .replay import check_inline, send_verified
 from .retention import expires
 from .store import ClaimResult, Store
 from .tasks import TaskSet
@@ -112,12 +114,14 @@ class Gateway:
         upstreams: Upstreams,
         metrics: Metrics,
         tasks: TaskSet,
+        blobs: BlobStore,
     ) -> None:
         self.settings = settings
         self.store = store
         self.upstreams = upstreams
         self.metrics = metrics
         self.tasks = tasks
+        self.blobs = blobs
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         route = self.settings.route_for(request.path)
@@ -195,7 +199,7 @@ class Gateway:
             return await asyncio.shield(claimed.answered)
         if action is Action.REPLAY:
             self.metrics.request(route.name, request.method, m.REPLAYED)
-            return await self._replay(request, result)
+            return await self._replay(request, route, result)
         if action is Action.REPLAY_UNKNOWN:
             self.metrics.request(route.name, request.method, m.REPLAYED)
             detail = (
@@ -259,24 +263,75 @@ class Gateway:
         session = self.upstreams.session(route.upstream)
         return await pass_through(request, session, route.upstream, route.timeouts, None, body)
 
-    async def _replay(self, request: web.Request, result: ClaimResult) -> web.StreamResponse:
+    async def _replay(
+        self, request: web.Request, route: Route, result: ClaimResult
+    ) -> web.StreamResponse:
         record = result.record
         assert record is not None
-        if record.extra.get("body") == "too-large":
+        not_recorded = record.extra.get("body")
+        if not_recorded:
+            why = (
+                "over max_recorded_body" if not_recorded == TOO_LARGE
+                else "which the blob store failed to keep"
+            )  # fmt: skip
             detail = (
                 f"the upstream answered {record.status} with a body of {record.size} bytes, "
-                "over max_recorded_body, so it cannot be replayed; the request is not run again"
+                f"{why}, so it cannot be replayed; the request is not run again"
             )
             return problem(502, "body-not-recorded", "Answer not replayable", detail, REPLAYED)
-        if len(result.body) != record.size:
-            log.error("recorded body has %d bytes, expected %d", len(result.body), record.size)
-            return problem(502, "record-corrupt", "Recorded answer corrupt", "size mismatch")
         extra = {**REPLAYED, **expires(result.pttl_ms / 1000)}
+        if record.blob is not None:
+            return await self._replay_blob(request, route, record, extra)
+        try:
+            check_inline(result.body, record.size, record.sha256)
+        except BlobError as exc:
+            return self._blob_failed(route, exc)
         response = start_response(record.status, None, record.headers, record.size, extra)
         await response.prepare(request)
         await write_quietly(response, result.body)
         await response.write_eof()
         return response
+
+    async def _replay_blob(
+        self, request: web.Request, route: Route, record: Record, extra: dict[str, str]
+    ) -> web.StreamResponse:
+        """Stream a blob back; refuse it before the head when it is missing or the wrong
+        size, and cut the connection when its digest turns out wrong at the end."""
+        assert record.blob is not None
+        try:
+            reader = await self.blobs.reader(record.blob)
+        except BlobError as exc:
+            return self._blob_failed(route, exc)
+        try:
+            if reader.size != record.size:
+                detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
+                return self._blob_failed(route, BlobError(BlobError.CORRUPT, detail))
+            response = start_response(record.status, None, record.headers, record.size, extra)
+            if not await self._prepare_quietly(response, request):
+                return response
+            try:
+                await send_verified(response, reader.chunks(), record.size, record.sha256)
+            except BlobError as exc:
+                self._blob_failed(route, exc)
+                return abort(request, response)
+            self.metrics.blob_read.inc(record.size)
+            return response
+        finally:
+            await reader.close()
+
+    def _blob_write_failed(self, route: Route, exc: BlobError) -> None:
+        self.metrics.blob_errors.labels(route.name, exc.reason).inc()
+        log.error("route %s: the answer's body was not recorded: %s", route.name, exc)
+
+    def _blob_failed(self, route: Route, exc: BlobError) -> web.Response:
+        """A recorded body that cannot be replayed as recorded: 502, logged and counted.
+        The record stays as it is: retries keep getting this answer, never a wrong body."""
+        self.metrics.blob_errors.labels(route.name, exc.reason).inc()
+        log.error("route %s: recorded body not replayable: %s", route.name, exc)
+        return problem(
+            502, "recorded-body-unavailable", "Recorded answer unavailable",
+            f"the recorded body is {exc.reason}; the request is not run again", REPLAYED,
+        )  # fmt: skip
 
     async def _forward(self, c: Claimed) -> web.StreamResponse:
         """Call the upstream once, stream its answer to the client and settle the key."""
@@ -305,15 +360,24 @@ class Gateway:
                         upstream.content_length, expires(route.retention) if enforced else None,
                     )  # fmt: skip
                     client_here = await self._prepare_quietly(response, request)
-                    recorder = BodyRecorder(route.inline_max, route.max_recorded_body)
-                    async for chunk in upstream.content.iter_any():
-                        if settle is Settle.RECORD:
-                            await recorder.feed(chunk)
-                        if client_here:
-                            client_here = await write_quietly(response, chunk)
-                    self.metrics.upstream(route.name, time.monotonic() - started)
-                    if settle is Settle.RECORD:
-                        recorded = await recorder.finish()
+                    recording = settle is Settle.RECORD
+                    async with BodyRecorder(
+                        self.blobs, route.inline_max, route.max_recorded_body,
+                        upstream.content_length,
+                    ) as recorder:  # fmt: skip
+                        async for chunk in upstream.content.iter_any():
+                            if recording:
+                                await recorder.feed(chunk)
+                            if client_here:
+                                client_here = await write_quietly(response, chunk)
+                        self.metrics.upstream(route.name, time.monotonic() - started)
+                        if recording:
+                            recorded = await recorder.finish()
+                    if recording:
+                        if recorder.failure is not None:
+                            self._blob_write_failed(route, recorder.failure)
+                        elif recorded.blob is not None:
+                            self.metrics.blob_written.inc(recorded.size)
                         await self._record(c, upstream, recorded, beat.lost, response)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 kind = classify(exc)
@@ -349,9 +413,11 @@ class Gateway:
             sha256=body.sha256,
             blob=body.blob,
             completed_at=time.time(),
-            extra={"body": "too-large"} if body.too_large else {},
+            extra={"body": body.not_recorded} if body.not_recorded else {},
         )
         stored = await self._store_outcome(c, record, body.inline, response)
+        if not stored and body.blob is not None:
+            await self.blobs.delete(body.blob)  # no record points at it
         if not stored or lease_lost:
             self.metrics.lease_lost.labels(c.route.name).inc()
             log.error(

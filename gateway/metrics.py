@@ -53,6 +53,10 @@ class Metrics:
             "idem_unknown_outcomes", "Upstream calls sent whose outcome is unknown",
             ["route", "mode"], registry=r,
         )  # fmt: skip
+        self.blob_errors = Counter(
+            "idem_blob_errors", "Blob-store failures by reason: missing, corrupt, unavailable, "
+            "write", ["route", "reason"], registry=r,
+        )  # fmt: skip
         self.upstream_seconds = Histogram(
             "idem_upstream_seconds", "Upstream call time, head to last byte", ["route"],
             registry=r,

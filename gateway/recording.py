@@ -1,9 +1,25 @@
-"""Recording an upstream body while it streams to the client."""
+"""Recording an upstream body while it streams to the client, in constant memory.
+
+Up to `inline_max` bytes are kept in memory for the Redis record; past that, everything goes
+to a blob-store writer as it arrives. Past `max_recorded_body` the body is no longer kept
+(it still reaches the client) and the record says so.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
+from types import TracebackType
+
+from .blobstore import BlobStore, BlobWriter
+from .errors import BlobError
+
+log = logging.getLogger(__name__)
+
+# Why a body was not recorded, as kept in the record's extra["body"].
+TOO_LARGE = "too-large"  # over max_recorded_body
+BLOB_FAILED = "blob-failed"  # the blob store refused it
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,33 +27,84 @@ class RecordedBody:
     size: int
     sha256: str
     inline: bytes  # the body itself when it is kept in Redis, else b""
-    blob: str | None = None  # the blob-store pointer when it is not
-    too_large: bool = False  # over max_recorded_body: the body was not kept
+    blob: str | None = None  # the blob name when it is not
+    not_recorded: str | None = None  # TOO_LARGE or BLOB_FAILED: the body was not kept
 
 
 class BodyRecorder:
-    """Hashes and keeps a body chunk by chunk, up to `max_recorded` bytes."""
+    """Hashes a body chunk by chunk and keeps it inline or in a blob.
 
-    def __init__(self, inline_max: int, max_recorded: int) -> None:
+    Used as `async with`: leaving with an exception aborts an unfinished blob.
+    """
+
+    def __init__(
+        self, blobs: BlobStore, inline_max: int, max_recorded: int, expected: int | None = None
+    ) -> None:
+        self._blobs = blobs
         self._inline_max = inline_max
         self._max_recorded = max_recorded
         self._hash = hashlib.sha256()
         self._chunks: list[bytes] = []
         self._size = 0
+        self._writer: BlobWriter | None = None
+        # A Content-Length over the limit: nothing is kept from the first byte.
+        self._dropped = TOO_LARGE if expected is not None and expected > max_recorded else None
+        self.failure: BlobError | None = None  # why the blob store refused the body
+
+    async def __aenter__(self) -> BodyRecorder:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            await self.discard()
 
     async def feed(self, chunk: bytes) -> None:
         self._size += len(chunk)
         self._hash.update(chunk)
-        if self._size <= self._max_recorded:
+        if self._dropped:
+            return
+        if self._size > self._max_recorded:
+            await self._drop(TOO_LARGE)
+            return
+        try:
+            if self._writer is not None:
+                await self._writer.write(chunk)
+                return
             self._chunks.append(chunk)
-        else:
-            self._chunks.clear()
+            if self._size > self._inline_max:
+                self._writer = await self._blobs.writer()
+                held, self._chunks = self._chunks, []
+                for piece in held:
+                    await self._writer.write(piece)
+        except BlobError as exc:
+            self.failure = exc
+            await self._drop(BLOB_FAILED)
+
+    async def _drop(self, why: str) -> None:
+        self._dropped = why
+        await self.discard()
 
     async def finish(self) -> RecordedBody:
+        """What to record: the inline body, the committed blob's name, or why neither."""
         digest = self._hash.hexdigest()
-        if self._size > self._max_recorded:
-            return RecordedBody(self._size, digest, b"", too_large=True)
+        if self._writer is not None and not self._dropped:
+            writer, self._writer = self._writer, None
+            try:
+                return RecordedBody(self._size, digest, b"", blob=await writer.commit())
+            except BlobError as exc:
+                self.failure = exc
+                self._dropped = BLOB_FAILED
+        if self._dropped:
+            return RecordedBody(self._size, digest, b"", not_recorded=self._dropped)
         return RecordedBody(self._size, digest, b"".join(self._chunks))
 
     async def discard(self) -> None:
         self._chunks.clear()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.abort()
