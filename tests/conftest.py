@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from gateway.config import Settings, settings_from_dict
 from gateway.metrics import Metrics
 from gateway.redis_server import RedisServer
 
+from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
+from .s3 import MotoServer
 from .upstream import CountingUpstream
 
 
@@ -59,14 +62,22 @@ async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
     await server.close()
 
 
-def gateway_settings(origin: str, redis: dict[str, Any] | None = None, **route: Any) -> Settings:
-    """One route, `api`, protecting every path of `origin`; `route` overrides its fields and
-    `redis` the Redis settings (the breaker stays out of the way unless a test sets it)."""
+def gateway_settings(
+    origin: str,
+    redis: dict[str, Any] | None = None,
+    blob: dict[str, Any] | None = None,
+    **route: Any,
+) -> Settings:
+    """One route, `api`, protecting every path of `origin`; `route` overrides its fields,
+    `redis` the Redis settings (the breaker stays out of the way unless a test sets it) and
+    `blob` the blob store's."""
     raw: dict[str, Any] = {
         "upstream": origin,
         "redis": {"breaker": {"failures": 1000}, **(redis or {})},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
+    if blob is not None:
+        raw["blob"] = blob
     return settings_from_dict(raw)
 
 
@@ -75,16 +86,22 @@ GatewayFactory = Callable[..., Awaitable[TestClient]]
 
 @pytest.fixture
 async def make_gateway(
-    redis_url: str, upstream: tuple[CountingUpstream, str]
+    redis_url: str, upstream: tuple[CountingUpstream, str], tmp_path: Path
 ) -> AsyncIterator[GatewayFactory]:
-    """Start in-process gateways in front of the counting upstream."""
+    """Start in-process gateways in front of the counting upstream (blobs in tmp_path)."""
     clients: list[TestClient] = []
 
     async def factory(
-        settings: Settings | None = None, url: str | None = None, **route: Any
+        settings: Settings | None = None,
+        url: str | None = None,
+        blob: dict[str, Any] | None = None,
+        **route: Any,
     ) -> TestClient:
+        blob = blob or {"url": f"file://{tmp_path}/blobs"}
         app: web.Application = create_app(
-            settings or gateway_settings(upstream[1], **route), url or redis_url, Metrics()
+            settings or gateway_settings(upstream[1], blob=blob, **route),
+            url or redis_url,
+            Metrics(),
         )
         client = TestClient(TestServer(app, host="127.0.0.1"))
         await client.start_server()
@@ -117,3 +134,23 @@ async def make_admin() -> AsyncIterator[AdminFactory]:
     yield factory
     for client in clients:
         await client.close()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    """One S3-compatible server (moto) for the session, enforcing SigV4 signatures."""
+    server = MotoServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def stored_blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoredBlobs]:
+    """A blob store for the gateway, once as a directory and once as an S3 bucket; its
+    `config` is the gateway's `blob:` section."""
+    if request.param == "file":
+        blobs: StoredBlobs = FileBlobs(tmp_path / "blob-store")
+    else:
+        blobs = S3Blobs(request.getfixturevalue("moto_server"))
+    yield blobs
+    blobs.close()

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import itertools
 import os
+import random
 from collections import Counter
+from collections.abc import Iterator
 
 import orjson
 from aiohttp import web
+
+
+def blob_chunks(size: int, chunk: int, seed: str) -> Iterator[bytes]:
+    """The bytes `/blob` sends: `size` seeded pseudo-random bytes, `chunk` at a time."""
+    rng = random.Random(seed)
+    sent = 0
+    while sent < size:
+        piece = rng.randbytes(min(chunk, size - sent))
+        sent += len(piece)
+        yield piece
 
 
 class CountingUpstream:
@@ -103,6 +116,44 @@ class CountingUpstream:
         await response.write_eof()
         return response
 
+    async def blob(self, request: web.Request) -> web.StreamResponse:
+        """`size` seeded pseudo-random bytes with a Content-Length, written `chunk` at a time;
+        `cut=1` drops the connection before the last chunk, `gate=1` waits for `release`."""
+        await request.read()
+        self._note(request)
+        size = int(request.query.get("size", "0"))
+        chunk = int(request.query.get("chunk", "262144"))
+        if request.query.get("gate"):
+            self.entered.set()
+            await self.release.wait()
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/pdf"})
+        for cookie in ("b=2", "a=1", "b=3"):  # repeated, in an order a replay must keep
+            response.headers.add("Set-Cookie", cookie)
+        response.content_length = size
+        await response.prepare(request)
+        sent = 0
+        for piece in blob_chunks(size, chunk, request.query.get("seed", "0")):
+            if request.query.get("cut") and sent + len(piece) >= size:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+            await response.write(piece)
+            sent += len(piece)
+        await response.write_eof()
+        return response
+
+    async def gzipped(self, request: web.Request) -> web.Response:
+        """A gzip-encoded body (Content-Encoding: gzip) of `size` random bytes."""
+        await request.read()
+        self._note(request)
+        raw = random.Random(request.query.get("seed", "0")).randbytes(
+            int(request.query.get("size", "0"))
+        )
+        return web.Response(
+            body=gzip.compress(raw, mtime=0),
+            headers={"Content-Encoding": "gzip", "Content-Type": "text/csv"},
+        )
+
     async def plain(self, request: web.Request) -> web.Response:
         self._note(request)
         return web.Response(text="plain")
@@ -118,4 +169,6 @@ class CountingUpstream:
         app.router.add_route("*", "/echo", self.echo)
         app.router.add_route("*", "/stream", self.stream)
         app.router.add_route("*", "/plain", self.plain)
+        app.router.add_route("*", "/blob", self.blob)
+        app.router.add_route("*", "/gzip", self.gzipped)
         return app
