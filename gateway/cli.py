@@ -94,7 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keys":
         return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
-    serve(settings, path)
+    try:
+        serve(settings, path)
+    except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
+        print(f"idem-gateway: cannot start:\n{exc}", file=sys.stderr)
+        return 2
     return 0
 
 

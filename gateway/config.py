@@ -321,7 +321,7 @@ class Settings(_Model):
 
     def longest_hold(self) -> float:
         """The longest a blob may be referenced: the longest retention plus lease."""
-        policies = (self.defaults, *self.routes)
+        policies = self.routes or (self.defaults,)
         return max(p.retention for p in policies) + max(p.lease for p in policies)
 
     def upstreams(self) -> set[str]:

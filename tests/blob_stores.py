@@ -35,6 +35,10 @@ class FileBlobs:
     def remove(self, name: str) -> None:
         (self.directory / name).unlink()
 
+    def break_store(self) -> None:
+        """Make every later write fail."""
+        self.directory.rmdir()
+
     def close(self) -> None:
         return None
 
@@ -48,6 +52,7 @@ class S3Blobs:
         self.s3 = server.s3()
         self.s3.create_bucket(Bucket=self.bucket)
         self.config = server.blob_config(self.bucket, self.prefix.rstrip("/"))
+        self.broken = False
 
     def names(self) -> list[str]:
         listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
@@ -66,8 +71,16 @@ class S3Blobs:
     def remove(self, name: str) -> None:
         self.s3.delete_object(Bucket=self.bucket, Key=self.prefix + name)
 
+    def break_store(self) -> None:
+        """Make every later write fail."""
+        self.s3.delete_bucket(Bucket=self.bucket)
+        self.broken = True
+
     def close(self) -> None:
         """Empty and drop the bucket, so the server does not keep test bodies."""
+        if self.broken:
+            self.s3.close()
+            return
         for upload in self.s3.list_multipart_uploads(Bucket=self.bucket).get("Uploads", []):
             self.s3.abort_multipart_upload(
                 Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]

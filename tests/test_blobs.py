@@ -286,3 +286,39 @@ async def test_blob_of_an_outcome_that_could_not_be_stored_is_deleted(
     await wait_until(
         lambda: registry.get_sample_value("idem_lease_lost_total", {"route": "api"}) == 1
     )
+
+
+async def test_blob_store_failure_still_answers_and_is_not_replayed(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str],
+    stored_blobs: StoredBlobs, redis_url: str,
+) -> None:  # fmt: skip
+    counting, _ = upstream
+    client = await make_gateway(blob=stored_blobs.config)
+    stored_blobs.break_store()
+    first = await client.post("/blob?size=200000", headers=key("w"))
+    assert first.status == 200
+    assert await digest_of(first) == expected(200_000)
+    await completed(redis_url)
+    assert blob_errors(client, "write") == 1
+    again = await client.post("/blob?size=200000", headers=key("w"))
+    assert again.status == 502
+    assert orjson.loads(await again.read())["type"].endswith("body-not-recorded")
+    assert counting.count("/blob") == 1
+
+
+async def test_record_naming_a_path_outside_the_store_is_refused(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str],
+    stored_blobs: StoredBlobs, redis_url: str,
+) -> None:  # fmt: skip
+    client = await make_gateway(blob=stored_blobs.config)
+    first = await client.post("/blob?size=200000", headers=key("t"))
+    await first.read()
+    await completed(redis_url)
+    plain = redis.Redis.from_url(redis_url)
+    (rkey,) = list(plain.scan_iter())
+    meta = orjson.loads(plain.hget(rkey, "m"))
+    plain.hset(rkey, "m", orjson.dumps({**meta, "blob": "../../etc/passwd"}))
+    plain.close()
+    again = await client.post("/blob?size=200000", headers=key("t"))
+    assert again.status == 502
+    assert blob_errors(client, "missing") == 1
