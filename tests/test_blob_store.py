@@ -64,7 +64,7 @@ def test_default_blob_store_is_a_local_directory() -> None:
 
 async def start_fails(blob: dict[str, object], origin: str, redis_url: str) -> str:
     """Start an app with `blob`; the ConfigError its start-up raised."""
-    runner = web.AppRunner(create_app(gateway_settings(origin, blob), redis_url))
+    runner = web.AppRunner(create_app(gateway_settings(origin, blob=blob), redis_url))
     try:
         with pytest.raises(ConfigError) as raised:
             await runner.setup()
