@@ -1,0 +1,82 @@
+"""Child processes of a load run: start, wait for the port, read CPU time, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def new_loop(kind: str) -> asyncio.AbstractEventLoop:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on port {port} after {timeout}s") from None
+            time.sleep(0.02)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process, from its own accounting in /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15)
+
+
+class Child:
+    """A Python module run as a child process listening on `port`; its output in `log`."""
+
+    def __init__(self, name: str, module: str, port: int, args: list[str], workdir: Path) -> None:
+        self.name = name
+        self.port = port
+        self.log = workdir / f"{name}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        try:
+            wait_for_port(port, self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

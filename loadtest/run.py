@@ -1,0 +1,427 @@
+"""The load run: bare pass-through proxy vs the gateway, side by side, in one table.
+
+`python -m loadtest.run` starts on loopback a counting upstream, a redis-server, the bare
+proxy and gateways (`python -m gateway --config ...`), drives each scenario with wrk, checks
+from the upstream's own counters that every key ran exactly once through the gateway, and
+prints one table plus the target ratios. It stops by itself and stops its children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gateway.redis_server import RedisServer
+
+from .procs import Child, free_port
+
+WRK_SCRIPT = Path(__file__).parent / "wrk" / "idem.lua"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    mode: str  # the wrk script's MODE
+    connections: int
+    sleep_ms: int = 0  # the upstream's pause per call
+    idempotent: bool = True
+    per_key: int = 10
+    keys: int = 1000  # for "fixed": the completed keys that are replayed
+    extra_loops: bool = False  # also run it under the stock asyncio loop
+
+
+SCENARIOS = (
+    Scenario("new-key", "unique", 50),
+    Scenario("replay", "fixed", 50),
+    Scenario("get-pass", "get", 50, idempotent=False),
+    Scenario("seed", "seed", 200, sleep_ms=50, extra_loops=True),
+    Scenario("burst", "burst", 200, sleep_ms=50, per_key=100),
+)
+
+
+@dataclass
+class Row:
+    scenario: str
+    target: str
+    loop: str
+    requests: int
+    seconds: float
+    codes: dict[str, int]
+    p50_ms: float
+    p99_ms: float
+    errors: dict[str, int]
+    cpu_us: float  # the target process's user+sys CPU time per request
+    percentiles: list[list[float]] = field(default_factory=list)
+    duplicates: int | None = None  # keys the upstream ran more than once (None: not checked)
+    upstream_keys: int = 0
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def count(self, *codes: str) -> int:
+        return sum(n for code, n in self.codes.items() if code in codes)
+
+
+def find_duplicates(counts: Mapping[str, int]) -> dict[str, int]:
+    """The keys the upstream ran other than exactly once, from its own counters."""
+    return {key: n for key, n in counts.items() if n != 1}
+
+
+def ensure_wrk() -> str:
+    """wrk from PATH, installed from the distribution's packages when we may."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("wrk not found: installing it with apt-get", file=sys.stderr)
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        if subprocess.run(["apt-get", "install", "-y", "wrk"], **quiet).returncode != 0:
+            subprocess.run(["apt-get", "update"], **quiet)
+            subprocess.run(["apt-get", "install", "-y", "wrk"], **quiet)
+        found = shutil.which("wrk")
+    if not found:
+        raise SystemExit("wrk is required: install it (Debian/Ubuntu: apt-get install wrk)")
+    return found
+
+
+def _get(url: str, data: bytes | None = None) -> Any:
+    with urllib.request.urlopen(url, data=data, timeout=10) as answer:
+        return json.loads(answer.read()) if data is None else None
+
+
+def settle(upstream: str, quiet_for: float = 0.3, timeout: float = 15.0) -> dict[str, Any]:
+    """The upstream's counters once no call has arrived for `quiet_for` seconds.
+
+    Requests wrk abandoned at the end may still be on their way through the proxy.
+    """
+    deadline = time.monotonic() + timeout
+    last = _get(f"{upstream}/__counts")
+    while time.monotonic() < deadline:
+        time.sleep(quiet_for)
+        now = _get(f"{upstream}/__counts")
+        if now["total"] == last["total"]:
+            return now
+        last = now
+    return last
+
+
+def prefill(target: str, run: str, keys: int) -> None:
+    """Complete `keys` keys through the gateway once, for the replay scenario."""
+    import asyncio
+
+    import aiohttp
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as session:
+            semaphore = asyncio.Semaphore(32)
+
+            async def one(i: int) -> None:
+                async with semaphore:
+                    headers = {"Idempotency-Key": f"{run}-k{i}", "Content-Type": "application/json"}
+                    async with session.post(
+                        f"{target}/pay", data=b'{"amount":100,"currency":"EUR"}', headers=headers
+                    ) as answer:
+                        await answer.read()
+                        if answer.status != 201:
+                            raise RuntimeError(f"prefill got {answer.status}")
+
+            await asyncio.gather(*(one(i) for i in range(keys)))
+
+    asyncio.run(go())
+
+
+def run_wrk(
+    wrk: str, url: str, scenario: Scenario, run: str, seconds: float, connections: int
+) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "MODE": scenario.mode,
+        "RUN": run,
+        "KEYS": str(scenario.keys),
+        "PER_KEY": str(scenario.per_key),
+    }
+    cmd = [
+        wrk, "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+        "-s", str(WRK_SCRIPT), url,
+    ]  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line.removeprefix("RESULT "))
+    raise RuntimeError(f"wrk gave no result: {out.stdout}\n{out.stderr}")
+
+
+def measure(
+    wrk: str,
+    scenario: Scenario,
+    child: Child,
+    target: str,
+    loop: str,
+    upstream: str,
+    seconds: float,
+    scale: float,
+    profile: Path | None = None,
+) -> Row:
+    run = f"{scenario.name}-{child.name}-{time.monotonic_ns()}"
+    _get(f"{upstream}/__reset?sleep_ms={scenario.sleep_ms}", data=b"")
+    checked = scenario.idempotent and target.startswith("gateway")
+    keys = max(10, int(scenario.keys * scale))
+    if scenario.mode == "fixed" and checked:
+        prefill(child.url, run, keys)
+    scenario_run = Scenario(**{**scenario.__dict__, "keys": keys})
+    connections = max(4, int(scenario.connections * scale))
+    spy = None
+    if profile is not None and target == "gateway" and loop == "uvloop":
+        profile.mkdir(parents=True, exist_ok=True)
+        spy = subprocess.Popen(
+            [
+                "py-spy", "record", "--nonblocking", "-r", "250", "-f", "raw", "-p",
+                str(child.process.pid), "-d", str(max(1, round(seconds))),
+                "-o", str(profile / f"{scenario.name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    cpu_before = child.cpu()
+    result = run_wrk(wrk, child.url, scenario_run, run, seconds, connections)
+    cpu_after = child.cpu()
+    if spy is not None:
+        spy.wait(timeout=30)
+    counts = settle(upstream)
+    duplicates = len(find_duplicates(counts["keys"])) if scenario.idempotent else None
+    percentiles = result["percentiles"]
+    by_p = {p: us for p, us in percentiles}
+    requests = max(1, result["requests"])
+    return Row(
+        scenario=scenario.name, target=target, loop=loop, requests=result["requests"],
+        seconds=result["duration_us"] / 1e6, codes=result["codes"],
+        p50_ms=by_p[50] / 1000, p99_ms=by_p[99] / 1000, errors=result["errors"],
+        cpu_us=(cpu_after - cpu_before) * 1e6 / requests, percentiles=percentiles,
+        duplicates=duplicates,
+        upstream_keys=len(counts["keys"]),
+    )  # fmt: skip
+
+
+def gateway_config(port: int, upstream: str, redis_url: str, loop: str, pipeline: bool) -> dict:
+    return {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "loop": loop,
+        "log_level": "warning",
+        "upstream": upstream,
+        "redis": {"url": redis_url, "pipeline": pipeline},
+        "routes": [{"name": "pay", "path_prefix": "/pay", "upstream": upstream}],
+    }
+
+
+def format_table(rows: list[Row]) -> str:
+    head = (
+        f"{'scenario':9} {'target':16} {'loop':8} {'RPS':>7} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'2xx':>7} {'409':>6} {'other':>10} {'sockerr':>7} {'CPU us/req':>10} {'once':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        other = {c: n for c, n in r.codes.items() if not c.startswith("2") and c != "409"}
+        errors = sum(r.errors.values())
+        if r.duplicates is None:
+            once = "-"
+        elif r.target.startswith("gateway"):
+            once = "yes" if r.duplicates == 0 else f"NO:{r.duplicates}"
+        else:
+            once = f"dup:{r.duplicates}"
+        lines.append(
+            f"{r.scenario:9} {r.target:16} {r.loop:8} {r.rps:7.0f} {r.p50_ms:7.1f} "
+            f"{r.p99_ms:7.1f} {r.count(*[c for c in r.codes if c.startswith('2')]):7d} "
+            f"{r.count('409'):6d} {json.dumps(other) if other else '-':>10} {errors:7d} "
+            f"{r.cpu_us:10.0f} {once:>9}"
+        )
+    return "\n".join(lines)
+
+
+def _find(rows: list[Row], scenario: str, target: str, loop: str = "uvloop") -> Row | None:
+    for r in rows:
+        if (r.scenario, r.target, r.loop) == (scenario, target, loop):
+            return r
+    return None
+
+
+def targets_report(rows: list[Row]) -> str:
+    """The issue's targets as ratios of the gateway (pipelined) to the bare proxy."""
+    out = []
+
+    def check(label: str, value: float, limit: float, at_least: bool) -> None:
+        met = value >= limit if at_least else value <= limit
+        sign = ">=" if at_least else "<="
+        out.append(f"{label:44} {value:5.2f}x  (target {sign} {limit}x)  {'met' if met else 'NOT met'}")
+
+    for scenario in ("new-key", "replay"):
+        gw, bare = _find(rows, scenario, "gateway"), _find(rows, scenario, "bare")
+        if gw and bare:
+            check(f"{scenario}: RPS vs bare", gw.rps / bare.rps, 0.7 if scenario == "new-key" else 1.0, True)
+            limit = 1.5 if scenario == "new-key" else 1.0
+            check(f"{scenario}: CPU per request vs bare", gw.cpu_us / bare.cpu_us, limit, False)
+    gw, bare = _find(rows, "seed", "gateway"), _find(rows, "seed", "bare")
+    if gw and bare:
+        gw_ok = (gw.count(*[c for c in gw.codes if c.startswith("2")]) + gw.count("409")) / gw.seconds
+        bare_ok = (bare.count(*[c for c in bare.codes if c.startswith("2")]) + bare.count("409")) / bare.seconds
+        check("seed: 2xx+409 per second vs bare", gw_ok / bare_ok, 1.0, True)
+        check("seed: p99 vs bare", gw.p99_ms / bare.p99_ms, 2.0, False)
+    for scenario in ("seed",):
+        for loop in ("uvloop", "asyncio"):
+            gw, bare = _find(rows, scenario, "gateway", loop), _find(rows, scenario, "bare", loop)
+            if gw and bare:
+                out.append(f"{scenario} p99 under {loop:8}: bare {bare.p99_ms:.1f} ms, gateway {gw.p99_ms:.1f} ms")
+    return "\n".join(out)
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    """Latency by percentile of the seed scenario, one line per target and loop."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in rows:
+        if r.scenario != "seed":
+            continue
+        ps = [p for p, _ in r.percentiles]
+        ms = [us / 1000 for _, us in r.percentiles]
+        ax.plot(ps, ms, marker="o", label=f"{r.target} ({r.loop})")
+    ax.set_xscale("function", functions=(lambda p: -_log1m(p), lambda y: 100 - 100 * 10 ** (-y)))
+    ax.set_xticks([50, 90, 99, 99.9])
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("seed scenario: 200 connections, 10 requests per key, upstream 50 ms")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _log1m(p: Any) -> Any:
+    import numpy as np
+
+    return np.log10(np.clip(100 - np.asarray(p, dtype=float), 0.05, 100) / 100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--quick", action="store_true", help="a tiny run: 1 s, few connections")
+    parser.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
+    parser.add_argument("--out", type=Path, help="folder for results.json (default: temp)")
+    parser.add_argument("--plot", type=Path, help="write the seed scenario's latency PNG here")
+    parser.add_argument("--no-claim-bench", action="store_true")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the pipelined gateway into this folder (raw stacks)"
+    )
+    args = parser.parse_args(argv)
+    scale = 0.1 if args.quick else 1.0
+    seconds = 1.0 if args.quick else args.duration
+    wanted = set(args.scenarios.split(","))
+    wrk = ensure_wrk()
+
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-load-")))
+        out = args.out or workdir
+        out.mkdir(parents=True, exist_ok=True)
+        redis = RedisServer()
+        redis.start()
+        stack.callback(redis.close)
+
+        def child(name: str, module: str, args_: list[str]) -> Child:
+            port = free_port()
+            started = Child(name, module, port, [a.replace("{port}", str(port)) for a in args_], workdir)
+            stack.callback(started.stop)
+            return started
+
+        upstream = child("upstream", "loadtest.upstream", ["--port", "{port}"])
+
+        def gateway(name: str, loop: str, pipeline: bool) -> Child:
+            port = free_port()
+            config = workdir / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(gateway_config(port, upstream.url, redis.url, loop, pipeline)))
+            started = Child(name, "gateway", port, ["--config", str(config)], workdir)
+            stack.callback(started.stop)
+            return started
+
+        targets: list[tuple[str, str, Child]] = [
+            ("bare", "uvloop", child("bare", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url])),
+            ("gateway", "uvloop", gateway("gateway", "uvloop", True)),
+            ("gateway-nopipe", "uvloop", gateway("gateway-nopipe", "uvloop", False)),
+        ]
+        if not args.quick:
+            targets += [
+                ("bare", "asyncio", child("bare-asyncio", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url, "--loop", "asyncio"])),
+                ("gateway", "asyncio", gateway("gateway-asyncio", "asyncio", True)),
+            ]
+        rows: list[Row] = []
+        for scenario in SCENARIOS:
+            if scenario.name not in wanted:
+                continue
+            for target, loop, proc in targets:
+                if loop != "uvloop" and not scenario.extra_loops:
+                    continue
+                row = measure(
+                    wrk, scenario, proc, target, loop, upstream.url, seconds, scale, args.profile
+                )
+                rows.append(row)
+                print(format_table([row]).splitlines()[-1], flush=True)
+
+        claims = []
+        if not args.no_claim_bench:
+            claims = claim_benchmark(redis.url, 2_000 if args.quick else 20_000)
+
+        results = {"rows": [r.__dict__ for r in rows], "claims": claims, "machine": machine()}
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+
+    print()
+    print(format_table(rows))
+    print()
+    print(targets_report(rows))
+    for line in claims:
+        print(line)
+    if args.plot:
+        plot(rows, args.plot)
+    failed = [r for r in rows if r.target.startswith("gateway") and r.duplicates]
+    if failed:
+        print("EXACTLY-ONCE VIOLATED:", ", ".join(f"{r.scenario}/{r.target}" for r in failed))
+        return 1
+    return 0
+
+
+def claim_benchmark(url: str, claims: int) -> list[str]:
+    """The claim as Lua and as WATCH/MULTI/EXEC, in a child process of its own."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.claim_bench", "--url", url, "--claims", str(claims)],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    return ["", "claim micro-benchmark (200 concurrent, 10 claims per key):", *out.stdout.splitlines()]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return f"{os.cpu_count()} cores, {cpu}, Python {sys.version.split()[0]}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""A counting upstream for the load tests: counts every call per Idempotency-Key.
+
+`python -m loadtest.upstream --port 9000` serves:
+- any method on /pay...: counts the call under its key, sleeps `sleep_ms`, answers 201 JSON;
+- GET /get: a small 200 answer, not counted per key;
+- GET /__counts: {"total": n, "keys": {key: calls}}; POST /__reset?sleep_ms=N clears them
+  and sets the sleep for the next scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections import Counter
+
+import orjson
+from aiohttp import web
+
+from .procs import new_loop
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.total = 0
+        self.sleep = 0.0
+
+    async def handle(self, request: web.BaseRequest) -> web.Response:
+        path = request.path
+        if path.startswith("/pay"):
+            await request.read()
+            self.calls[request.headers.get("Idempotency-Key", "")] += 1
+            self.total += 1
+            if self.sleep:
+                await asyncio.sleep(self.sleep)
+            return web.Response(
+                status=201, body=b'{"id":"pay","status":"captured"}', content_type="application/json"
+            )
+        if path == "/get":
+            return web.Response(body=b'{"ok":true}', content_type="application/json")
+        if path == "/__counts":
+            return web.Response(
+                body=orjson.dumps({"total": self.total, "keys": self.calls}),
+                content_type="application/json",
+            )
+        if path == "/__reset":
+            self.calls.clear()
+            self.total = 0
+            self.sleep = float(request.query.get("sleep_ms", "0")) / 1000
+            return web.Response(text="ok")
+        return web.Response(status=404)
+
+
+async def serve(port: int) -> None:
+    counting = Counting()
+    server = web.Server(counting.handle, access_log=None)
+    runner = web.ServerRunner(server)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    args = parser.parse_args()
+    loop = new_loop(args.loop)
+    try:
+        loop.run_until_complete(serve(args.port))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    main()
