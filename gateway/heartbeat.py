@@ -19,6 +19,8 @@ class Heartbeat:
 
     A lost lease (another owner holds the key) stops the renewals; the outcome is then
     not stored (complete is fenced by the token) and the loss is counted by the caller.
+    Most upstream calls end long before the first renewal, so the renewal is a timer that
+    starts a task only when it is due, rather than a task per request.
     """
 
     def __init__(self, store: Store, key: str, token: str, lease: float, metrics: Metrics) -> None:
@@ -27,25 +29,32 @@ class Heartbeat:
         self._token = token
         self._lease = lease
         self._metrics = metrics
+        self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
         self.lost = False
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._lease / 3)
-            try:
-                renewed = await self._store.extend(self._key, self._token, self._lease)
-            except StoreUnavailable as exc:
-                self._metrics.redis_errors.inc()
-                log.warning("lease renewal failed, will try again: %s", exc)
-                continue
+    def _schedule(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._lease / 3, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        try:
+            renewed = await self._store.extend(self._key, self._token, self._lease)
+        except StoreUnavailable as exc:
+            self._metrics.redis_errors.inc()
+            log.warning("lease renewal failed, will try again: %s", exc)
+        else:
             if not renewed:
                 self.lost = True
                 return
             self._metrics.lease_extensions.inc()
+        self._schedule()
 
     async def __aenter__(self) -> Heartbeat:
-        self._task = asyncio.create_task(self._run())
+        self._schedule()
         return self
 
     async def __aexit__(
@@ -54,7 +63,10 @@ class Heartbeat:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

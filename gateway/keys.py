@@ -47,7 +47,8 @@ def parse_key(values: Iterable[str]) -> str | None:
             raise BadKey("the key is empty")
         if len(key) > MAX_KEY_LENGTH:
             raise BadKey(f"the key is {len(key)} characters long; at most {MAX_KEY_LENGTH}")
-        if not all(0x21 <= ord(c) <= 0x7E for c in key):
+        # Visible ASCII is 0x21-0x7E: printable ASCII less the space.
+        if not (key.isascii() and key.isprintable()) or " " in key:
             raise BadKey("the key may hold only visible ASCII characters")
         found.add(key)
     if len(found) > 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from . import breaker as b
@@ -29,6 +31,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         self.requests = Counter(
             "idem_requests", "Requests by route, method and outcome",
@@ -77,13 +80,13 @@ class Metrics:
         )
 
     def request(self, route: str, method: str, outcome: str) -> None:
-        self.requests.labels(route, method, outcome).inc()
+        self._child(self.requests, route, method, outcome).inc()
         info = current()
         if info is not None:
             info.route, info.outcome = route, outcome
 
     def upstream(self, route: str, seconds: float) -> None:
-        self.upstream_seconds.labels(route).observe(seconds)
+        self._child(self.upstream_seconds, route).observe(seconds)
         info = current()
         if info is not None:
             info.upstream_seconds += seconds
@@ -98,3 +101,11 @@ class Metrics:
     def watch_circuit(self, breaker: b.CircuitBreaker) -> None:
         """Read the breaker's state at each scrape."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        # labels() takes a lock and builds a key on every call: keep the children it gives.
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the HTTP layer for the hop it writes, not copied from the other side.
 _FRAMING = frozenset({"content-length", "host"})
+_DROPPED_ALWAYS = tuple(HOP_BY_HOP | _FRAMING)
 
 # What went wrong talking to the upstream, which decides what happens to the key.
 UNSENT = "unsent"  # the request never left: a retry is safe
@@ -48,11 +50,13 @@ def _dropped(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 def forward_headers(request: web.Request) -> CIMultiDict[str]:
     """The client's headers for the upstream: hop-by-hop dropped, X-Forwarded-* added."""
-    items = list(request.headers.items())
-    dropped = _dropped(items)
-    out: CIMultiDict[str] = CIMultiDict(
-        (name, value) for name, value in items if name.lower() not in dropped
-    )
+    # Copy, then drop by name: both run in multidict's C code, unlike a filter in Python.
+    out: CIMultiDict[str] = CIMultiDict(request.headers)
+    for name in _DROPPED_ALWAYS:
+        out.popall(name, None)
+    for value in request.headers.getall("Connection", ()):
+        for token in value.split(","):
+            out.popall(token.strip(), None)
     peer = request.remote or ""
     prior = out.get("X-Forwarded-For")
     out["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
@@ -99,6 +103,7 @@ def classify(exc: BaseException) -> str:
     return BROKEN
 
 
+@functools.lru_cache(maxsize=256)
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(
         total=timeouts.total, sock_connect=timeouts.connect, sock_read=timeouts.read
