@@ -47,6 +47,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         make_client(redis, app[REDIS_URL]),
         CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
         pipeline=redis.pipeline,
+        timeout=redis.socket_timeout,
     )
     upstreams = Upstreams(settings.upstreams())
     app[METRICS].watch_circuit(store.breaker)

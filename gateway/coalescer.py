@@ -1,8 +1,9 @@
-"""Coalescing the script calls of concurrent requests into one pipeline per loop turn.
+"""Coalescing the script calls of concurrent requests into pipelines on held connections.
 
-A redis-py call costs tens of microseconds of CPU in the client alone; sent together, the
-calls made during one turn of the event loop share one write, one read and one pooled
-connection. Each call still gets its own reply or error, as if it had been made alone.
+A redis-py call costs tens of microseconds of CPU in the client alone (pool checkout, a
+timeout per read, a task per write); sent together, the calls made while Redis is busy with
+the previous batch share one write, one read deadline and one connection. Each call still
+gets its own reply or error, as if it had been made alone.
 """
 
 from __future__ import annotations
@@ -11,80 +12,146 @@ import asyncio
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError
 
 _Call = tuple[AsyncScript, str, tuple[Any, ...], "asyncio.Future[Any]"]
 
+# Batches in flight at once, each on a connection of its own. While they are all out, new
+# calls queue and leave together with the next batch: the busier, the larger the batches.
+LANES = 2
+
 
 class Coalescer:
-    """Queues EVALSHA calls and sends those of one loop turn as a non-transactional pipeline.
+    """Queues EVALSHA calls and sends them as non-transactional pipelines.
 
     A script that Redis has forgotten (a restart, SCRIPT FLUSH) is loaded again and the calls
-    that failed with NOSCRIPT are sent once more. A failure of the whole pipeline (connection
-    lost, timeout) is raised to every call in it.
+    that failed with NOSCRIPT are sent once more. A broken connection is replaced and the
+    batch sent once more, as the client's own retry does for a single call (the scripts
+    recognise a repeated call by its token). A failure of the whole batch (Redis down, no
+    answer within the socket timeout) is raised to every call in it.
     """
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, timeout: float) -> None:
         self._client = client
+        self._timeout = timeout
         self._pending: list[_Call] = []
+        self._flush_scheduled = False
+        self._busy = 0
+        self._idle: list[AbstractConnection] = []
+        self._held: list[AbstractConnection] = []
         self._sending: set[asyncio.Task[None]] = set()
 
     def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """The reply of `script` run on `key` with `args`, once this turn's batch is back."""
+        """The reply of `script` run on `key` with `args`, once its batch is back."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._flush)
         self._pending.append((script, key, args, future))
+        if not self._flush_scheduled and self._busy < LANES:
+            # Sent at the end of this loop turn, with every call made during it.
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
         return future
 
     def _flush(self) -> None:
-        batch, self._pending = self._pending, []
-        task = asyncio.ensure_future(self._send(batch))
+        self._flush_scheduled = False
+        if not self._pending or self._busy >= LANES:
+            return  # a lane that is out takes them when it is back
+        self._busy += 1
+        task = asyncio.ensure_future(self._lane())
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _lane(self) -> None:
         try:
-            replies = await self._execute(batch)
+            connection = self._idle.pop() if self._idle else await self._connect()
         except BaseException as exc:
-            for *_, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            self._busy -= 1
+            batch, self._pending = self._pending, []
+            _fail(batch, exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for (*_, future), reply in zip(batch, replies, strict=True):
-            if future.done():  # its caller went away; the call ran all the same
-                continue
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    replies = await self._execute(connection, batch)
+                except BaseException as exc:
+                    _fail(batch, exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (*_, future), reply in zip(batch, replies, strict=True):
+                    if future.done():  # its caller went away; the call ran all the same
+                        continue
+                    if isinstance(reply, Exception):
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+        finally:
+            self._busy -= 1
+            self._idle.append(connection)
 
-    async def _execute(self, batch: list[_Call]) -> list[Any]:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for script, key, args, _ in batch:
-                pipe.evalsha(script.sha, 1, key, *args)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
+    async def _connect(self) -> AbstractConnection:
+        connection = await self._client.connection_pool.get_connection()
+        self._held.append(connection)
+        return connection
+
+    async def _execute(self, connection: AbstractConnection, batch: list[_Call]) -> list[Any]:
+        commands = [("EVALSHA", script.sha, 1, key, *args) for script, key, args, _ in batch]
+        try:
+            replies = await self._round_trip(connection, commands)
+        except TimeoutError:
+            raise  # a hung Redis: waiting twice as long would not help
+        except (ConnectionError, OSError):
+            replies = await self._round_trip(connection, commands)  # on a fresh connection
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             scripts = list({id(batch[i][0]): batch[i][0] for i in missing}.values())
-            async with self._client.pipeline(transaction=False) as pipe:
-                for script in scripts:
-                    pipe.script_load(script.script)
-                for i in missing:
-                    script, key, args, _ = batch[i]
-                    pipe.evalsha(script.sha, 1, key, *args)
-                again = await pipe.execute(raise_on_error=False)
+            again = await self._round_trip(
+                connection,
+                [("SCRIPT", "LOAD", script.script) for script in scripts]
+                + [commands[i] for i in missing],
+            )
             for i, reply in zip(missing, again[len(scripts) :], strict=True):
                 replies[i] = reply
         return replies
 
+    async def _round_trip(
+        self, connection: AbstractConnection, commands: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """Send the commands at once and read every reply, within one deadline."""
+        replies: list[Any] = []
+        try:
+            async with asyncio.timeout(self._timeout):
+                await connection.send_packed_command(
+                    connection.pack_commands(commands), check_health=False
+                )
+                for _ in commands:
+                    try:
+                        # No timeout of its own: the deadline above covers the whole batch.
+                        replies.append(await connection.read_response(timeout=float("inf")))
+                    except ResponseError as exc:
+                        replies.append(exc)
+        except BaseException:
+            # Replies may be half read: the connection cannot be trusted any more.
+            await connection.disconnect(nowait=True)
+            raise
+        return replies
+
     async def close(self) -> None:
-        """Wait for the batches already sent."""
-        if self._pending:
-            self._flush()
+        """Wait for the batches already sent and give the connections back to the pool."""
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
+        for connection in self._held:
+            await self._client.connection_pool.release(connection)
+        self._held.clear()
+        self._idle.clear()
+
+
+def _fail(batch: list[_Call], exc: BaseException) -> None:
+    for *_, future in batch:
+        if not future.done():
+            future.set_exception(exc)

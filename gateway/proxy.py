@@ -76,6 +76,12 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]
     return [(name, value) for name, value in pairs if name.lower() not in dropped]
 
 
+class _HeadWithBody(web.StreamResponse):
+    """Sends the head with the first body bytes, in one write, as web.Response does."""
+
+    _send_headers_immediately = False
+
+
 def start_response(
     status: int,
     reason: str | None,
@@ -84,7 +90,7 @@ def start_response(
     extra: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
     """A streamed answer carrying exactly the given headers (plus `extra`)."""
-    response = web.StreamResponse(status=status, reason=reason)
+    response = _HeadWithBody(status=status, reason=reason)
     for name, value in headers:
         response.headers.add(name, value)
     for name, value in (extra or {}).items():

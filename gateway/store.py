@@ -55,11 +55,19 @@ class Store:
     StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
     """
 
-    def __init__(self, client: Redis, breaker: CircuitBreaker, pipeline: bool = False) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        breaker: CircuitBreaker,
+        pipeline: bool = False,
+        timeout: float = 1.0,
+    ) -> None:
         self.client = client
         self.breaker = breaker
         self._batch = (
-            Coalescer(client) if pipeline and not isinstance(client, RedisCluster) else None
+            Coalescer(client, timeout)
+            if pipeline and not isinstance(client, RedisCluster)
+            else None
         )
         self._claim = self._register("claim")
         self._extend = self._register("extend")

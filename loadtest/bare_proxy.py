@@ -20,6 +20,12 @@ HOP_BY_HOP = frozenset(
 )
 
 
+class HeadWithBody(web.StreamResponse):
+    """The head goes out with the first body bytes, in one write (as in the gateway)."""
+
+    _send_headers_immediately = False
+
+
 async def serve(port: int, upstream: str) -> None:
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=1024),
@@ -34,7 +40,7 @@ async def serve(port: int, upstream: str) -> None:
             request.method, upstream + request.raw_path, headers=headers, data=body,
             allow_redirects=False,
         ) as answer:  # fmt: skip
-            response = web.StreamResponse(status=answer.status, reason=answer.reason)
+            response = HeadWithBody(status=answer.status, reason=answer.reason)
             for name, value in answer.headers.items():
                 if name.lower() not in HOP_BY_HOP:
                     response.headers.add(name, value)

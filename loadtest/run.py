@@ -186,13 +186,13 @@ def measure(
     scenario_run = Scenario(**{**scenario.__dict__, "keys": keys})
     connections = max(4, int(scenario.connections * scale))
     spy = None
-    if profile is not None and target == "gateway" and loop == "uvloop":
+    if profile is not None and target in ("gateway", "bare") and loop == "uvloop":
         profile.mkdir(parents=True, exist_ok=True)
         spy = subprocess.Popen(
             [
                 "py-spy", "record", "--nonblocking", "-r", "250", "-f", "raw", "-p",
                 str(child.process.pid), "-d", str(max(1, round(seconds))),
-                "-o", str(profile / f"{scenario.name}.txt"),
+                "-o", str(profile / f"{scenario.name}-{target}.txt"),
             ],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -265,25 +265,38 @@ def targets_report(rows: list[Row]) -> str:
     def check(label: str, value: float, limit: float, at_least: bool) -> None:
         met = value >= limit if at_least else value <= limit
         sign = ">=" if at_least else "<="
-        out.append(f"{label:44} {value:5.2f}x  (target {sign} {limit}x)  {'met' if met else 'NOT met'}")
+        out.append(
+            f"{label:44} {value:5.2f}x  (target {sign} {limit}x)  {'met' if met else 'NOT met'}"
+        )
 
     for scenario in ("new-key", "replay"):
         gw, bare = _find(rows, scenario, "gateway"), _find(rows, scenario, "bare")
         if gw and bare:
-            check(f"{scenario}: RPS vs bare", gw.rps / bare.rps, 0.7 if scenario == "new-key" else 1.0, True)
+            check(
+                f"{scenario}: RPS vs bare",
+                gw.rps / bare.rps,
+                0.7 if scenario == "new-key" else 1.0,
+                True,
+            )
             limit = 1.5 if scenario == "new-key" else 1.0
             check(f"{scenario}: CPU per request vs bare", gw.cpu_us / bare.cpu_us, limit, False)
     gw, bare = _find(rows, "seed", "gateway"), _find(rows, "seed", "bare")
     if gw and bare:
-        gw_ok = (gw.count(*[c for c in gw.codes if c.startswith("2")]) + gw.count("409")) / gw.seconds
-        bare_ok = (bare.count(*[c for c in bare.codes if c.startswith("2")]) + bare.count("409")) / bare.seconds
+        gw_ok = (
+            gw.count(*[c for c in gw.codes if c.startswith("2")]) + gw.count("409")
+        ) / gw.seconds
+        bare_ok = (
+            bare.count(*[c for c in bare.codes if c.startswith("2")]) + bare.count("409")
+        ) / bare.seconds
         check("seed: 2xx+409 per second vs bare", gw_ok / bare_ok, 1.0, True)
         check("seed: p99 vs bare", gw.p99_ms / bare.p99_ms, 2.0, False)
     for scenario in ("seed",):
         for loop in ("uvloop", "asyncio"):
             gw, bare = _find(rows, scenario, "gateway", loop), _find(rows, scenario, "bare", loop)
             if gw and bare:
-                out.append(f"{scenario} p99 under {loop:8}: bare {bare.p99_ms:.1f} ms, gateway {gw.p99_ms:.1f} ms")
+                out.append(
+                    f"{scenario} p99 under {loop:8}: bare {bare.p99_ms:.1f} ms, gateway {gw.p99_ms:.1f} ms"
+                )
     return "\n".join(out)
 
 
@@ -337,16 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     wrk = ensure_wrk()
 
     with ExitStack() as stack:
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-load-")))
-        out = args.out or workdir
+        # With --out, the children's logs and configs stay there too.
+        out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-")))
         out.mkdir(parents=True, exist_ok=True)
+        workdir = out
         redis = RedisServer()
         redis.start()
         stack.callback(redis.close)
 
         def child(name: str, module: str, args_: list[str]) -> Child:
             port = free_port()
-            started = Child(name, module, port, [a.replace("{port}", str(port)) for a in args_], workdir)
+            started = Child(
+                name, module, port, [a.replace("{port}", str(port)) for a in args_], workdir
+            )
             stack.callback(started.stop)
             return started
 
@@ -355,19 +371,35 @@ def main(argv: list[str] | None = None) -> int:
         def gateway(name: str, loop: str, pipeline: bool) -> Child:
             port = free_port()
             config = workdir / f"{name}.yaml"
-            config.write_text(yaml.safe_dump(gateway_config(port, upstream.url, redis.url, loop, pipeline)))
+            config.write_text(
+                yaml.safe_dump(gateway_config(port, upstream.url, redis.url, loop, pipeline))
+            )
             started = Child(name, "gateway", port, ["--config", str(config)], workdir)
             stack.callback(started.stop)
             return started
 
         targets: list[tuple[str, str, Child]] = [
-            ("bare", "uvloop", child("bare", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url])),
+            (
+                "bare",
+                "uvloop",
+                child(
+                    "bare", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url]
+                ),
+            ),
             ("gateway", "uvloop", gateway("gateway", "uvloop", True)),
             ("gateway-nopipe", "uvloop", gateway("gateway-nopipe", "uvloop", False)),
         ]
         if not args.quick:
             targets += [
-                ("bare", "asyncio", child("bare-asyncio", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url, "--loop", "asyncio"])),
+                (
+                    "bare",
+                    "asyncio",
+                    child(
+                        "bare-asyncio",
+                        "loadtest.bare_proxy",
+                        ["--port", "{port}", "--upstream", upstream.url, "--loop", "asyncio"],
+                    ),
+                ),
                 ("gateway", "asyncio", gateway("gateway-asyncio", "asyncio", True)),
             ]
         rows: list[Row] = []
@@ -411,7 +443,11 @@ def claim_benchmark(url: str, claims: int) -> list[str]:
         [sys.executable, "-m", "loadtest.claim_bench", "--url", url, "--claims", str(claims)],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
-    return ["", "claim micro-benchmark (200 concurrent, 10 claims per key):", *out.stdout.splitlines()]
+    return [
+        "",
+        "claim micro-benchmark (200 concurrent, 10 claims per key):",
+        *out.stdout.splitlines(),
+    ]
 
 
 def machine() -> str:

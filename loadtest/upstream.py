@@ -34,7 +34,9 @@ class Counting:
             if self.sleep:
                 await asyncio.sleep(self.sleep)
             return web.Response(
-                status=201, body=b'{"id":"pay","status":"captured"}', content_type="application/json"
+                status=201,
+                body=b'{"id":"pay","status":"captured"}',
+                content_type="application/json",
             )
         if path == "/get":
             return web.Response(body=b'{"ok":true}', content_type="application/json")
