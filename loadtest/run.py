@@ -295,7 +295,8 @@ def targets_report(rows: list[Row]) -> str:
             gw, bare = _find(rows, scenario, "gateway", loop), _find(rows, scenario, "bare", loop)
             if gw and bare:
                 out.append(
-                    f"{scenario} p99 under {loop:8}: bare {bare.p99_ms:.1f} ms, gateway {gw.p99_ms:.1f} ms"
+                    f"{scenario} p99 under {loop:8}: bare {bare.p99_ms:.1f} ms, "
+                    f"gateway {gw.p99_ms:.1f} ms"
                 )
     return "\n".join(out)
 

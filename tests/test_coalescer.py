@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import time
 from collections import Counter
 
 import pytest
 import redis
 
 from gateway.breaker import CircuitBreaker
+from gateway.config import RedisSettings
 from gateway.errors import StoreUnavailable
 from gateway.redis_client import make_client
 from gateway.redis_server import RedisServer
 from gateway.store import Claim, Store
-from tests.conftest import gateway_settings
 
 
 def pipelined_store(url: str, pipeline: bool = True) -> Store:
-    settings = gateway_settings("http://127.0.0.1:1").redis
-    return Store(make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=pipeline)
+    # Generous timeouts: the tests share a loaded machine and open many connections at once.
+    settings = RedisSettings(connect_timeout=5.0, socket_timeout=5.0)
+    client = make_client(settings, url)
+    return Store(client, CircuitBreaker(1000, 1.0), pipeline=pipeline, timeout=5.0)
 
 
 def redis_clients(url: str) -> int:
@@ -109,6 +113,32 @@ async def test_redis_down_fails_every_call_then_recovers(own_redis: RedisServer)
         assert all(isinstance(r, StoreUnavailable) for r in results)
         own_redis.start()
         again = await store.claim("idem:{t:new}", "f", "t", 30.0)
+        assert again.outcome is Claim.CLAIMED
+    finally:
+        await store.close()
+
+
+async def test_a_hung_redis_fails_the_batch_at_the_deadline_then_recovers(
+    own_redis: RedisServer,
+) -> None:
+    client = make_client(RedisSettings(connect_timeout=5.0, socket_timeout=0.3), own_redis.url)
+    store = Store(client, CircuitBreaker(1000, 1.0), pipeline=True, timeout=0.3)
+    assert own_redis.process is not None
+    try:
+        assert (await store.claim("idem:{t:a}", "f", "t", 30.0)).outcome is Claim.CLAIMED
+        own_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(store.claim(f"idem:{{t:{i}}}", "f", "t", 30.0) for i in range(10)),
+                return_exceptions=True,
+            )
+            waited = time.monotonic() - started
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+        assert all(isinstance(r, StoreUnavailable) for r in results)
+        assert waited < 3.0  # one deadline for the batch, not one per call
+        again = await store.claim("idem:{t:later}", "f", "t", 30.0)
         assert again.outcome is Claim.CLAIMED
     finally:
         await store.close()
