@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 # Blob names are ours: 32 hex digits. A pointer read back from Redis must look like one,
 # so a tampered record cannot name a path or key outside the store.
 _NAME = re.compile(r"^[0-9a-f]{32}$")
-READ_CHUNK = 256 << 10
+READ_CHUNK = 1 << 20
 
 
 def new_name() -> str:

@@ -1,0 +1,182 @@
+"""Large bodies through a gateway process: memory and throughput.
+
+    python loadtest/big_body.py [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
+
+Starts a redis-server, an upstream answering POST /big with SIZE MiB (Content-Length), and
+the gateway (`python -m gateway`) in child processes; then sends, per round,
+  plain:    POST without Idempotency-Key (the pass-through path, nothing recorded),
+  recorded: POST with a fresh key (streamed to the client and into the blob store),
+  replay:   the same POST again (streamed back from the blob store, digest checked).
+For each, it reports the transfer rate seen by the client and the gateway's peak RSS
+growth: VmHWM after the transfer minus VmRSS before it, with the peak reset in between
+(/proc/PID/clear_refs). The last replay is hashed on the client and compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gateway.redis_server import RedisServer, free_port  # noqa: E402
+from tests.procs import GatewayProcess, wait_for_port  # noqa: E402
+
+MiB = 1 << 20
+BLOCK = random.Random(0).randbytes(MiB)  # the same in the upstream child
+
+
+def serve_upstream(port: int, size: int) -> None:
+    """The upstream: POST /big answers `size` bytes, one random MiB block repeated."""
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.content_length = size
+        await response.prepare(request)
+        sent = 0
+        while sent < size:
+            piece = BLOCK[: min(MiB, size - sent)]
+            await response.write(piece)
+            sent += len(piece)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/big", big)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def expected_digest(size: int) -> str:
+    sha = hashlib.sha256()
+    sent = 0
+    while sent < size:
+        piece = BLOCK[: min(MiB, size - sent)]
+        sha.update(piece)
+        sent += len(piece)
+    return sha.hexdigest()
+
+
+def status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+async def transfer(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str], digest: bool = False
+) -> tuple[int, float, str, dict[str, str]]:
+    sha = hashlib.sha256()
+    size = 0
+    started = time.perf_counter()
+    async with session.post(url, data=b"{}", headers=headers) as resp:
+        assert resp.status == 200, resp.status
+        async for chunk in resp.content.iter_chunked(MiB):
+            size += len(chunk)
+            if digest:
+                sha.update(chunk)
+        answer = dict(resp.headers)
+    return size, time.perf_counter() - started, sha.hexdigest(), answer
+
+
+async def measure(args: argparse.Namespace, gateway: GatewayProcess) -> dict[str, list]:
+    assert gateway.process is not None
+    pid = gateway.process.pid
+    size = args.size_mib * MiB
+    url = f"{gateway.url}/big"
+    results: dict[str, list] = {"plain": [], "recorded": [], "replay": []}
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        await transfer(session, url, {})  # warm-up: pools, imports, first allocations
+        for n in range(args.rounds):
+            key = {"Idempotency-Key": f"big-{n}-{time.time_ns()}"}
+            for phase, headers in (("plain", {}), ("recorded", key), ("replay", key)):
+                before = status_kib(pid, "VmRSS")
+                reset_peak(pid)
+                got, seconds, _, answer = await transfer(session, url, headers)
+                peak = status_kib(pid, "VmHWM")
+                assert got == size, (phase, got)
+                assert (phase == "replay") == ("Idempotent-Replayed" in answer), phase
+                results[phase].append((seconds, (peak - before) / 1024))
+        got, _, digest, _ = await transfer(session, url, key, digest=True)
+        assert digest == expected_digest(size), "replayed body differs"
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mib", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blob-url", help="blob.url (default: file:// in a temp dir)")
+    parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
+    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    size = args.size_mib * MiB
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream, size)
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="big-body-") as tmp:
+        work = Path(tmp)
+        redis = RedisServer()
+        redis.start()
+        port = free_port()
+        upstream = subprocess.Popen(
+            [sys.executable, __file__, "--size-mib", str(args.size_mib),
+             "--serve-upstream", str(port)],
+        )  # fmt: skip
+        gateway = None
+        try:
+            wait_for_port(port, 20, upstream)
+            origin = f"http://127.0.0.1:{port}"
+            config = {
+                "redis": {"url": redis.url},
+                "loop": args.loop,
+                "log_level": "warning",
+                "blob": {"url": args.blob_url or f"file://{work}/blobs"},
+                "routes": [{
+                    "name": "big", "path_prefix": "/big", "upstream": origin,
+                    "max_recorded_body": f"{args.size_mib + 1}MiB", "timeouts": {"total": 600},
+                }],
+            }  # fmt: skip
+            gateway = GatewayProcess(config, work).start()
+            results = asyncio.run(measure(args, gateway))
+        finally:
+            if gateway is not None:
+                gateway.stop()
+            upstream.terminate()
+            upstream.wait(timeout=10)
+            redis.close()
+
+    print(f"{args.size_mib} MiB per transfer, {args.rounds} rounds, loop {args.loop}, "
+          f"blob store {args.blob_url or 'file:// (temp dir)'}; medians:")  # fmt: skip
+    plain_rate = args.size_mib / statistics.median(s for s, _ in results["plain"])
+    print(f"{'path':<10}{'MiB/s':>10}{'vs plain':>10}{'peak RSS growth MiB':>22}")
+    for phase, rows in results.items():
+        rate = args.size_mib / statistics.median(s for s, _ in rows)
+        growth = statistics.median(g for _, g in rows)
+        worst = max(g for _, g in rows)
+        print(
+            f"{phase:<10}{rate:>10.0f}{rate / plain_rate:>10.2f}{growth:>12.1f} (max {worst:.1f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
