@@ -1,6 +1,6 @@
 """Large bodies through a gateway process: memory and throughput.
 
-    python loadtest/big_body.py [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
+    python -m loadtest.big_body [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
 
 Starts a redis-server, an upstream answering POST /big with SIZE MiB (Content-Length), and
 the gateway (`python -m gateway`) in child processes; then sends, per round,
@@ -19,20 +19,18 @@ import asyncio
 import hashlib
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
+import yaml
 from aiohttp import web
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from gateway.redis_server import RedisServer
 
-from gateway.redis_server import RedisServer, free_port  # noqa: E402
-from tests.procs import GatewayProcess, wait_for_port  # noqa: E402
+from .procs import Child, free_port
 
 MiB = 1 << 20
 BLOCK = random.Random(0).randbytes(MiB)  # the same in the upstream child
@@ -96,8 +94,7 @@ async def transfer(
     return size, time.perf_counter() - started, sha.hexdigest(), answer
 
 
-async def measure(args: argparse.Namespace, gateway: GatewayProcess) -> dict[str, list]:
-    assert gateway.process is not None
+async def measure(args: argparse.Namespace, gateway: Child) -> dict[str, list]:
     pid = gateway.process.pid
     size = args.size_mib * MiB
     url = f"{gateway.url}/big"
@@ -136,32 +133,32 @@ def main() -> int:
         work = Path(tmp)
         redis = RedisServer()
         redis.start()
-        port = free_port()
-        upstream = subprocess.Popen(
-            [sys.executable, __file__, "--size-mib", str(args.size_mib),
-             "--serve-upstream", str(port)],
-        )  # fmt: skip
-        gateway = None
+        children: list[Child] = []
         try:
-            wait_for_port(port, 20, upstream)
-            origin = f"http://127.0.0.1:{port}"
+            port = free_port()
+            upstream_args = ["--size-mib", str(args.size_mib), "--serve-upstream", str(port)]
+            children.append(Child("upstream", "loadtest.big_body", port, upstream_args, work))
             config = {
+                "listen": {"port": free_port()},
                 "redis": {"url": redis.url},
                 "loop": args.loop,
                 "log_level": "warning",
                 "blob": {"url": args.blob_url or f"file://{work}/blobs"},
                 "routes": [{
-                    "name": "big", "path_prefix": "/big", "upstream": origin,
+                    "name": "big", "path_prefix": "/big", "upstream": children[0].url,
                     "max_recorded_body": f"{args.size_mib + 1}MiB", "timeouts": {"total": 600},
                 }],
             }  # fmt: skip
-            gateway = GatewayProcess(config, work).start()
+            path = work / "gateway.yaml"
+            path.write_text(yaml.safe_dump(config))
+            gateway = Child(
+                "gateway", "gateway", config["listen"]["port"], ["--config", str(path)], work
+            )
+            children.append(gateway)
             results = asyncio.run(measure(args, gateway))
         finally:
-            if gateway is not None:
-                gateway.stop()
-            upstream.terminate()
-            upstream.wait(timeout=10)
+            for child in reversed(children):
+                child.stop()
             redis.close()
 
     print(f"{args.size_mib} MiB per transfer, {args.rounds} rounds, loop {args.loop}, "
