@@ -64,7 +64,7 @@ def observer(metrics: Metrics, settings: Callable[[], Settings]) -> Middleware:
             elapsed = time.monotonic() - started
             if info.route:
                 overhead = max(0.0, elapsed - info.upstream_seconds)
-                metrics.overhead_seconds.labels(info.route).observe(overhead)
+                metrics.overhead(info.route, overhead)
             if access_log.isEnabledFor(logging.INFO):
                 _log(request, info, status, elapsed, settings())
 

@@ -91,9 +91,12 @@ class Metrics:
         if info is not None:
             info.upstream_seconds += seconds
 
+    def overhead(self, route: str, seconds: float) -> None:
+        self._child(self.overhead_seconds, route).observe(seconds)
+
     def would(self, route: str, outcome: str) -> None:
         """Shadow mode: enforce would have answered `outcome` (replayed, conflict, ...)."""
-        self.shadow.labels(route, outcome).inc()
+        self._child(self.shadow, route, outcome).inc()
         info = current()
         if info is not None:
             info.would = outcome

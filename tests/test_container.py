@@ -20,6 +20,7 @@ from gateway.config import load_settings
 from gateway.redis_server import free_port
 
 from .procs import wait_for_port
+from .s3 import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,14 +72,34 @@ def test_compose_file_parses_and_names_existing_paths(monkeypatch) -> None:
     monkeypatch.setenv("IDEM_ADMIN_TOKEN", "a-token-long-enough-for-admin")
     settings = load_settings(ROOT / mounted[config])
     assert settings.redis.url == "redis://redis:6379/0"
+    bucket = services["s3-bucket"]["environment"]["BUCKET"]
+    assert settings.blob.url.startswith(f"s3://{bucket}/")
+    assert settings.blob.endpoint == services["s3-bucket"]["environment"]["AWS_ENDPOINT_URL"]
+    assert services["s3"]["ports"][0].endswith(":5000") and settings.blob.endpoint.endswith(":5000")
     assert settings.admin is not None and settings.admin.port == 9090
     assert settings.routes[0].upstream == "http://upstream:9000"
 
 
-async def test_entrypoint_and_healthcheck_run_as_plain_processes(redis_url: str) -> None:
-    """ENTRYPOINT + CMD, with the mounted config's path mapped to the repository's file,
-    in front of the compose file's upstream service command."""
+async def test_entrypoint_and_healthcheck_run_as_plain_processes(
+    redis_url: str, moto_server: MotoServer
+) -> None:
+    """ENTRYPOINT + CMD, with the mounted config's path mapped to the repository's file, in
+    front of the compose file's upstream service command, storing blobs in an S3-compatible
+    server whose bucket the compose file's s3-bucket command created."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    aws = {
+        "AWS_ACCESS_KEY_ID": moto_server.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": moto_server.secret_access_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    bucket = f"compose-{free_port()}"
+    make_bucket = compose["services"]["s3-bucket"]["entrypoint"]
+    assert make_bucket[0] == "python"
+    created = subprocess.run(
+        [sys.executable, *make_bucket[1:]], timeout=60, capture_output=True,
+        env={**os.environ, **aws, "AWS_ENDPOINT_URL": moto_server.endpoint, "BUCKET": bucket},
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr.decode()
     demo = compose["services"]["upstream"]["entrypoint"]
     demo_port = free_port()
     demo[demo.index("--port") + 1] = str(demo_port)
@@ -92,7 +113,8 @@ async def test_entrypoint_and_healthcheck_run_as_plain_processes(redis_url: str)
     port, admin_port = free_port(), free_port()
     env = {
         **os.environ, "IDEM_PORT": str(port), "IDEM_ADMIN_PORT": str(admin_port),
-        "IDEM_REDIS_URL": redis_url, "DEMO_UPSTREAM": origin,
+        "IDEM_REDIS_URL": redis_url, "DEMO_UPSTREAM": origin, **aws,
+        "IDEM_BLOB_URL": f"s3://{bucket}/bodies", "IDEM_BLOB_ENDPOINT": moto_server.endpoint,
     }  # fmt: skip
     healthcheck = instructions["HEALTHCHECK"].split(" CMD ", 1)[1]
     assert demo[0] == "python"
