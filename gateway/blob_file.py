@@ -21,7 +21,7 @@ from .errors import BlobError, ConfigError
 
 PART = ".part"
 # Writes are gathered into pieces of this size before a thread writes them.
-WRITE_BUFFER = 1 << 20
+WRITE_BUFFER = 4 << 20
 
 
 class FileBlobWriter(BlobWriter):
@@ -118,7 +118,7 @@ class FileBlobStore(BlobStore):
         name = new_name()
         part = self.directory / (name + PART)
         try:
-            file = await asyncio.to_thread(open, part, "xb", buffering=0)
+            file = await asyncio.to_thread(open, part, "xb")
         except OSError as exc:
             raise BlobError(BlobError.WRITE, f"{part}: {exc}") from exc
         return FileBlobWriter(self.directory, name, file)
