@@ -7,7 +7,7 @@ import contextlib
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -72,22 +72,6 @@ class Claimed:
     key: str
     token: str
     body: bytes
-    # The client's answer: set when the forward ends, or earlier when the answer has been
-    # sent and only the storing of its outcome waits for Redis (the client need not wait).
-    answered: asyncio.Future[web.StreamResponse] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-    def answer_from(self, task: asyncio.Task[web.StreamResponse]) -> None:
-        error = None if task.cancelled() else task.exception()
-        if self.answered.done():
-            return
-        if task.cancelled():
-            self.answered.cancel()
-        elif error is not None:
-            self.answered.set_exception(error)
-        else:
-            self.answered.set_result(task.result())
 
 
 async def read_body(request: web.Request, limit: int) -> bytes:
@@ -193,10 +177,8 @@ class Gateway:
             return await self._shadow(request, route, body, WOULD[action])
         if action is Action.FORWARD:
             claimed = Claimed(request, route, rkey, token, body)
-            # A task of its own, shielded: a client that goes away must not stop the call or
-            # lose its outcome.
-            self.tasks.spawn(self._forward(claimed)).add_done_callback(claimed.answer_from)
-            return await asyncio.shield(claimed.answered)
+            # Shielded: a client that goes away must not stop the call or lose its outcome.
+            return await asyncio.shield(self.tasks.spawn(self._forward(claimed)))
         if action is Action.REPLAY:
             self.metrics.request(route.name, request.method, m.REPLAYED)
             return await self._replay(request, route, result)
@@ -359,8 +341,12 @@ class Gateway:
                         upstream.status, upstream.reason, response_headers(upstream.raw_headers),
                         upstream.content_length, expires(route.retention) if enforced else None,
                     )  # fmt: skip
-                    client_here = await self._prepare_quietly(response, request)
+                    # A recorded answer's last bytes (its head, when the body is empty) are
+                    # held back until the outcome is stored: no client sees a complete answer
+                    # that a crash could leave unrecorded, to be run again by a retry.
                     recording = settle is Settle.RECORD
+                    client_here = recording or await self._send(response, request, b"")
+                    held = b""
                     async with BodyRecorder(
                         self.blobs, route.inline_max, route.max_recorded_body,
                         upstream.content_length,
@@ -368,8 +354,9 @@ class Gateway:
                         async for chunk in upstream.content.iter_any():
                             if recording:
                                 await recorder.feed(chunk)
-                            if client_here:
-                                client_here = await write_quietly(response, chunk)
+                                chunk, held = held, chunk
+                            if client_here and chunk:
+                                client_here = await self._send(response, request, chunk)
                         self.metrics.upstream(route.name, time.monotonic() - started)
                         if recording:
                             recorded = await recorder.finish()
@@ -378,7 +365,9 @@ class Gateway:
                             self._blob_write_failed(route, recorder.failure)
                         elif recorded.blob is not None:
                             self.metrics.blob_written.inc(recorded.size)
-                        await self._record(c, upstream, recorded, beat.lost, response)
+                        await self._record(c, upstream, recorded, beat.lost)
+                        if client_here:
+                            client_here = await self._send(response, request, held)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 kind = classify(exc)
                 failed = await self._settle_failure(c, kind, exc)
@@ -390,6 +379,12 @@ class Gateway:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await response.write_eof()
         return response
+
+    async def _send(self, response: web.StreamResponse, request: web.Request, chunk: bytes) -> bool:
+        """Write to the client, sending the head first; False once it has gone away."""
+        if not response.prepared and not await self._prepare_quietly(response, request):
+            return False
+        return await write_quietly(response, chunk) if chunk else True
 
     async def _prepare_quietly(self, response: web.StreamResponse, request: web.Request) -> bool:
         try:
@@ -404,7 +399,6 @@ class Gateway:
         upstream: aiohttp.ClientResponse,
         body: RecordedBody,
         lease_lost: bool,
-        response: web.StreamResponse,
     ) -> None:
         record = Record(
             status=upstream.status,
@@ -415,7 +409,7 @@ class Gateway:
             completed_at=time.time(),
             extra={"body": body.not_recorded} if body.not_recorded else {},
         )
-        stored = await self._store_outcome(c, record, body.inline, response)
+        stored = await self._store_outcome(c, record, body.inline)
         if not stored and body.blob is not None:
             await self.blobs.delete(body.blob)  # no record points at it
         if not stored or lease_lost:
@@ -425,14 +419,8 @@ class Gateway:
                 "another owner holds the key" if not stored else "a lease renewal failed",
             )  # fmt: skip
 
-    async def _store_outcome(
-        self, c: Claimed, record: Record, body: bytes, sent: web.StreamResponse | None = None
-    ) -> bool:
-        """Complete the claim; while Redis is unreachable, keep trying for one lease.
-
-        Meanwhile the client has its answer (`sent`, already streamed in full): the handler
-        returns it, so a keep-alive connection is not held up by a Redis outage.
-        """
+    async def _store_outcome(self, c: Claimed, record: Record, body: bytes) -> bool:
+        """Complete the claim; while Redis is unreachable, keep trying for one lease."""
         deadline = time.monotonic() + c.route.lease
         pause = WAIT_BACKOFF[0]
         while True:
@@ -440,8 +428,6 @@ class Gateway:
                 return await self.store.complete(c.key, c.token, record, body, c.route.retention)
             except StoreUnavailable as exc:
                 self.metrics.redis_errors.inc()
-                if sent is not None and not c.answered.done():
-                    c.answered.set_result(sent)
                 if time.monotonic() + pause > deadline:
                     log.error("outcome not stored on route %s: %s", c.route.name, exc)
                     return False

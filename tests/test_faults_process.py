@@ -13,8 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.redis_server import RedisServer, free_port
+
 from .faultkit import records, until
 from .procs import GatewayProcess
+from .scrape import sample
 from .upstream import CountingUpstream
 
 LEASE = 2.0
@@ -124,3 +127,42 @@ async def test_sigterm_finishes_in_flight_requests_then_exits_0(
     assert record[b"b"] == body
     assert counting.count("/gate") == 1
     assert "Traceback" not in gateway.log()
+
+
+async def test_sigkill_before_the_outcome_is_stored_cuts_the_answer(
+    upstream: tuple[CountingUpstream, str],
+    own_redis: RedisServer,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    """No client sees a complete answer that was not recorded: a gateway killed while it
+    waits to store the outcome leaves its client with a cut answer, so the client knows
+    the outcome is unknown."""
+    counting, origin = upstream
+    admin = free_port()
+    cfg = config(origin, own_redis.url)
+    cfg["admin"] = {"port": admin}
+    cfg["redis"].update(socket_timeout="300ms", breaker={"failures": 1000})
+    gateway = GatewayProcess(cfg, tmp_path)
+    await start(gateways, gateway)
+    assert own_redis.process is not None
+    async with aiohttp.ClientSession() as session:
+
+        async def store_failing() -> bool:
+            async with session.get(f"http://127.0.0.1:{admin}/metrics") as resp:
+                return sample(await resp.text(), "idem_redis_errors_total") > 0
+
+        first = asyncio.ensure_future(session.post(f"{gateway.url}/gate", data=b"x", headers=KEY))
+        await counting.entered.wait()
+        own_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            counting.release.set()
+            await until(store_failing, timeout=10)  # it has the answer, Redis does not answer
+            assert not first.done()
+            await asyncio.to_thread(gateway.kill)
+            with pytest.raises(aiohttp.ClientError):
+                resp = await first
+                await resp.read()
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+    assert counting.count("/gate") == 1

@@ -7,13 +7,12 @@ import itertools
 import signal
 import time
 
-import aiohttp
 import redis
 
 from gateway.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .faultkit import records, until
+from .faultkit import metrics_of, records, until, value
 from .upstream import CountingUpstream
 
 REDIS = {"breaker": {"failures": 2, "reset": "200ms"}, "socket_timeout": "300ms",
@@ -103,38 +102,37 @@ async def test_script_flush_is_handled(
     assert counting.count("/pay") == 2
 
 
-async def test_outcome_waits_for_redis_without_holding_the_client(
+async def test_answer_completes_only_once_its_outcome_is_stored(
     make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], own_redis: RedisServer
 ) -> None:
-    """Redis hangs between the upstream's answer and its recording: the client gets the
-    answer, its keep-alive connection serves the next request at once, and the outcome is
-    stored when Redis is back."""
+    """Redis hangs between the upstream's answer and its recording: the client's answer is
+    held until the outcome is stored, while other requests get bounded 503s."""
     counting, origin = upstream
-    settings = gateway_settings(origin, redis=REDIS, lease="10s")
+    settings = gateway_settings(origin, redis=REDIS, lease="30s")
     client = await make_gateway(settings=settings, url=own_redis.url)
+    metrics = metrics_of(client)
     assert own_redis.process is not None
-    # One connection, so that the second request follows the first on it.
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
-        first = asyncio.ensure_future(
-            session.post(client.make_url("/gate"), data=b"x", headers={"Idempotency-Key": "a"})
-        )
-        await counting.entered.wait()
-        own_redis.process.send_signal(signal.SIGSTOP)
-        try:
-            counting.release.set()
-            answer = await first
-            assert answer.status == 201
-            body = await answer.read()
-            started = time.monotonic()
-            second = await session.post(
-                client.make_url("/pay"), data=b"x", headers={"Idempotency-Key": "b"}
-            )
-            assert second.status == 503
-            await second.read()
-            assert time.monotonic() - started < 3.0  # not the 10 s the outcome may wait
-        finally:
-            own_redis.process.send_signal(signal.SIGCONT)
-    await until(lambda: b"C" in (r.get(b"s") for r in records(own_redis.url)), timeout=15)
+    first = asyncio.ensure_future(client.post("/gate", data=b"x", headers={"Idempotency-Key": "a"}))
+    await counting.entered.wait()
+    own_redis.process.send_signal(signal.SIGSTOP)
+    try:
+        counting.release.set()
+        # The gateway has the answer and fails to store it (no renewal is due for 10 s) ...
+        await until(lambda: value(metrics, "idem_redis_errors_total") > 0, timeout=10)
+        assert not first.done()
+        # ... and meanwhile other requests are answered 503 in bounded time.
+        started = time.monotonic()
+        other = await client.post("/pay", data=b"x", headers={"Idempotency-Key": "b"})
+        assert other.status == 503
+        assert time.monotonic() - started < 3.0
+        assert not first.done()
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
+    answer = await first
+    assert answer.status == 201
+    body = await answer.read()
+    [record] = [r for r in records(own_redis.url) if r.get(b"s") == b"C"]
+    assert record[b"b"] == body
     replay = await client.post("/gate", data=b"x", headers={"Idempotency-Key": "a"})
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert await replay.read() == body
