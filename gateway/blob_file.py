@@ -65,6 +65,12 @@ class FileBlobWriter(BlobWriter):
             file.flush()
             os.fsync(file.fileno())
         os.replace(self._part, self._final)
+        # The rename itself must survive a crash before the record naming it is stored.
+        directory = os.open(self._final.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
     async def abort(self) -> None:
         file, self._file = self._file, None

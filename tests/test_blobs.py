@@ -322,3 +322,27 @@ async def test_record_naming_a_path_outside_the_store_is_refused(
     again = await client.post("/blob?size=200000", headers=key("t"))
     assert again.status == 502
     assert blob_errors(client, "missing") == 1
+
+
+async def test_concurrent_large_answers_get_blobs_of_their_own(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str],
+    stored_blobs: StoredBlobs, redis_url: str,
+) -> None:  # fmt: skip
+    counting, _ = upstream
+    client = await make_gateway(blob=stored_blobs.config)
+    paths = [f"/blob?size={300_000 + n}&seed={n}" for n in range(8)]
+
+    async def fetch(n: int) -> tuple[int, str]:
+        resp = await client.post(paths[n], headers=key(n))
+        assert "Idempotent-Replayed" not in resp.headers
+        return await digest_of(resp)
+
+    firsts = await asyncio.gather(*(fetch(n) for n in range(8)))
+    assert firsts == [expected(300_000 + n, seed=str(n)) for n in range(8)]
+    await completed(redis_url, 8)
+    assert len(stored_blobs.names()) == 8
+    for n in range(8):
+        resp = await client.post(paths[n], headers=key(n))
+        assert resp.headers["Idempotent-Replayed"] == "true"
+        assert await digest_of(resp) == firsts[n]
+    assert counting.count("/blob") == 8
