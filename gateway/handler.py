@@ -292,11 +292,11 @@ class Gateway:
             if not await self._prepare_quietly(response, request):
                 return response
             try:
-                await send_verified(response, reader.chunks(), record.size, record.sha256)
+                if await send_verified(response, reader.chunks(), record.size, record.sha256):
+                    self.metrics.blob_read.inc(record.size)
             except BlobError as exc:
                 self._blob_failed(route, exc)
                 return abort(request, response)
-            self.metrics.blob_read.inc(record.size)
             return response
         finally:
             await reader.close()
