@@ -156,6 +156,9 @@ async def test_hundred_mib_replay_is_byte_exact(
     assert await digest_of(replay) == expected(size, MiB)
     assert counting.count("/blob") == 1
     assert len(stored_blobs.names()) == 1
+    registry = client.server.app[METRICS].registry
+    assert registry.get_sample_value("idem_blob_written_bytes_total") == size
+    await wait_until(lambda: registry.get_sample_value("idem_blob_read_bytes_total") == size)
 
 
 async def test_gzip_encoded_body_passes_untouched(
