@@ -22,8 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import keyops
 from .app import GATEWAY, METRICS
-from .config import Admin
+from .config import Admin, Route
 from .errors import problem
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def _keys_endpoint(
     return endpoint
 
 
-def _target(request: web.Request, body: KeyRequest) -> tuple[Any, Any, str]:
+def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, str]:
     gateway = request.app[PUBLIC][GATEWAY]
     route, rkey = keyops.locate(gateway.settings, body.route, body.tenant, body.key)
     return gateway.store, route, rkey

@@ -225,9 +225,12 @@ class Gateway:
         if route.fail_mode == "open" or route.mode == "shadow":
             log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
             self.metrics.request(route.name, request.method, m.BYPASSED)
+            if route.mode == "shadow" and route.fail_mode == "closed":
+                self.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
+            marked = BYPASSED if route.mode == "enforce" else None  # shadow changes no answer
             session = self.upstreams.session(route.upstream)
             return await pass_through(
-                request, session, route.upstream, route.timeouts, BYPASSED, body
+                request, session, route.upstream, route.timeouts, marked, body
             )
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.metrics.request(route.name, request.method, m.ERROR)

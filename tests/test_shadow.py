@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import yaml
 
+from gateway.redis_server import RedisServer
 from gateway.reload import apply
 
 from .conftest import AdminFactory, GatewayFactory
@@ -16,8 +18,9 @@ SHADOW = "idem_shadow_decisions_total"
 
 async def test_shadow_forwards_duplicates_and_counts_what_enforce_would_do(
     make_gateway: GatewayFactory, make_admin: AdminFactory, upstream, redis_url: str,
-    tmp_path: Path,
+    tmp_path: Path, caplog,
 ) -> None:  # fmt: skip
+    caplog.set_level(logging.INFO, logger="gateway.access")
     counting, origin = upstream
     gw = await make_gateway(mode="shadow", require_key=True)
     admin = await make_admin(gw)
@@ -38,6 +41,9 @@ async def test_shadow_forwards_duplicates_and_counts_what_enforce_would_do(
     no_key = await gw.post("/pay", data=b"c")  # enforce: 400 (require_key)
     assert no_key.status == 201
     assert counting.count("/pay") == 4
+
+    would = [getattr(r, "fields", {}).get("shadow_would") for r in caplog.records]
+    assert [w for w in would if w] == ["replayed", "mismatch", "rejected"]
 
     text = await scrape(admin)
     assert sample(text, SHADOW, route="api", would="replayed") == 1
@@ -60,3 +66,19 @@ async def test_shadow_forwards_duplicates_and_counts_what_enforce_would_do(
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert await replay.read() == await first.read()
     assert counting.count("/pay", "s-1") == 3  # first, duplicate, would-be 422; no more
+
+
+async def test_shadow_forwards_while_redis_is_down(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream, own_redis: RedisServer
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(url=own_redis.url, mode="shadow")
+    admin = await make_admin(gw)
+    own_redis.stop()
+    resp = await gw.post("/pay", headers={"Idempotency-Key": "down"})
+    assert resp.status == 201
+    assert "Idempotency-Bypassed" not in resp.headers
+    assert counting.count("/pay", "down") == 1
+    text = await scrape(admin)
+    assert sample(text, SHADOW, route="api", would="error") == 1  # enforce: 503 (closed)
+    assert sample(text, "idem_requests_total", outcome="bypassed") == 1
