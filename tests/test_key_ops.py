@@ -187,3 +187,21 @@ async def test_admin_show_purge_and_resolve_over_http(
     assert again.status == 409
     both = await admin.post("/keys/resolve", json={**resolve, "purge": True}, headers=AUTH)
     assert both.status == 400
+
+
+async def test_admin_show_of_a_pending_key_gives_its_lease(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(lease="20s")
+    admin = await make_admin(gw)
+    held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "p-1"}))
+    await asyncio.wait_for(counting.entered.wait(), 10)
+    shown = await admin.post("/keys/show", json={"route": "api", "key": "p-1"}, headers=AUTH)
+    doc = await shown.json()
+    assert doc["state"] == "pending"
+    assert 0 < doc["ttl_seconds"] <= 20
+    assert 0 <= doc["age_seconds"] < 20
+    assert "status" not in doc
+    counting.release.set()
+    assert (await held).status == 201

@@ -203,3 +203,13 @@ async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -
     finally:
         for s in servers:
             await s.close()
+
+
+async def test_unusable_request_id_is_replaced(make_gateway: GatewayFactory, upstream) -> None:
+    counting, _ = upstream
+    gw = await make_gateway()
+    for bad in ("x" * 129, "two words"):
+        resp = await gw.post("/pay", headers={"X-Request-Id": bad})
+        rid = resp.headers["X-Request-Id"]
+        assert rid != bad and len(rid) == 32
+        assert CIMultiDict(counting.seen_headers[-1])["X-Request-Id"] == rid
