@@ -312,11 +312,12 @@ def plot(rows: list[Row], path: Path) -> None:
     for r in rows:
         if r.scenario != "seed":
             continue
-        ps = [p for p, _ in r.percentiles]
-        ms = [us / 1000 for _, us in r.percentiles]
+        points = [(p, us) for p, us in r.percentiles if p < 100]  # wrk gives 0 for the 100th
+        ps = [p for p, _ in points]
+        ms = [us / 1000 for _, us in points]
         ax.plot(ps, ms, marker="o", label=f"{r.target} ({r.loop})")
     ax.set_xscale("function", functions=(lambda p: -_log1m(p), lambda y: 100 - 100 * 10 ** (-y)))
-    ax.set_xticks([50, 90, 99, 99.9])
+    ax.set_xticks([50, 90, 99, 99.9], ["p50", "p90", "p99", "p99.9"])
     ax.set_xlabel("percentile")
     ax.set_ylabel("latency (ms)")
     ax.set_title("seed scenario: 200 connections, 10 requests per key, upstream 50 ms")
