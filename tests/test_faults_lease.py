@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 
 import pytest
 import redis
@@ -14,7 +15,7 @@ from .faultkit import metrics_of, records, state, until, value
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-lease"}
-LEASE = 0.3
+LEASE = 0.6
 
 
 async def test_slow_upstream_keeps_its_claim_for_three_leases(
@@ -25,6 +26,7 @@ async def test_slow_upstream_keeps_its_claim_for_three_leases(
     metrics = metrics_of(client)
     first = asyncio.ensure_future(client.post("/gate", data=b"x", headers=KEY))
     await counting.entered.wait()
+    entered = time.monotonic()
     # Nine renewals at lease/3 span three leases; duplicates meanwhile are refused.
     conflicts = 0
     while value(metrics, "idem_lease_extensions_total") < 9:
@@ -34,6 +36,7 @@ async def test_slow_upstream_keeps_its_claim_for_three_leases(
         assert state(redis_url) == b"P"
         await asyncio.sleep(LEASE / 6)  # pacing the duplicates, not synchronisation
     assert conflicts >= 3
+    assert time.monotonic() - entered >= 3 * LEASE
     counting.release.set()
     answer = await first
     assert answer.status == 201
