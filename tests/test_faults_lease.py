@@ -108,3 +108,31 @@ async def test_client_gone_after_sending_gets_a_replay(
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert (await replay.text()).startswith("gated #")
     assert counting.count("/gate") == 1
+
+
+async def test_lost_lease_release_leaves_the_new_owner_alone(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """An owner whose lease was lost and whose call then fails does not delete the key
+    that a newer owner holds (release is fenced by the token too)."""
+    counting, _ = upstream
+    old_gw = await make_gateway(timeouts={"total": "300ms"})
+    new_gw = await make_gateway(timeouts={"total": "2s"})
+    old = asyncio.ensure_future(old_gw.post("/stall", data=b"x", headers=KEY))
+    await counting.entered.wait()
+    direct = redis.Redis.from_url(redis_url)
+    try:
+        [rkey] = direct.keys()
+        direct.delete(rkey)  # the old owner's lease ends
+    finally:
+        direct.close()
+    new = asyncio.ensure_future(new_gw.post("/stall", data=b"x", headers=KEY))
+    await until(lambda: counting.count("/stall") == 2)
+    [record] = records(redis_url)
+    new_token = record[b"t"]
+    assert (await old).status == 504  # the old owner gives up and releases ...
+    [record] = records(redis_url)  # ... but the key is still the new owner's
+    assert record[b"s"] == b"P" and record[b"t"] == new_token
+    assert value(metrics_of(old_gw), "idem_lease_lost_total", route="api") == 1
+    assert (await new).status == 504
+    assert records(redis_url) == []  # the new owner's own release works
