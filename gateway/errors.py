@@ -16,6 +16,10 @@ class StoreUnavailable(Exception):
     """Redis could not be asked or did not answer: the claim's state is unknown."""
 
 
+class RecordCorrupt(Exception):
+    """A stored record cannot be read: never a reason to forward (not even fail-open)."""
+
+
 class BlobError(Exception):
     """The blob store failed: a body is missing, does not match its record, or cannot be
     written. `reason` is one of the names below (also the metrics label)."""

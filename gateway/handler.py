@@ -16,7 +16,7 @@ from . import metrics as m
 from .blobstore import BlobStore
 from .config import Route, Settings
 from .decision import Action, Settle, failure_status, on_answer, on_claim, on_failure
-from .errors import BlobError, StoreUnavailable, problem
+from .errors import BlobError, RecordCorrupt, StoreUnavailable, problem
 from .fingerprint import fingerprint
 from .heartbeat import Heartbeat
 from .keys import BadKey, parse_key, record_key, tenant_id
@@ -24,9 +24,10 @@ from .metrics import Metrics
 from .proxy import (
     Upstreams,
     abort,
+    body_chunks,
     classify,
-    client_timeout,
     forward_headers,
+    open_upstream,
     pass_through,
     response_headers,
     start_response,
@@ -156,8 +157,10 @@ class Gateway:
     async def _idempotent(
         self, request: web.Request, route: Route, key: str, body: bytes
     ) -> web.StreamResponse:
+        # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
+        target = request.rel_url
         fp = fingerprint(
-            route.fingerprint, request.method, request.path, request.query_string,
+            route.fingerprint, request.method, target.raw_path, target.raw_query_string,
             request.headers, body,
         )  # fmt: skip
         tenant = tenant_id(request.headers.get(name) for name in route.scope)
@@ -172,6 +175,11 @@ class Gateway:
                 action = on_claim(result, route, may_wait=False)
         except StoreUnavailable as exc:
             return await self._store_down(request, route, body, exc)
+        except RecordCorrupt as exc:
+            log.error("route %s: %s", route.name, exc)
+            self.metrics.request(route.name, request.method, m.ERROR)
+            detail = "the stored record for this key cannot be read; the request is not run again"
+            return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
 
         if shadow and action is not Action.FORWARD:
             return await self._shadow(request, route, body, WOULD[action])
@@ -327,14 +335,10 @@ class Gateway:
         started = time.monotonic()
         async with Heartbeat(self.store, c.key, c.token, route.lease, self.metrics) as beat:
             try:
-                async with session.request(
-                    request.method,
-                    route.upstream + request.raw_path,
-                    headers=headers,
-                    data=c.body,
-                    timeout=client_timeout(route.timeouts),
-                    allow_redirects=False,
-                ) as upstream:
+                upstream = await open_upstream(
+                    session, request, route.upstream, headers, c.body, route.timeouts
+                )
+                async with upstream:
                     settle = on_answer(upstream.status, route)
                     if settle is Settle.RELEASE:
                         await self._release(c)  # a retry may run while this answer streams
@@ -354,7 +358,7 @@ class Gateway:
                         self.blobs, route.inline_max, route.max_recorded_body,
                         upstream.content_length,
                     ) as recorder:  # fmt: skip
-                        async for chunk in upstream.content.iter_any():
+                        async for chunk in body_chunks(upstream, route.timeouts):
                             if recording:
                                 await recorder.feed(chunk)
                                 chunk, held = held, chunk
@@ -371,9 +375,10 @@ class Gateway:
                         await self._record(c, upstream, recorded, beat.lost)
                         if client_here:
                             client_here = await self._send(response, request, held)
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                kind = classify(exc)
-                failed = await self._settle_failure(c, kind, exc)
+            except Exception as exc:
+                if not isinstance(exc, TimeoutError | aiohttp.ClientError):
+                    log.exception("route %s: forwarding failed", route.name)
+                failed = await self._settle_failure(c, classify(exc), exc)
                 if response is not None and response.prepared:
                     return abort(request, response)
                 return failed
@@ -413,17 +418,21 @@ class Gateway:
             extra={"body": body.not_recorded} if body.not_recorded else {},
         )
         stored = await self._store_outcome(c, record, body.inline)
-        if not stored and body.blob is not None:
+        if stored is False and body.blob is not None:
             await self.blobs.delete(body.blob)  # no record points at it
-        if not stored or lease_lost:
+        if stored is False or lease_lost:
             self.metrics.lease_lost.labels(c.route.name).inc()
             log.error(
                 "lease lost on route %s before the outcome was stored: %s", c.route.name,
                 "another owner holds the key" if not stored else "a lease renewal failed",
             )  # fmt: skip
 
-    async def _store_outcome(self, c: Claimed, record: Record, body: bytes) -> bool:
-        """Complete the claim; while Redis is unreachable, keep trying for one lease."""
+    async def _store_outcome(self, c: Claimed, record: Record, body: bytes) -> bool | None:
+        """Complete the claim; while Redis is unreachable, keep trying for one lease.
+
+        True: stored. False: the token no longer owns the key, nothing was written. None:
+        unknown (Redis did not answer; the last attempt may have been applied).
+        """
         deadline = time.monotonic() + c.route.lease
         pause = WAIT_BACKOFF[0]
         while True:
@@ -433,7 +442,7 @@ class Gateway:
                 self.metrics.redis_errors.inc()
                 if time.monotonic() + pause > deadline:
                     log.error("outcome not stored on route %s: %s", c.route.name, exc)
-                    return False
+                    return None
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -31,7 +31,9 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the HTTP layer for the hop it writes, not copied from the other side.
 _FRAMING = frozenset({"content-length", "host"})
-_DROPPED_ALWAYS = tuple(HOP_BY_HOP | _FRAMING)
+# The client's body has been read already (or streams as it comes): a 100-continue
+# handshake with the upstream would only stall it.
+_DROPPED_ALWAYS = (*HOP_BY_HOP, *_FRAMING, "expect")
 
 # What went wrong talking to the upstream, which decides what happens to the key.
 UNSENT = "unsent"  # the request never left: a retry is safe
@@ -101,8 +103,13 @@ def start_response(
 
 
 def classify(exc: BaseException) -> str:
-    """UNSENT when the request cannot have reached the upstream, else TIMEOUT or BROKEN."""
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+    """UNSENT when the request cannot have reached the upstream, else TIMEOUT or BROKEN.
+
+    Sound only because sessions never resend a request by themselves (see Upstreams): a
+    connect error is then always the first and only attempt.
+    """
+    unsent = aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.InvalidURL
+    if isinstance(exc, unsent):
         return UNSENT
     if isinstance(exc, asyncio.TimeoutError):
         return TIMEOUT
@@ -111,9 +118,52 @@ def classify(exc: BaseException) -> str:
 
 @functools.lru_cache(maxsize=256)
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
+    """aiohttp's own timeouts: only the connection (a pooled one included), which fails as
+    ConnectionTimeoutError before anything is sent. The head and the body are timed by
+    `open_upstream` and `body_chunks`."""
     return aiohttp.ClientTimeout(
-        total=timeouts.total, sock_connect=timeouts.connect, sock_read=timeouts.read
+        total=None, connect=timeouts.connect, sock_connect=timeouts.connect
     )
+
+
+def upstream_url(origin: str, request: web.Request) -> str:
+    """The origin plus the request's path and query exactly as sent (an absolute-form
+    request target contributes its path and query only)."""
+    return origin + request.rel_url.raw_path_qs
+
+
+async def open_upstream(
+    session: aiohttp.ClientSession,
+    request: web.Request,
+    origin: str,
+    headers: Mapping[str, str],
+    data: Any,
+    timeouts: Timeouts,
+) -> aiohttp.ClientResponse:
+    """Send the request; the upstream's answer head must arrive within `timeouts.total`."""
+    async with asyncio.timeout(timeouts.total):
+        return await session.request(
+            request.method,
+            upstream_url(origin, request),
+            headers=headers,
+            data=data,
+            timeout=client_timeout(timeouts),
+            allow_redirects=False,
+        )
+
+
+async def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
+    """The answer's body as it arrives; each wait for more bytes is bounded by `read` (or
+    `total`). Only waits for the upstream count: time spent while a slow client holds up
+    the writing does not, so a slow client can never make a complete answer look lost."""
+    limit = timeouts.read or timeouts.total
+    content = upstream.content
+    while True:
+        async with asyncio.timeout(limit):
+            chunk = await content.readany()
+        if not chunk:
+            return
+        yield chunk
 
 
 class Upstreams:
@@ -128,6 +178,9 @@ class Upstreams:
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
+            # aiohttp resends PUT (and other "idempotent" methods) once when a kept-alive
+            # connection drops: an upstream could run the operation twice inside one claim.
+            self._sessions[origin]._retry_connection = False
 
     def add(self, origins: Iterable[str]) -> None:
         """Sessions for origins not seen before (a reloaded config); the others stay open."""
@@ -168,14 +221,8 @@ async def pass_through(
             headers["Content-Length"] = str(request.content_length)
     response: web.StreamResponse | None = None
     try:
-        async with session.request(
-            request.method,
-            origin + request.raw_path,
-            headers=headers,
-            data=data,
-            timeout=client_timeout(timeouts),
-            allow_redirects=False,
-        ) as upstream:
+        upstream = await open_upstream(session, request, origin, headers, data, timeouts)
+        async with upstream:
             response = start_response(
                 upstream.status,
                 upstream.reason,
@@ -184,7 +231,7 @@ async def pass_through(
                 extra,
             )
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            async for chunk in body_chunks(upstream, timeouts):
                 if not await write_quietly(response, chunk):
                     break
             await response.write_eof()

@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from .breaker import CircuitBreaker
 from .coalescer import Coalescer
-from .errors import StoreUnavailable
+from .errors import RecordCorrupt, StoreUnavailable
 from .record import STATE_UNKNOWN, Record
 
 _FAILURES = (RedisError, OSError, asyncio.TimeoutError)
@@ -100,9 +100,12 @@ class Store:
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))
         if outcome is Claim.DONE:
-            record = Record.decode(reply[2])
-            if reply[1] == STATE_UNKNOWN.encode() and not record.unknown:
-                raise StoreUnavailable("record state and metadata disagree")
+            try:
+                record = Record.decode(reply[2])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise RecordCorrupt(f"{key}: unreadable record metadata ({exc})") from exc
+            if (reply[1] == STATE_UNKNOWN.encode()) != record.unknown:
+                raise RecordCorrupt(f"{key}: record state and metadata disagree")
             return ClaimResult(outcome, pttl_ms=int(reply[4]), record=record, body=reply[3])
         return ClaimResult(outcome)
 

@@ -332,3 +332,21 @@ async def test_hop_by_hop_headers_dropped_and_forwarded_headers_added(
     assert seen["x-forwarded-for"] == "10.0.0.1, 127.0.0.1"
     assert seen["x-forwarded-proto"] == "http"
     assert seen["x-forwarded-host"].startswith("127.0.0.1:")
+
+
+async def test_a_corrupt_record_is_502_even_when_failing_open(
+    make_gateway: GatewayFactory, upstream, redis_url: str
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(fail_mode="open")
+    assert (await client.post("/pay", data=b"x", headers=KEY)).status == 201
+    r = redis.Redis.from_url(redis_url)
+    try:
+        (key,) = list(r.scan_iter())
+        r.hset(key, "m", b"not a record")
+    finally:
+        r.close()
+    resp = await client.post("/pay", data=b"x", headers=KEY)
+    assert resp.status == 502
+    assert orjson.loads(await resp.read())["type"].endswith("record-corrupt")
+    assert counting.count("/pay") == 1

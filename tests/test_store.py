@@ -109,3 +109,11 @@ def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("-- claim:")
+
+
+async def test_a_repeated_release_is_not_a_lost_lease(store: Store) -> None:
+    await store.claim(KEY, "fp", "tok", 5)
+    assert await store.release(KEY, "tok")
+    assert await store.release(KEY, "tok"), "the first reply may have been lost"
+    await store.claim(KEY, "fp", "new", 5)
+    assert not await store.release(KEY, "tok"), "a new owner's claim is not ours to drop"

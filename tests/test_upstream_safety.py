@@ -1,0 +1,155 @@
+"""What must never make an operation run twice or look lost on the upstream side: aiohttp's
+silent resends, a slow client, encoded paths, 100-continue and absolute-form targets."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from .conftest import GatewayFactory, gateway_settings
+
+
+class DroppingUpstream:
+    """A raw HTTP server that does the work for the first request, then drops the
+    connection without answering (as a crash after the charge would)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                     if line.lower().startswith(b"content-length:")),
+                    0,
+                )  # fmt: skip
+                await reader.readexactly(length)
+                self.count += 1
+                if self.count == 1:
+                    return  # worked, then gone
+                body = b'{"run":%d}' % self.count
+                writer.write(
+                    b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def dropping() -> AsyncIterator[tuple[DroppingUpstream, str]]:
+    upstream = DroppingUpstream()
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.parametrize("method", ["PUT", "POST", "PATCH"])
+async def test_a_dropped_connection_is_never_resent(
+    make_gateway: GatewayFactory, dropping: tuple[DroppingUpstream, str], method: str
+) -> None:
+    upstream, origin = dropping
+    client = await make_gateway(settings=gateway_settings(origin, on_unknown_outcome="record"))
+    first = await client.request(method, "/orders/1", data=b"x", headers={"Idempotency-Key": "k"})
+    assert first.status == 502
+    assert first.headers["Idempotency-Outcome"] == "unknown"
+    retry = await client.request(method, "/orders/1", data=b"x", headers={"Idempotency-Key": "k"})
+    assert retry.status == 502 and retry.headers["Idempotent-Replayed"] == "true"
+    assert upstream.count == 1
+
+
+async def test_a_slow_client_does_not_turn_a_recorded_answer_into_a_timeout(
+    redis_url: str, tmp_path: Path, make_gateway: GatewayFactory
+) -> None:
+    size = 24 << 20  # more than the socket buffers hold, so the gateway must wait for us
+    calls = 0
+
+    async def pay(request: web.Request) -> web.Response:
+        nonlocal calls
+        await request.read()
+        calls += 1
+        return web.Response(status=201, body=b"a" * size)
+
+    app = web.Application()
+    app.router.add_post("/pay", pay)
+    upstream = TestServer(app, host="127.0.0.1")
+    await upstream.start_server()
+    try:
+        origin = str(upstream.make_url("")).rstrip("/")
+        settings = gateway_settings(
+            origin, blob={"url": f"file://{tmp_path}/blobs"}, timeouts={"total": "1s"}
+        )
+        client = await make_gateway(settings=settings)
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        writer.write(b"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow\r\n"
+                     b"Content-Length: 1\r\n\r\nx")  # fmt: skip
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 201")
+        await asyncio.sleep(2.5)  # the slow client under test: reads nothing for > total
+        digest, got = hashlib.sha256(), 0
+        while got < size:
+            chunk = await asyncio.wait_for(reader.read(1 << 20), 10)
+            assert chunk, f"answer cut after {got} bytes"
+            digest.update(chunk)
+            got += len(chunk)
+        writer.close()
+        assert digest.hexdigest() == hashlib.sha256(b"a" * size).hexdigest()
+        retry = await client.post("/pay", data=b"x", headers={"Idempotency-Key": "slow"})
+        assert retry.status == 201 and retry.headers["Idempotent-Replayed"] == "true"
+        assert calls == 1
+    finally:
+        await upstream.close()
+
+
+async def test_encoded_slash_is_another_request(make_gateway: GatewayFactory, upstream) -> None:
+    counting, _ = upstream
+    client = await make_gateway()
+    key = {"Idempotency-Key": "path"}
+    assert (await client.post("/pay/a%2Fb", data=b"x", headers=key)).status == 201
+    other = await client.post("/pay/a/b", data=b"x", headers=key)
+    assert other.status == 422
+    plus = {"Idempotency-Key": "query"}
+    assert (await client.post("/pay?a=+", data=b"x", headers=plus)).status == 201
+    assert (await client.post("/pay?a=%20", data=b"x", headers=plus)).status == 422
+    assert counting.count("/pay/a/b") == 1  # the upstream sees the first one's decoded path
+
+
+async def test_expect_100_continue_is_not_forwarded(make_gateway: GatewayFactory, upstream) -> None:
+    counting, _ = upstream
+    client = await make_gateway()
+    headers = {"Idempotency-Key": "e", "Expect": "100-continue"}
+    resp = await client.post("/echo", data=b"y" * 2048, headers=headers)
+    assert resp.status == 200
+    seen = {k.lower() for k, _ in orjson.loads(await resp.read())["headers"]}
+    assert "expect" not in seen
+    assert counting.count("/echo") == 1
+
+
+async def test_absolute_form_target_goes_to_the_route_upstream(
+    make_gateway: GatewayFactory, upstream
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway()
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(
+        b"POST http://elsewhere.example/pay?x=1 HTTP/1.1\r\nHost: elsewhere.example\r\n"
+        b"Idempotency-Key: abs\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx"
+    )
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
+    assert counting.count("/pay", "abs") == 1
