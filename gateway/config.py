@@ -115,9 +115,9 @@ def _record_policy(value: Any) -> Any:
 
 
 class Timeouts(_Model):
-    connect: Duration = 5.0
-    read: Duration | None = None  # between two reads of the upstream's answer
-    total: Duration = 30.0
+    connect: Duration = 5.0  # to a connection, a pooled one included (nothing sent yet)
+    read: Duration | None = None  # longest wait for more body bytes; None: `total`
+    total: Duration = 30.0  # from sending until the answer's head arrives
 
 
 class Fingerprint(_Model):
