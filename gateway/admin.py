@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from . import keyops
 from .app import GATEWAY, METRICS
 from .config import Admin, Route
-from .errors import problem
+from .errors import ConfigError, problem
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,10 @@ async def _bind(runner: web.AppRunner, settings: Admin, tries: int) -> int:
             await web.TCPSite(runner, settings.host, port).start()
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or offset == tries - 1:
-                raise
+                busy = exc.errno == errno.EADDRINUSE
+                reason = "the address is in use" if busy else exc.strerror
+                where = f"{settings.host}:{port}"
+                raise ConfigError(f"admin.port: cannot listen on {where}: {reason}") from exc
             continue
         return int(runner.addresses[-1][1])
     raise AssertionError("unreachable")

@@ -15,6 +15,7 @@ from multidict import CIMultiDict
 from gateway.admin import MAX_WORKERS, attach_admin
 from gateway.app import create_app
 from gateway.config import Admin, settings_from_dict
+from gateway.errors import ConfigError
 from gateway.keys import digest
 from gateway.logs import JsonFormatter
 from gateway.metrics import Metrics
@@ -197,7 +198,9 @@ async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -
         lone = create_app(gateway_settings(origin), redis_url, Metrics())
         attach_admin(lone, admin)
         server = TestServer(lone, host="127.0.0.1")
-        with pytest.raises(OSError):
+        with pytest.raises(
+            ConfigError, match=r"admin\.port: cannot listen .*: the address is in use"
+        ):
             await server.start_server()
         await server.close()
     finally:
