@@ -53,6 +53,7 @@ class Child:
     def __init__(self, name: str, module: str, port: int, args: list[str], workdir: Path) -> None:
         self.name = name
         self.port = port
+        self.admin_url: str | None = None  # a gateway's admin listener, when it has one
         self.log = workdir / f"{name}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(

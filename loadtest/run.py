@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -68,6 +70,7 @@ class Row:
     percentiles: list[list[float]] = field(default_factory=list)
     duplicates: int | None = None  # keys the upstream ran more than once (None: not checked)
     upstream_keys: int = 0
+    outcomes: dict[str, int] | None = None  # the gateway's own count, from its /metrics
 
     @property
     def rps(self) -> float:
@@ -75,6 +78,21 @@ class Row:
 
     def count(self, *codes: str) -> int:
         return sum(n for code, n in self.codes.items() if code in codes)
+
+
+_OUTCOME = re.compile(r'^idem_requests_total\{[^}]*outcome="([a-z_]+)"[^}]*\} ([0-9.e+]+)$')
+
+
+def server_outcomes(admin_url: str) -> Counter[str]:
+    """The gateway's requests by outcome so far, from its Prometheus metrics."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = _OUTCOME.match(line)
+        if match:
+            counts[match.group(1)] += int(float(match.group(2)))
+    return counts
 
 
 def find_duplicates(counts: Mapping[str, int]) -> dict[str, int]:
@@ -196,12 +214,17 @@ def measure(
             ],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+    admin = child.admin_url
+    before = server_outcomes(admin) if admin else None
     cpu_before = child.cpu()
     result = run_wrk(wrk, child.url, scenario_run, run, seconds, connections)
     cpu_after = child.cpu()
     if spy is not None:
         spy.wait(timeout=30)
     counts = settle(upstream)
+    outcomes = None
+    if admin and before is not None:
+        outcomes = dict(server_outcomes(admin) - before)
     duplicates = len(find_duplicates(counts["keys"])) if scenario.idempotent else None
     percentiles = result["percentiles"]
     by_p = {p: us for p, us in percentiles}
@@ -212,13 +235,16 @@ def measure(
         p50_ms=by_p[50] / 1000, p99_ms=by_p[99] / 1000, errors=result["errors"],
         cpu_us=(cpu_after - cpu_before) * 1e6 / requests, percentiles=percentiles,
         duplicates=duplicates,
-        upstream_keys=len(counts["keys"]),
+        upstream_keys=len(counts["keys"]), outcomes=outcomes,
     )  # fmt: skip
 
 
-def gateway_config(port: int, upstream: str, redis_url: str, loop: str, pipeline: bool) -> dict:
+def gateway_config(
+    port: int, upstream: str, redis_url: str, loop: str, pipeline: bool, admin_port: int
+) -> dict:
     return {
         "listen": {"host": "127.0.0.1", "port": port},
+        "admin": {"host": "127.0.0.1", "port": admin_port},  # its /metrics count outcomes
         "loop": loop,
         "log_level": "warning",
         "upstream": upstream,
@@ -230,7 +256,8 @@ def gateway_config(port: int, upstream: str, redis_url: str, loop: str, pipeline
 def format_table(rows: list[Row]) -> str:
     head = (
         f"{'scenario':9} {'target':16} {'loop':8} {'RPS':>7} {'p50 ms':>7} {'p99 ms':>7} "
-        f"{'2xx':>7} {'409':>6} {'other':>10} {'sockerr':>7} {'CPU us/req':>10} {'once':>9}"
+        f"{'2xx':>7} {'409':>6} {'other':>10} {'sockerr':>7} {'CPU us/req':>10} {'once':>9}  "
+        "gateway's own count (/metrics)"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -246,9 +273,16 @@ def format_table(rows: list[Row]) -> str:
             f"{r.scenario:9} {r.target:16} {r.loop:8} {r.rps:7.0f} {r.p50_ms:7.1f} "
             f"{r.p99_ms:7.1f} {r.count(*[c for c in r.codes if c.startswith('2')]):7d} "
             f"{r.count('409'):6d} {json.dumps(other) if other else '-':>10} {errors:7d} "
-            f"{r.cpu_us:10.0f} {once:>9}"
+            f"{r.cpu_us:10.0f} {once:>9}  {_short(r.outcomes)}"
         )
     return "\n".join(lines)
+
+
+def _short(outcomes: dict[str, int] | None) -> str:
+    """`forwarded 812 replayed 10` for the outcomes that occurred."""
+    if outcomes is None:
+        return "-"
+    return " ".join(f"{name} {n}" for name, n in sorted(outcomes.items()) if n) or "none"
 
 
 def _find(rows: list[Row], scenario: str, target: str, loop: str = "uvloop") -> Row | None:
@@ -371,13 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         upstream = child("upstream", "loadtest.upstream", ["--port", "{port}"])
 
         def gateway(name: str, loop: str, pipeline: bool) -> Child:
-            port = free_port()
+            port, admin_port = free_port(), free_port()
             config = workdir / f"{name}.yaml"
             config.write_text(
-                yaml.safe_dump(gateway_config(port, upstream.url, redis.url, loop, pipeline))
+                yaml.safe_dump(
+                    gateway_config(port, upstream.url, redis.url, loop, pipeline, admin_port)
+                )
             )
             started = Child(name, "gateway", port, ["--config", str(config)], workdir)
             stack.callback(started.stop)
+            started.admin_url = f"http://127.0.0.1:{admin_port}"
             return started
 
         targets: list[tuple[str, str, Child]] = [
