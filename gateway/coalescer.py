@@ -153,5 +153,9 @@ class Coalescer:
 
 def _fail(batch: list[_Call], exc: BaseException) -> None:
     for *_, future in batch:
-        if not future.done():
+        if future.done():
+            continue
+        if isinstance(exc, Exception):
             future.set_exception(exc)
+        else:  # the sender was cancelled (shutdown): so are its callers
+            future.cancel()
