@@ -349,3 +349,22 @@ async def test_concurrent_large_answers_get_blobs_of_their_own(
         assert resp.headers["Idempotent-Replayed"] == "true"
         assert await digest_of(resp) == firsts[n]
     assert counting.count("/blob") == 8
+
+
+async def test_inline_body_that_does_not_match_its_digest_is_a_counted_502(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    client = await make_gateway()
+    first = await client.post("/blob?size=1000", headers=key("in"))
+    await first.read()
+    await completed(redis_url)
+    plain = redis.Redis.from_url(redis_url)
+    (rkey,) = list(plain.scan_iter())
+    body = bytearray(plain.hget(rkey, "b"))
+    body[0] ^= 0xFF  # same size, other bytes
+    plain.hset(rkey, "b", bytes(body))
+    plain.close()
+    again = await client.post("/blob?size=1000", headers=key("in"))
+    assert again.status == 502
+    assert again.content_type == "application/problem+json"
+    assert blob_errors(client, "corrupt") == 1
