@@ -48,6 +48,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
         pipeline=redis.pipeline,
         timeout=redis.socket_timeout,
+        replicas=redis.claim_replicas,
+        replicas_timeout=redis.claim_replicas_timeout,
     )
     upstreams = Upstreams(settings.upstreams())
     app[METRICS].watch_circuit(store.breaker)

@@ -17,6 +17,7 @@ from .config import Settings, load_settings
 from .errors import ConfigError
 from .redis_server import RedisServer
 from .reload import reload_on_sighup
+from .workers import Supervisor, count_requests, default_workers, worker_command
 
 log = logging.getLogger("gateway")
 
@@ -32,13 +33,19 @@ def new_loop(kind: str) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-def serve(settings: Settings, config_path: str | None = None) -> None:
+def serve(
+    settings: Settings,
+    config_path: str | None = None,
+    redis_url: str | None = None,
+    worker: bool = False,
+) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
-    SIGHUP reloads `config_path`.
+    SIGHUP reloads `config_path`. A worker (`--workers N`) shares its port with its
+    siblings and uses the Redis its parent resolved.
     """
     embedded: RedisServer | None = None
-    url = settings.redis.url
+    url = redis_url or settings.redis.url
     if url == "embedded":
         embedded = RedisServer(unix_socket=True)
         embedded.start()
@@ -57,16 +64,37 @@ def serve(settings: Settings, config_path: str | None = None) -> None:
             attach_admin(app, settings.admin)
         if config_path:
             reload_on_sighup(app, config_path)
+        if worker:
+            count_requests(app)
         web.run_app(
             app,
             host=listen.host,
             port=listen.port,
             backlog=listen.backlog,
+            reuse_port=worker,
             access_log=None,
             print=None,
             shutdown_timeout=DRAIN_SECONDS,
             loop=new_loop(settings.loop),
         )
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
+def supervise(settings: Settings, config: str | None, workers: int) -> int:
+    """Run `workers` gateway processes on one port, sharing one embedded Redis if needed."""
+    embedded: RedisServer | None = None
+    url = settings.redis.url
+    if url == "embedded":
+        embedded = RedisServer(unix_socket=True)
+        embedded.start()
+        url = embedded.url
+        log.info("embedded redis-server started for %d workers at %s", workers, url)
+    listen = settings.listen
+    log.info("idem-gateway: %d workers on http://%s:%d", workers, listen.host, listen.port)
+    try:
+        return Supervisor(worker_command(config, url), workers).run()
     finally:
         if embedded is not None:
             embedded.close()
@@ -79,8 +107,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("-c", "--config", metavar="FILE", help="YAML config (default: built-in)")
     parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
+    parser.add_argument(
+        "--workers", type=int, metavar="N", default=default_workers(),
+        help="gateway processes sharing the port (default: one per core, here %(default)s)",
+    )  # fmt: skip
+    # Set by the --workers parent for its children.
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     keyscli.add_parser(parser.add_subparsers(dest="command", metavar="keys"))
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
 
     path = args.check or args.config
     try:
@@ -94,8 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "keys":
         return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
+    if args.workers > 1 and not args.worker:
+        if settings.listen.port == 0:
+            parser.error("--workers needs a fixed listen.port (not 0)")
+        return supervise(settings, args.config, args.workers)
     try:
-        serve(settings, path)
+        serve(settings, path, args.redis_url, worker=args.worker)
     except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
         print(f"idem-gateway: cannot start:\n{exc}", file=sys.stderr)
         return 2

@@ -230,8 +230,43 @@ class Breaker(_Model):
     reset: Duration = 2.0
 
 
+def _host_port(value: Any) -> Any:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return str(value)
+
+
+HostPort = Annotated[str, BeforeValidator(_host_port)]
+
+
+class Tls(_Model):
+    """TLS to Redis: implied by a rediss:// URL, or `enabled` for Sentinel and Cluster."""
+
+    enabled: bool = False
+    ca: str | None = None  # CA bundle that signed the server certificates
+    cert: str | None = None  # client certificate (mutual TLS)
+    key: str | None = None
+    verify: bool = True  # check the server certificate and host name
+
+
+class SentinelSettings(_Model):
+    nodes: tuple[HostPort, ...] = Field(min_length=1)  # the sentinels
+    service: str = Field(min_length=1)  # the monitored master's name
+    password: str | None = None  # the sentinels' own password, if they have one
+
+
+class ClusterSettings(_Model):
+    nodes: tuple[HostPort, ...] = Field(min_length=1)  # seed nodes; the rest is discovered
+
+
 class RedisSettings(_Model):
     url: str = "embedded"  # or redis://, rediss://, unix://
+    sentinel: SentinelSettings | None = None  # instead of url: a master found by Sentinel
+    cluster: ClusterSettings | None = None  # instead of url: a Redis Cluster
+    username: str | None = None  # ACL user of the data nodes (a URL may carry its own)
+    password: str | None = None
+    tls: Tls = Tls()
     key_prefix: str = Field(default="idem", pattern=r"^[A-Za-z0-9_.:-]+$")
     max_connections: int = Field(default=1024, ge=1)
     pool_timeout: Duration = 1.0
@@ -239,6 +274,9 @@ class RedisSettings(_Model):
     socket_timeout: Duration = 1.0
     pipeline: bool = True  # send the script calls of one loop turn as one pipeline
     breaker: Breaker = Breaker()
+    # Replicas that must acknowledge a claim (WAIT) before the request is forwarded.
+    claim_replicas: int = Field(default=0, ge=0)
+    claim_replicas_timeout: Duration = 0.5
 
     @field_validator("url")
     @classmethod
@@ -248,6 +286,31 @@ class RedisSettings(_Model):
         if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"{value!r} is not 'embedded' or a redis://, rediss:// or unix:// URL")
         return value
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> RedisSettings:
+        chosen = [name for name in ("sentinel", "cluster") if getattr(self, name) is not None]
+        if "url" in self.model_fields_set:
+            chosen.append("url")
+        if len(chosen) > 1:
+            raise ValueError(f"set only one of url, sentinel, cluster (found {', '.join(chosen)})")
+        if self.claim_replicas and self.topology == "embedded":
+            raise ValueError(
+                "claim_replicas needs a Redis with replicas; the embedded one has none"
+            )
+        if self.claim_replicas and self.claim_replicas_timeout >= self.socket_timeout:
+            raise ValueError("claim_replicas_timeout must be shorter than socket_timeout")
+        if self.tls.enabled and self.url.startswith("unix://"):
+            raise ValueError("tls does not apply to a unix:// socket")
+        return self
+
+    @property
+    def topology(self) -> Literal["embedded", "single", "sentinel", "cluster"]:
+        if self.sentinel is not None:
+            return "sentinel"
+        if self.cluster is not None:
+            return "cluster"
+        return "embedded" if self.url == "embedded" else "single"
 
 
 def _default_blob_url() -> str:

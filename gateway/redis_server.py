@@ -45,7 +45,11 @@ class RedisServer:
     """
 
     def __init__(
-        self, port: int | None = None, unix_socket: bool = False, extra: list[str] | None = None
+        self,
+        port: int | None = None,
+        unix_socket: bool = False,
+        extra: list[str] | None = None,
+        config: str | None = None,
     ) -> None:
         self.binary, self.source = find_redis_server()
         self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
@@ -53,6 +57,10 @@ class RedisServer:
         self.unix_socket = str(self.dir / "redis.sock") if unix_socket else None
         self.port = 0 if unix_socket else (port or free_port())
         self.extra = extra or []
+        # A config file (Sentinel needs one it can rewrite); command-line options override it.
+        self.config_file = self.dir / "redis.conf" if config is not None else None
+        if self.config_file is not None:
+            self.config_file.write_text(config or "")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,8 +70,18 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+        log.info(
+            "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
+        )
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (start several, then `wait_ready` each)."""
+        config = [str(self.config_file)] if self.config_file is not None else []
         args = [
-            self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+            self.binary, *config, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
             "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
             "--logfile", str(self.dir / "redis.log"),
         ]  # fmt: skip
@@ -71,10 +89,6 @@ class RedisServer:
             args += ["--unixsocket", self.unix_socket, "--unixsocketperm", "700"]
         args += self.extra
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
-        self.wait_ready(timeout)
-        log.info(
-            "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
-        )
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from enum import Enum
 from importlib.resources import files
 from typing import Any
 
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from .breaker import CircuitBreaker
 from .coalescer import Coalescer
 from .errors import RecordCorrupt, StoreUnavailable
 from .record import STATE_UNKNOWN, Record
 
-_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
+log = logging.getLogger(__name__)
+
+# redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
+# a node's connections after an error while other calls are still connecting on them.
+_FAILURES = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
 
 
 class Claim(Enum):
@@ -53,22 +57,30 @@ class Store:
     `pipeline`, the calls of one loop turn go out together as one pipeline (not for a
     RedisCluster client, whose calls go to many nodes). Redis failures are raised as
     StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
+
+    With `replicas` > 0, a claim and a completion are followed by WAIT on the same
+    connection (one pipeline, one round trip): a claim that fewer replicas acknowledge
+    within `replicas_timeout` is released and reported as StoreUnavailable, so a failover
+    cannot promote a replica that never saw it.
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         breaker: CircuitBreaker,
         pipeline: bool = False,
         timeout: float = 1.0,
+        replicas: int = 0,
+        replicas_timeout: float = 0.5,
     ) -> None:
         self.client = client
         self.breaker = breaker
-        self._batch = (
-            Coalescer(client, timeout)
-            if pipeline and not isinstance(client, RedisCluster)
-            else None
-        )
+        self._cluster = isinstance(client, RedisCluster)
+        self._batch = Coalescer(client, timeout) if pipeline and not self._cluster else None
+        self.replicas = replicas
+        self._wait_ms = _ms(replicas_timeout)
+        self._reload_lock = asyncio.Lock()
+        self._loads = 0  # how many reloads after NOSCRIPT so far
         self._claim = self._register("claim")
         self._extend = self._register("extend")
         self._complete = self._register("complete")
@@ -85,16 +97,90 @@ class Store:
             if self._batch is not None:
                 result = await self._batch.call(script, key, args)
             else:
-                result = await script(keys=[key], args=args)
+                result = await self._evalsha(script, key, args)
         except _FAILURES as exc:
             self.breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         self.breaker.success()
         return result
 
+    async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
+        if self._cluster:
+            # redis-py sends a keyed command to a random node while its Cluster client has no
+            # slot map yet (at start, after a reset); MOVED storms then reset its connections.
+            await self.client.initialize()
+        loads = self._loads
+        try:
+            return await self.client.evalsha(script.sha, 1, key, *args)
+        except NoScriptError:
+            await self._reload(loads)
+            return await self.client.evalsha(script.sha, 1, key, *args)
+
+    async def _reload(self, loads_before: int) -> None:
+        """Load the scripts Redis forgot, once for a burst of NOSCRIPT answers.
+
+        Many concurrent reloads of every script on every Cluster primary made redis-py's
+        Cluster client reset its connections under load; one at a time is enough.
+        """
+        async with self._reload_lock:
+            if self._loads != loads_before:
+                return  # reloaded by another call meanwhile
+            for each in (self._claim, self._extend, self._complete, self._release, self._resolve):
+                await self.client.script_load(each.script)
+            self._loads += 1
+
+    async def _call_replicated(self, script: AsyncScript, key: str, *args: Any) -> tuple[Any, int]:
+        """Run a script, then WAIT for the replicas: its reply and how many acknowledged."""
+        if not self.breaker.allow():
+            raise StoreUnavailable("Redis circuit is open after repeated errors")
+        try:
+            result = await self._eval_and_wait(script, key, args)
+        except _FAILURES as exc:
+            self.breaker.failure()
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        self.breaker.success()
+        return result
+
+    async def _eval_and_wait(
+        self, script: AsyncScript, key: str, args: tuple[Any, ...]
+    ) -> tuple[Any, int]:
+        # WAIT counts the writes of its own connection, so both go down one pipeline; in a
+        # Cluster the WAIT is sent to the node that owns the key's slot.
+        wait: dict[str, Any] = {}
+        if isinstance(self.client, RedisCluster):
+            await self.client.initialize()  # see _evalsha
+            wait["target_nodes"] = self.client.get_node_from_key(key)
+        for attempt in range(2):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
+                pipe.execute_command("WAIT", self.replicas, self._wait_ms, **wait)
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if isinstance(reply, NoScriptError) and attempt == 0:
+                await self._reload(self._loads)
+                continue
+            for item in (reply, acked):
+                if isinstance(item, Exception):
+                    raise item
+            return reply, int(acked)
+        raise AssertionError("unreachable")
+
+    async def _claim_reply(self, key: str, *args: Any) -> Any:
+        if not self.replicas:
+            return await self._call(self._claim, key, *args)
+        reply, acked = await self._call_replicated(self._claim, key, *args)
+        if acked < self.replicas and reply[0] == b"CLAIMED":
+            # Fail closed: the claim could vanish in a failover, so give it back unused.
+            token = args[1]
+            try:
+                await self.release(key, token)
+            except StoreUnavailable as exc:
+                log.warning("could not release an unreplicated claim (its lease ends it): %s", exc)
+            raise StoreUnavailable(f"the claim reached {acked} of {self.replicas} replicas in time")
+        return reply
+
     async def claim(self, key: str, fingerprint: str, token: str, lease: float) -> ClaimResult:
-        reply = await self._call(
-            self._claim, key, fingerprint, token, _ms(lease), int(time.time() * 1000)
+        reply = await self._claim_reply(
+            key, fingerprint, token, _ms(lease), int(time.time() * 1000)
         )
         outcome = Claim(reply[0].decode())
         if outcome is Claim.IN_FLIGHT:
@@ -116,11 +202,14 @@ class Store:
         self, key: str, token: str, record: Record, body: bytes, retention: float
     ) -> bool:
         state = STATE_UNKNOWN if record.unknown else "C"
-        return bool(
-            await self._call(
-                self._complete, key, token, state, record.encode(), body, _ms(retention)
-            )
-        )
+        args = (token, state, record.encode(), body, _ms(retention))
+        if not self.replicas:
+            return bool(await self._call(self._complete, key, *args))
+        reply, acked = await self._call_replicated(self._complete, key, *args)
+        if reply and acked < self.replicas:
+            # The upstream has run; the answer stands. A failover now could lose the record.
+            log.warning("a completion reached %d of %d replicas in time", acked, self.replicas)
+        return bool(reply)
 
     async def release(self, key: str, token: str) -> bool:
         return bool(await self._call(self._release, key, token))

@@ -49,7 +49,8 @@ class GatewayProcess:
         self.config_path = workdir / f"gateway-{self.port}.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = workdir / f"gateway-{self.port}.log"
-        self.args = args or []
+        # One process unless a test asks for --workers (the default is one per core).
+        self.args = args if args and "--workers" in args else ["--workers", "1", *(args or [])]
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -1,0 +1,132 @@
+"""`--workers N`: a parent process supervising N gateway processes on one port.
+
+Each child listens with SO_REUSEPORT, so the kernel spreads new connections over them; the
+parent holds no socket. It starts the embedded redis-server once (children share it),
+forwards SIGTERM/SIGINT (children drain, then exit) and SIGHUP, and starts a new child when
+one dies, unless children keep dying right after they start.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from aiohttp import web
+
+log = logging.getLogger("gateway.workers")
+
+# A child that dies sooner than this after its start counts as a failed start.
+STARTUP_GRACE = 5.0
+MAX_FAILED_STARTS = 3
+_PR_SET_PDEATHSIG = 1
+
+
+def default_workers() -> int:
+    """One process per core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _child_setup() -> None:
+    """In the child, before exec: die with the parent, so none is orphaned, and ignore SIGHUP
+    until the gateway installs its own handler (the ignored state survives exec)."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def count_requests(app: web.Application) -> None:
+    """Log at exit how many answers this worker started, to show the load is shared."""
+    served = [0]
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        served[0] += 1
+
+    async def on_cleanup(app: web.Application) -> None:
+        log.info("worker pid %d served %d requests", os.getpid(), served[0])
+
+    app.on_response_prepare.append(on_prepare)
+    app.on_cleanup.append(on_cleanup)
+
+
+class Supervisor:
+    """Starts `count` children running `command`, and keeps them running until told to stop."""
+
+    def __init__(self, command: list[str], count: int) -> None:
+        self.command = command
+        self.count = count
+        self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self.stopping = False
+        self.failed_starts = 0
+
+    def _spawn(self) -> None:
+        child = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+        self.children[child.pid] = (child, time.monotonic())
+        log.info("worker pid %d started", child.pid)
+
+    def _forward(self, sig: int) -> None:
+        for child, _ in self.children.values():
+            if child.returncode is None:
+                child.send_signal(sig)
+
+    def _on_signal(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGHUP:
+            log.info("SIGHUP: passed on to %d workers", len(self.children))
+            self._forward(sig)
+            return
+        if not self.stopping:
+            log.info("stopping: %d workers drain their requests", len(self.children))
+        self.stopping = True
+        self._forward(signal.SIGTERM)
+
+    def run(self) -> int:
+        """Supervise until every child has exited after a stop; the exit code."""
+        handler: Callable[[int, FrameType | None], None] = self._on_signal
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, handler)
+        for _ in range(self.count):
+            self._spawn()
+        code = 0
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if pid not in self.children:
+                continue
+            child, started = self.children.pop(pid)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if self.stopping:
+                code = code or (child.returncode if child.returncode > 0 else 0)
+                continue
+            log.error("worker pid %d exited with %d", pid, child.returncode)
+            if time.monotonic() - started < STARTUP_GRACE:
+                self.failed_starts += 1
+            if self.failed_starts >= MAX_FAILED_STARTS:
+                log.error("workers keep failing at start; stopping")
+                self.stopping = True
+                self._forward(signal.SIGTERM)
+                code = 1
+                continue
+            self._spawn()
+        return code
+
+
+def worker_command(config: str | None, redis_url: str) -> list[str]:
+    """How the parent runs one child: this gateway, as a worker on the resolved Redis."""
+    command = [sys.executable, "-m", "gateway", "--worker", "--redis-url", redis_url]
+    if config:
+        command += ["--config", config]
+    return command

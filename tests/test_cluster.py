@@ -1,0 +1,88 @@
+"""Redis Cluster: exactly-once through two gateway processes, records spread over every master."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from .procs import GatewayProcess
+from .topologies import ClusterServers
+from .upstream import CountingUpstream
+
+KEYS = 1000
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    servers = ClusterServers(masters=3)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+def cluster_config(origin: str, nodes: list[str]) -> dict[str, Any]:
+    return {
+        "redis": {"cluster": {"nodes": nodes}, "max_connections": 64},
+        "log_level": "warning",
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+
+
+async def test_exactly_once_over_three_masters_through_two_gateways(
+    cluster: ClusterServers, upstream: tuple[CountingUpstream, str], tmp_path: Path
+) -> None:
+    counting, origin = upstream
+    # Only the first seed is given: the client learns the other masters from it.
+    gateways = [
+        GatewayProcess(cluster_config(origin, cluster.nodes[:1]), tmp_path) for _ in range(2)
+    ]
+    await asyncio.gather(*(asyncio.to_thread(gateway.start) for gateway in gateways))
+    statuses: Counter[tuple[int, bool]] = Counter()
+    retried = [0]
+    limit = asyncio.Semaphore(64)
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def send(url: str, key: str) -> None:
+                # A client retries a 503 (the store said "not now"); anything else is final.
+                deadline = asyncio.get_running_loop().time() + 20
+                async with limit:
+                    while True:
+                        async with session.post(
+                            f"{url}/pay", data=key.encode(), headers={"Idempotency-Key": key}
+                        ) as resp:
+                            await resp.read()
+                        if resp.status != 503 or asyncio.get_running_loop().time() > deadline:
+                            break
+                        retried[0] += 1
+                        await asyncio.sleep(0.05)
+                statuses[(resp.status, "Idempotent-Replayed" in resp.headers)] += 1
+
+            # Every key is sent twice at once, once to each gateway.
+            await asyncio.gather(
+                *(send(gateway.url, f"key-{i}") for i in range(KEYS) for gateway in gateways)
+            )
+            # A retry of every key after the fact is a replay everywhere.
+            await asyncio.gather(*(send(gateways[i % 2].url, f"key-{i}") for i in range(KEYS)))
+    finally:
+        for gateway in gateways:
+            assert gateway.stop() == 0, gateway.log()
+
+    ran = Counter(counting.calls[("/pay", f"key-{i}")] for i in range(KEYS))
+    assert ran == {1: KEYS}, f"upstream runs per key: {ran}"
+    assert statuses[(201, False)] == KEYS  # one real answer per key
+    # The concurrent twins were replays or conflicts; the later retries all replays.
+    assert statuses[(201, True)] + statuses[(409, False)] == KEYS * 2
+    assert statuses[(201, True)] >= KEYS
+    assert retried[0] < KEYS // 10, f"{retried[0]} answers were 503"
+    per_node = cluster.keys_per_node()
+    assert sum(per_node) == KEYS
+    assert all(count > KEYS // 6 for count in per_node), per_node

@@ -1,0 +1,113 @@
+"""`claim_replicas`: a claim that no replica acknowledged is given back and answered 503; and
+the topology settings are validated."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from gateway.config import settings_from_dict
+from gateway.errors import ConfigError
+from gateway.redis_client import tls_options
+from gateway.redis_server import RedisServer
+
+from .conftest import GatewayFactory
+from .topologies import SentinelServers, start_all, wait_until
+from .upstream import CountingUpstream
+
+
+@pytest.fixture
+def master_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
+    master = RedisServer()
+    replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)])
+    try:
+        start_all([master, replica])
+        wait_until(lambda: SentinelServers.replicas_online(master) == 1, 10, "replica in sync")
+        yield master, replica
+    finally:
+        replica.close()
+        master.close()
+
+
+async def test_unacknowledged_claim_is_released_and_answered_503(
+    master_and_replica: tuple[RedisServer, RedisServer],
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+) -> None:
+    master, replica = master_and_replica
+    counting, origin = upstream
+    settings = settings_from_dict(
+        {
+            "redis": {"url": master.url, "claim_replicas": 1, "claim_replicas_timeout": "200ms"},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+    )
+    client = await make_gateway(settings=settings, url=master.url)
+    first = await client.post("/pay", data=b"1", headers={"Idempotency-Key": "with-replica"})
+    assert first.status == 201
+    assert counting.count("/pay", "with-replica") == 1
+
+    replica.stop()
+    wait_until(lambda: SentinelServers.replicas_online(master) == 0, 10, "replica gone")
+    lonely = await client.post("/pay", data=b"2", headers={"Idempotency-Key": "no-replica"})
+    assert lonely.status == 503
+    assert lonely.headers["Content-Type"] == "application/problem+json"
+    assert lonely.headers["Retry-After"]
+    assert counting.count("/pay", "no-replica") == 0
+    with redis.Redis.from_url(master.url) as direct:
+        # Only the first key's record: the unacknowledged claim was given back.
+        assert len(list(direct.scan_iter())) == 1
+        # A replay needs no replica: it writes nothing.
+        replay = await client.post("/pay", data=b"1", headers={"Idempotency-Key": "with-replica"})
+        assert replay.status == 201
+        assert replay.headers["Idempotent-Replayed"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("redis_section", "message"),
+    [
+        (
+            {"url": "redis://h:6379", "cluster": {"nodes": ["h:7000"]}},
+            "redis: set only one of url, sentinel, cluster (found cluster, url)",
+        ),
+        ({"cluster": {"nodes": ["no-port"]}}, "redis.cluster.nodes[0]: 'no-port' is not host:port"),
+        ({"cluster": {"nodes": []}}, "redis.cluster.nodes"),
+        ({"sentinel": {"nodes": ["h:26379"]}}, "redis.sentinel.service: is required"),
+        ({"claim_replicas": 1}, "claim_replicas needs a Redis with replicas"),
+        (
+            {"url": "redis://h", "claim_replicas": 1, "claim_replicas_timeout": "2s"},
+            "claim_replicas_timeout must be shorter than socket_timeout",
+        ),
+        ({"url": "unix:///tmp/r.sock", "tls": {"enabled": True}}, "tls does not apply"),
+    ],
+)
+def test_topology_settings_are_validated(redis_section: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_dict({"redis": redis_section})
+    assert message in str(caught.value)
+
+
+def test_topologies_and_tls_options() -> None:
+    sentinel = settings_from_dict(
+        {"redis": {"sentinel": {"nodes": ["10.0.0.1:26379"], "service": "main"}}}
+    ).redis
+    assert sentinel.topology == "sentinel"
+    assert tls_options(sentinel) == {}
+    cluster = settings_from_dict(
+        {"redis": {"cluster": {"nodes": ["10.0.0.1:7000"]}, "tls": {"enabled": True}}}
+    ).redis
+    assert cluster.topology == "cluster"
+    assert tls_options(cluster)["ssl_cert_reqs"] == "required"
+    single = settings_from_dict(
+        {"redis": {"url": "rediss://cache:6380", "tls": {"ca": "/ca.pem", "verify": False}}}
+    ).redis
+    assert single.topology == "single"
+    assert tls_options(single) == {
+        "ssl_ca_certs": "/ca.pem",
+        "ssl_certfile": None,
+        "ssl_keyfile": None,
+        "ssl_cert_reqs": "none",
+        "ssl_check_hostname": False,
+    }

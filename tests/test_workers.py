@@ -1,0 +1,68 @@
+"""`--workers 2`: two processes share the port and one embedded Redis; exactly-once across them."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+
+from .procs import GatewayProcess
+from .topologies import wait_until
+from .upstream import CountingUpstream
+
+KEYS = 150
+SERVED = re.compile(r"worker pid (\d+) served (\d+) requests")
+STARTED = re.compile(r"worker pid (\d+) started")
+LISTENING = re.compile(r"idem-gateway listening on")
+
+
+async def test_two_workers_share_the_port_and_keep_exactly_once(
+    upstream: tuple[CountingUpstream, str], tmp_path: Path
+) -> None:
+    counting, origin = upstream
+    config = {
+        "redis": {"url": "embedded"},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+    gateway = GatewayProcess(config, tmp_path, args=["--workers", "2"])
+    await asyncio.to_thread(gateway.start)
+    statuses: Counter[tuple[int, bool]] = Counter()
+    try:
+        await asyncio.to_thread(
+            wait_until, lambda: len(LISTENING.findall(gateway.log())) == 2, 15, "two listening"
+        )
+        workers = {int(pid) for pid in STARTED.findall(gateway.log())}
+        # SIGHUP goes to the workers; they keep running (and reload, where supported).
+        gateway.signal(signal.SIGHUP)
+        # No keep-alive: each request is a new connection for the kernel to place.
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def send(key: str) -> None:
+                async with session.post(
+                    f"{gateway.url}/pay", data=key.encode(), headers={"Idempotency-Key": key}
+                ) as resp:
+                    await resp.read()
+                    statuses[(resp.status, "Idempotent-Replayed" in resp.headers)] += 1
+
+            # Each key twice at once: the twins may land on different workers.
+            await asyncio.gather(*(send(f"key-{i // 2}") for i in range(KEYS * 2)))
+            await asyncio.gather(*(send(f"key-{i}") for i in range(KEYS)))
+        assert {int(pid) for pid in STARTED.findall(gateway.log())} == workers  # none died
+    finally:
+        code = await asyncio.to_thread(gateway.stop)
+    assert code == 0, gateway.log()
+
+    ran = Counter(counting.calls[("/pay", f"key-{i}")] for i in range(KEYS))
+    assert ran == {1: KEYS}, f"upstream runs per key: {ran}"
+    assert statuses[(201, False)] == KEYS
+    assert statuses[(201, True)] + statuses[(409, False)] == KEYS * 2
+    # On SIGTERM each worker drained and said how many answers it gave: both served.
+    served = {int(pid): int(n) for pid, n in SERVED.findall(gateway.log())}
+    assert served.keys() == workers, gateway.log()
+    assert all(n > 0 for n in served.values()), served
+    assert sum(served.values()) == KEYS * 3

@@ -1,0 +1,156 @@
+"""Real Redis topologies from the redis-server binary: a Cluster and a Sentinel-watched pair.
+
+Servers start in parallel; every wait polls a condition against a deadline.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections.abc import Callable, Iterable
+
+import redis
+
+from gateway.redis_server import RedisServer
+
+SLOTS = 16384
+SERVICE = "idem-master"
+
+
+def start_all(servers: Iterable[RedisServer], timeout: float = 10.0) -> None:
+    """Launch every server, then wait for each: the start-up times overlap."""
+    started = list(servers)
+    for server in started:
+        server.launch()
+    for server in started:
+        server.wait_ready(timeout)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not true after {timeout}s")
+        time.sleep(0.02)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too, both below the ephemeral range."""
+    while True:
+        port = random.randrange(15000, 22000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+
+
+def client(server: RedisServer) -> redis.Redis:
+    return redis.Redis(port=server.port, socket_timeout=2, socket_connect_timeout=1)
+
+
+class ClusterServers:
+    """`masters` cluster-enabled redis-servers joined with CLUSTER MEET, slots split evenly."""
+
+    def __init__(self, masters: int = 3) -> None:
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        extra += ["--cluster-node-timeout", "5000"]
+        self.servers = [RedisServer(port=cluster_port(), extra=extra) for _ in range(masters)]
+
+    @property
+    def nodes(self) -> list[str]:
+        return [f"127.0.0.1:{server.port}" for server in self.servers]
+
+    def start(self, timeout: float = 20.0) -> None:
+        start_all(self.servers)
+        clients = [client(server) for server in self.servers]
+        try:
+            first = clients[0]
+            for server in self.servers[1:]:
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
+            share = SLOTS // len(self.servers)
+            for i, each in enumerate(clients):
+                end = SLOTS if i == len(clients) - 1 else (i + 1) * share
+                each.execute_command("CLUSTER", "ADDSLOTS", *range(i * share, end))
+
+            def ready() -> bool:
+                for each in clients:
+                    info = each.execute_command("CLUSTER", "INFO").decode()
+                    if "cluster_state:ok" not in info or (
+                        f"cluster_known_nodes:{len(clients)}" not in info
+                    ):
+                        return False
+                return True
+
+            wait_until(ready, timeout, "cluster state ok on every node")
+        finally:
+            for each in clients:
+                each.close()
+
+    def keys_per_node(self) -> list[int]:
+        counts = []
+        for server in self.servers:
+            with client(server) as each:
+                counts.append(int(each.dbsize()))
+        return counts
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+
+
+class SentinelServers:
+    """A master, one replica of it, and one Sentinel (quorum 1) that fails over fast."""
+
+    def __init__(self) -> None:
+        self.master = RedisServer()
+        self.replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(self.master.port)])
+        self.sentinel = RedisServer(
+            extra=["--sentinel"],
+            config="\n".join(
+                [
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 1",
+                    f"sentinel down-after-milliseconds {SERVICE} 1000",
+                    f"sentinel failover-timeout {SERVICE} 3000",
+                    "",
+                ]
+            ),
+        )
+
+    @property
+    def sentinel_node(self) -> str:
+        return f"127.0.0.1:{self.sentinel.port}"
+
+    def start(self, timeout: float = 20.0) -> None:
+        start_all([self.master, self.replica])
+        wait_until(lambda: self.replicas_online(self.master) == 1, timeout, "replica in sync")
+        self.sentinel.start()
+
+        def knows_replica() -> bool:
+            with client(self.sentinel) as sentinel:
+                found = sentinel.execute_command("SENTINEL", "REPLICAS", SERVICE)
+            return len(found) == 1
+
+        wait_until(knows_replica, timeout, "sentinel sees the replica")
+
+    @staticmethod
+    def replicas_online(server: RedisServer) -> int:
+        with client(server) as each:
+            info = each.info("replication")
+        return sum(
+            1
+            for name, value in info.items()
+            if name.startswith("slave") and isinstance(value, dict) and value["state"] == "online"
+        )
+
+    def master_port(self) -> int:
+        with client(self.sentinel) as sentinel:
+            _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        return int(port)
+
+    def close(self) -> None:
+        for server in (self.sentinel, self.replica, self.master):
+            server.close()
