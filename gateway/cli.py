@@ -61,7 +61,7 @@ def serve(
         )  # fmt: skip
         app = create_app(settings, url)
         if settings.admin is not None:
-            attach_admin(app, settings.admin)
+            attach_admin(app, settings.admin, worker=worker)
         if config_path:
             reload_on_sighup(app, config_path)
         if worker:
