@@ -207,8 +207,12 @@ class Store:
             return bool(await self._call(self._complete, key, *args))
         reply, acked = await self._call_replicated(self._complete, key, *args)
         if reply and acked < self.replicas:
-            # The upstream has run; the answer stands. A failover now could lose the record.
-            log.warning("a completion reached %d of %d replicas in time", acked, self.replicas)
+            # A failover now would lose the record while the replica keeps the claim: once
+            # its lease ended, a retry would run again. The caller repeats the call (the
+            # same token completes again), on this master or on the one promoted meanwhile.
+            raise StoreUnavailable(
+                f"the completion reached {acked} of {self.replicas} replicas in time"
+            )
         return bool(reply)
 
     async def release(self, key: str, token: str) -> bool:

@@ -8,7 +8,8 @@
 --          {"IN_FLIGHT", pttl_ms}               PENDING under another owner
 --          {"MISMATCH"}                         held with another fingerprint
 --          {"DONE", state, meta, body, pttl_ms} COMPLETED ("C") or UNKNOWN outcome ("U")
--- The same call repeated (same token: redis-py retrying after a timeout) answers CLAIMED.
+-- The same call repeated (same token: redis-py retrying after a timeout) answers CLAIMED and
+-- renews the lease: a write, so that a WAIT after the repeat also covers the first call.
 local v = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'm', 'b')
 local state = v[1]
 if not state then
@@ -21,6 +22,7 @@ if v[2] ~= ARGV[1] then
 end
 if state == 'P' then
   if v[3] == ARGV[2] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return {'CLAIMED'}
   end
   return {'IN_FLIGHT', redis.call('PTTL', KEYS[1])}

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from aiohttp.test_utils import TestClient
 
+from gateway.app import TASKS
 from gateway.config import settings_from_dict
 
 from .conftest import GatewayFactory
@@ -113,6 +114,10 @@ async def test_failover_under_traffic_runs_no_key_twice(
         if isinstance(result, BaseException):
             raise result
 
+    # A client has its answer once the body is sent; the record may still be on its way
+    # (retried across the failover): wait for the gateway's forwarding tasks to finish.
+    await client.server.app[TASKS].drain(10)
+    assert len(client.server.app[TASKS]) == 0
     assert traffic.statuses[503] > 0, "the failover went unnoticed"
     ran = Counter(counting.calls[("/pay", key)] for key in traffic.done)
     assert ran == {1: len(traffic.done)}, f"upstream runs per key: {ran}"
