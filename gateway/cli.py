@@ -46,7 +46,7 @@ def serve(
     """
     embedded: RedisServer | None = None
     url = redis_url or settings.redis.url
-    if url == "embedded":
+    if redis_url is None and settings.redis.topology == "embedded":
         embedded = RedisServer(unix_socket=True)
         embedded.start()
         url = embedded.url
@@ -85,8 +85,8 @@ def serve(
 def supervise(settings: Settings, config: str | None, workers: int) -> int:
     """Run `workers` gateway processes on one port, sharing one embedded Redis if needed."""
     embedded: RedisServer | None = None
-    url = settings.redis.url
-    if url == "embedded":
+    url: str | None = None  # the workers' Redis when the parent starts it
+    if settings.redis.topology == "embedded":
         embedded = RedisServer(unix_socket=True)
         embedded.start()
         url = embedded.url

@@ -51,7 +51,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if settings.redis.url == "embedded":
+    if settings.redis.topology == "embedded":
         print(
             "idem-gateway keys: the embedded Redis lives inside the gateway process; "
             "use the admin listener's /keys endpoints, or configure redis.url",

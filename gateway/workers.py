@@ -124,9 +124,11 @@ class Supervisor:
         return code
 
 
-def worker_command(config: str | None, redis_url: str) -> list[str]:
-    """How the parent runs one child: this gateway, as a worker on the resolved Redis."""
-    command = [sys.executable, "-m", "gateway", "--worker", "--redis-url", redis_url]
+def worker_command(config: str | None, redis_url: str | None) -> list[str]:
+    """How the parent runs one child: this gateway, as a worker (on the parent's Redis)."""
+    command = [sys.executable, "-m", "gateway", "--worker"]
+    if redis_url:
+        command += ["--redis-url", redis_url]
     if config:
         command += ["--config", config]
     return command
