@@ -75,6 +75,7 @@ async def test_exactly_once_over_three_masters_through_two_gateways(
     finally:
         for gateway in gateways:
             assert gateway.stop() == 0, gateway.log()
+    assert not any("embedded redis-server" in gateway.log() for gateway in gateways)
 
     ran = Counter(counting.calls[("/pay", f"key-{i}")] for i in range(KEYS))
     assert ran == {1: KEYS}, f"upstream runs per key: {ran}"
