@@ -4,11 +4,12 @@ the topology settings are validated."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from gateway.config import settings_from_dict
+from gateway.config import load_settings, settings_from_dict
 from gateway.errors import ConfigError
 from gateway.redis_client import tls_options
 from gateway.redis_server import RedisServer
@@ -111,3 +112,17 @@ def test_topologies_and_tls_options() -> None:
         "ssl_cert_reqs": "none",
         "ssl_check_hostname": False,
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "topology"),
+    [
+        ("redis-single-tls.yaml", "single"),
+        ("redis-sentinel.yaml", "sentinel"),
+        ("redis-cluster.yaml", "cluster"),
+    ],
+)
+def test_example_configs_load(name: str, topology: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDEM_REDIS_PASSWORD", "secret")
+    settings = load_settings(Path(__file__).parent.parent / "config" / name)
+    assert settings.redis.topology == topology

@@ -1,0 +1,86 @@
+"""What `redis.claim_replicas` costs: claim latency and throughput with and without WAIT.
+
+A master and one replica (redis-server, loopback) are started for the run. Each mode makes
+`--claims` fresh-key claims through the gateway's Store, `--concurrency` at a time, and
+reports claims per second and the latency of one claim (p50, p99). Modes:
+`none` (claim_replicas 0, one EVALSHA per claim), `none+pipeline` (claim_replicas 0, calls of
+one loop turn coalesced: the default), `wait-1` (claim_replicas 1: EVALSHA + WAIT 1 in one
+pipeline per claim).
+
+    python -m loadtest.replication_wait [--claims 5000] [--concurrency 1,50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+import redis
+
+from gateway.breaker import CircuitBreaker
+from gateway.config import RedisSettings
+from gateway.redis_client import make_client
+from gateway.redis_server import RedisServer
+from gateway.store import Store
+
+MODES = {"none": (0, False), "none+pipeline": (0, True), "wait-1": (1, False)}
+
+
+async def run(url: str, replicas: int, pipeline: bool, claims: int, concurrency: int) -> str:
+    settings = RedisSettings(url=url)
+    store = Store(
+        make_client(settings, url), CircuitBreaker(5, 1.0), pipeline=pipeline,
+        replicas=replicas, replicas_timeout=0.5,
+    )  # fmt: skip
+    prefix = os.urandom(4).hex()
+    latencies: list[float] = []
+    queue = iter(range(claims))
+
+    async def worker() -> None:
+        for i in queue:
+            started = time.perf_counter()
+            result = await store.claim(f"idem:{{{prefix}:{i}}}", "fp", "token", 30.0)
+            latencies.append(time.perf_counter() - started)
+            assert result.outcome.value == "CLAIMED"
+
+    try:
+        began = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    finally:
+        await store.close()
+    cuts = statistics.quantiles(latencies, n=100)
+    return f"{claims / elapsed:.0f} | {cuts[49] * 1000:.2f} | {cuts[98] * 1000:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", type=int, default=5000)
+    parser.add_argument("--concurrency", default="1,50")
+    args = parser.parse_args()
+    master = RedisServer()
+    master.start()
+    replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)])
+    replica.start()
+    try:
+        with redis.Redis.from_url(master.url) as client:
+            deadline = time.monotonic() + 10
+            while client.info("replication")["connected_slaves"] < 1:
+                assert time.monotonic() < deadline, "the replica did not connect"
+                time.sleep(0.05)
+        print("| claim_replicas | concurrency | claims/s | p50 ms | p99 ms |")
+        print("|---|---:|---:|---:|---:|")
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            for mode, (replicas, pipeline) in MODES.items():
+                row = asyncio.run(run(master.url, replicas, pipeline, args.claims, concurrency))
+                print(f"| {mode} | {concurrency} | {row} |")
+    finally:
+        replica.close()
+        master.close()
+
+
+if __name__ == "__main__":
+    main()
