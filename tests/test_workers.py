@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 from collections import Counter
@@ -66,3 +67,42 @@ async def test_two_workers_share_the_port_and_keep_exactly_once(
     assert served.keys() == workers, gateway.log()
     assert all(n > 0 for n in served.values()), served
     assert sum(served.values()) == KEYS * 3
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_dead_worker_is_replaced_and_workers_die_with_their_parent(
+    redis_url: str, upstream: tuple[CountingUpstream, str], tmp_path: Path
+) -> None:
+    _, origin = upstream
+    config = {
+        "redis": {"url": redis_url},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+    gateway = GatewayProcess(config, tmp_path, args=["--workers", "2"])
+    await asyncio.to_thread(gateway.start)
+    try:
+        await asyncio.to_thread(
+            wait_until, lambda: len(STARTED.findall(gateway.log())) == 2, 10, "two workers"
+        )
+        first, second = (int(pid) for pid in STARTED.findall(gateway.log()))
+        os.kill(first, signal.SIGKILL)
+        await asyncio.to_thread(
+            wait_until, lambda: len(STARTED.findall(gateway.log())) == 3, 10, "a new worker"
+        )
+        third = int(STARTED.findall(gateway.log())[2])
+        await asyncio.to_thread(gateway.kill)  # the parent, as in a crash
+        await asyncio.to_thread(
+            wait_until,
+            lambda: not _alive(second) and not _alive(third),
+            10,
+            "workers gone with their parent",
+        )
+    finally:
+        gateway.stop()
