@@ -29,7 +29,9 @@ class SentinelMaster(Redis):
     """The master's client; closing it also closes the connections to the sentinels."""
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        manager = self.connection_pool.sentinel_manager
+        pool = self.connection_pool
+        assert isinstance(pool, SentinelConnectionPool)
+        manager = pool.sentinel_manager
         await super().aclose(close_connection_pool)
         for sentinel in manager.sentinels:
             await sentinel.aclose()

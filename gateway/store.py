@@ -76,7 +76,12 @@ class Store:
         self.client = client
         self.breaker = breaker
         self._cluster = isinstance(client, RedisCluster)
-        self._batch = Coalescer(client, timeout) if pipeline and not self._cluster else None
+        # A Cluster client's calls go to many nodes: they are sent one by one.
+        self._batch = (
+            Coalescer(client, timeout)
+            if pipeline and not isinstance(client, RedisCluster)
+            else None
+        )
         self.replicas = replicas
         self._wait_ms = _ms(replicas_timeout)
         self._reload_lock = asyncio.Lock()
