@@ -169,7 +169,11 @@ def main() -> int:
             path = work / "gateway.yaml"
             path.write_text(yaml.safe_dump(config))
             gateway = Child(
-                "gateway", "gateway", config["listen"]["port"], ["--config", str(path)], work
+                "gateway",
+                "gateway",
+                config["listen"]["port"],
+                ["--config", str(path), "--workers", "1"],
+                work,
             )
             children.append(gateway)
             results = asyncio.run(measure(args, gateway))
