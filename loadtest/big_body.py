@@ -28,9 +28,10 @@ import aiohttp
 import yaml
 from aiohttp import web
 
+from gateway.ports import free_port
 from gateway.redis_server import RedisServer
 
-from .procs import Child, cpu_seconds, free_port
+from .procs import Child, cpu_seconds
 
 MiB = 1 << 20
 BLOCK = random.Random(0).randbytes(MiB)  # the same in the upstream child

@@ -27,9 +27,10 @@ from typing import Any
 
 import yaml
 
+from gateway.ports import free_port
 from gateway.redis_server import RedisServer
 
-from .procs import Child, free_port
+from .procs import Child
 
 WRK_SCRIPT = Path(__file__).parent / "wrk" / "idem.lua"
 

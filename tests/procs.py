@@ -4,33 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gateway.redis_server import free_port
-
-
-def wait_for_port(
-    port: int, timeout: float = 15.0, process: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Poll until something accepts connections on 127.0.0.1:port, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nothing listening on port {port} after {timeout}s") from None
-            time.sleep(0.02)
+from gateway.ports import free_port, wait_for_port
 
 
 class GatewayProcess:
@@ -64,7 +45,7 @@ class GatewayProcess:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
-        wait_for_port(self.port, timeout, self.process)
+        wait_for_port(self.port, self.process, timeout)
         return self
 
     def signal(self, sig: signal.Signals) -> None:

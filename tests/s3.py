@@ -13,9 +13,8 @@ import boto3
 import orjson
 from botocore.config import Config
 
+from gateway.ports import wait_for_port
 from gateway.redis_server import free_port
-
-from .procs import wait_for_port
 
 REGION = "us-east-1"
 ALLOW_S3 = {
@@ -42,7 +41,7 @@ class MotoServer:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             env=env,
         )  # fmt: skip
-        wait_for_port(self.port, 30.0, self.process)
+        wait_for_port(self.port, self.process, 30.0)
         iam = self._client("iam", "anonymous", "anonymous")
         iam.create_user(UserName="gateway")
         iam.put_user_policy(

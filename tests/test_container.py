@@ -17,9 +17,9 @@ import aiohttp
 import yaml
 
 from gateway.config import load_settings
+from gateway.ports import wait_for_port
 from gateway.redis_server import free_port
 
-from .procs import wait_for_port
 from .s3 import MotoServer
 
 ROOT = Path(__file__).resolve().parent.parent

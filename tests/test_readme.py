@@ -16,9 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.redis_server import free_port
-
-from .procs import wait_for_port
+from gateway.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
