@@ -71,9 +71,18 @@ def forward_headers(request: web.Request) -> CIMultiDict[str]:
     return out
 
 
+def _header_text(raw: bytes) -> str:
+    """Header bytes as the text aiohttp writes back as UTF-8: valid UTF-8 (the usual case
+    beyond ASCII, e.g. a file name) round-trips byte for byte; other bytes read as Latin-1."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The upstream's answer headers, in order with repeats, hop-by-hop and framing dropped."""
-    pairs = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in raw]
+    pairs = [(name.decode("latin-1"), _header_text(value)) for name, value in raw]
     dropped = _dropped(pairs)
     return [(name, value) for name, value in pairs if name.lower() not in dropped]
 

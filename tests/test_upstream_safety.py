@@ -153,3 +153,30 @@ async def test_absolute_form_target_goes_to_the_route_upstream(
     writer.close()
     assert answer.startswith(b"HTTP/1.1 201"), answer[:200]
     assert counting.count("/pay", "abs") == 1
+
+
+async def test_utf8_header_bytes_pass_through_and_replay_unchanged(
+    make_gateway: GatewayFactory,
+) -> None:
+    disposition = 'attachment; filename="facture-été.pdf"'
+
+    async def invoice(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=201, body=b"%PDF", headers={"Content-Disposition": disposition})
+
+    app = web.Application()
+    app.router.add_post("/invoice", invoice)
+    upstream = TestServer(app, host="127.0.0.1")
+    await upstream.start_server()
+    try:
+        client = await make_gateway(
+            settings=gateway_settings(str(upstream.make_url("")).rstrip("/"))
+        )
+        raw = disposition.encode("utf-8")
+        for replayed in (False, True):
+            resp = await client.post("/invoice", data=b"x", headers={"Idempotency-Key": "inv"})
+            assert resp.status == 201
+            assert ("Idempotent-Replayed" in resp.headers) is replayed
+            assert (b"Content-Disposition", raw) in resp.raw_headers
+    finally:
+        await upstream.close()
