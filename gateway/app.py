@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from .access import add_request_id, observer
-from .blobstore import BlobStore, open_blob_store, sweep_periodically
+from .blobstore import BlobStore, LongestHold, open_blob_store, sweep_periodically
 from .breaker import CircuitBreaker
 from .config import Settings
 from .handler import Gateway
@@ -36,11 +36,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     blobs = open_blob_store(settings.blob)
     await blobs.start()  # an unusable blob store stops the start here, not at a request
-    sweeper = asyncio.ensure_future(
-        sweep_periodically(
-            blobs, settings.blob.sweep_interval, lambda: app[GATEWAY].settings.longest_hold()
-        )
-    )
+    hold = LongestHold(settings.longest_hold(), lambda: app[GATEWAY].settings.longest_hold())
+    sweeper = asyncio.ensure_future(sweep_periodically(blobs, settings.blob.sweep_interval, hold))
     app[BLOBS] = blobs
     redis = settings.redis
     store = Store(

@@ -102,11 +102,24 @@ def open_blob_store(settings: BlobSettings) -> BlobStore:
     return FileBlobStore.from_url(settings.url)
 
 
+class LongestHold:
+    """The longest `current()` has ever been: the sweep's age limit. A reload that shortens
+    retention must not sweep the blobs of records still kept under the longer one."""
+
+    def __init__(self, first: float, current: Callable[[], float]) -> None:
+        self._current = current
+        self._longest = first
+
+    def __call__(self) -> float:
+        self._longest = max(self._longest, self._current())
+        return self._longest
+
+
 async def sweep_periodically(
     store: BlobStore, interval: float, max_age: Callable[[], float]
 ) -> None:
     """Run `store.sweep(max_age())` every `interval` seconds until cancelled (`max_age` is
-    asked each time: a reloaded config can keep records longer)."""
+    asked each time: a reloaded config can keep records longer; see LongestHold)."""
     while True:
         await asyncio.sleep(interval)
         try:

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.blob_file import FileBlobStore
-from gateway.blobstore import new_name
+from gateway.blobstore import LongestHold, new_name
 from gateway.config import settings_from_dict
 from gateway.errors import ConfigError
 
@@ -153,3 +153,9 @@ async def test_gateway_sweeps_periodically(
         assert time.monotonic() < deadline, "the sweep did not run"
         await asyncio.sleep(0.02)
     assert kept.exists()
+
+
+def test_the_sweep_age_never_shrinks_with_a_reload() -> None:
+    holds = iter([90_000.0, 3_600.0, 200_000.0, 10.0])
+    hold = LongestHold(86_400.0, lambda: next(holds))
+    assert [hold() for _ in range(4)] == [90_000.0, 90_000.0, 200_000.0, 200_000.0]
