@@ -47,7 +47,7 @@ def serve(
     embedded: RedisServer | None = None
     url = redis_url or settings.redis.url
     if redis_url is None and settings.redis.topology == "embedded":
-        embedded = RedisServer(unix_socket=True)
+        embedded = RedisServer(unix_socket=True, embedded=True)
         embedded.start()
         url = embedded.url
         log.info(
@@ -87,7 +87,7 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
     embedded: RedisServer | None = None
     url: str | None = None  # the workers' Redis when the parent starts it
     if settings.redis.topology == "embedded":
-        embedded = RedisServer(unix_socket=True)
+        embedded = RedisServer(unix_socket=True, embedded=True)
         embedded.start()
         url = embedded.url
         log.info("embedded redis-server started for %d workers at %s", workers, url)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import redis
 
+from .lifeline import die_with_parent
 from .ports import free_port
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ class RedisServer:
         unix_socket: bool = False,
         extra: list[str] | None = None,
         config: str | None = None,
+        embedded: bool = False,
     ) -> None:
         self.binary, self.source = find_redis_server()
         self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
@@ -56,6 +60,7 @@ class RedisServer:
         self.config_file = self.dir / "redis.conf" if config is not None else None
         if self.config_file is not None:
             self.config_file.write_text(config or "")
+        self.embedded = embedded  # the gateway's own: tied to the gateway process
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -83,7 +88,15 @@ class RedisServer:
         if self.unix_socket:
             args += ["--unixsocket", self.unix_socket, "--unixsocketperm", "700"]
         args += self.extra
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        if self.embedded:
+            # Its own session: a terminal's Ctrl-C reaches the gateway, which drains its
+            # requests and then stops this Redis; and it stops when the gateway dies.
+            self.process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
+            )  # fmt: skip
+        else:
+            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -8,7 +8,6 @@ one dies, unless children keep dying right after they start.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -20,12 +19,13 @@ from types import FrameType
 
 from aiohttp import web
 
+from .lifeline import die_with_parent
+
 log = logging.getLogger("gateway.workers")
 
 # A child that dies sooner than this after its start counts as a failed start.
 STARTUP_GRACE = 5.0
 MAX_FAILED_STARTS = 3
-_PR_SET_PDEATHSIG = 1
 
 
 def default_workers() -> int:
@@ -40,11 +40,7 @@ def _child_setup() -> None:
     """In the child, before exec: die with the parent, so none is orphaned, and ignore SIGHUP
     until the gateway installs its own handler (the ignored state survives exec)."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent(signal.SIGKILL)
 
 
 def count_requests(app: web.Application) -> None:
