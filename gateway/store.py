@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
@@ -18,6 +19,8 @@ from .breaker import CircuitBreaker
 from .coalescer import Coalescer
 from .errors import RecordCorrupt, StoreUnavailable
 from .record import STATE_UNKNOWN, Record
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -95,19 +98,24 @@ class Store:
     def _register(self, name: str) -> AsyncScript:
         return self.client.register_script(load_script(name))
 
-    async def _call(self, script: AsyncScript, key: str, *args: Any) -> Any:
+    async def _guarded(
+        self, send: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[T]],
+        script: AsyncScript, key: str, args: tuple[Any, ...],
+    ) -> T:  # fmt: skip
+        """`send` the call through the circuit breaker; Redis failures as StoreUnavailable."""
         if not self.breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         try:
-            if self._batch is not None:
-                result = await self._batch.call(script, key, args)
-            else:
-                result = await self._evalsha(script, key, args)
+            result = await send(script, key, args)
         except _FAILURES as exc:
             self.breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         self.breaker.success()
         return result
+
+    async def _call(self, script: AsyncScript, key: str, *args: Any) -> Any:
+        send = self._batch.call if self._batch is not None else self._evalsha
+        return await self._guarded(send, script, key, args)
 
     async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
         if self._cluster:
@@ -136,15 +144,7 @@ class Store:
 
     async def _call_replicated(self, script: AsyncScript, key: str, *args: Any) -> tuple[Any, int]:
         """Run a script, then WAIT for the replicas: its reply and how many acknowledged."""
-        if not self.breaker.allow():
-            raise StoreUnavailable("Redis circuit is open after repeated errors")
-        try:
-            result = await self._eval_and_wait(script, key, args)
-        except _FAILURES as exc:
-            self.breaker.failure()
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        self.breaker.success()
-        return result
+        return await self._guarded(self._eval_and_wait, script, key, args)
 
     async def _eval_and_wait(
         self, script: AsyncScript, key: str, args: tuple[Any, ...]
