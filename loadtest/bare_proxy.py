@@ -13,7 +13,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from .procs import new_loop
+from .procs import run_server
 
 HOP_BY_HOP = frozenset(
     ("connection", "keep-alive", "transfer-encoding", "upgrade", "te", "trailer", "host")
@@ -66,13 +66,7 @@ def main() -> None:
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     args = parser.parse_args()
-    loop = new_loop(args.loop)
-    try:
-        loop.run_until_complete(serve(args.port, args.upstream.rstrip("/")))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        loop.close()
+    run_server(args.loop, serve(args.port, args.upstream.rstrip("/")))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import WatchError
 
 from gateway.breaker import CircuitBreaker
+from gateway.cli import new_loop
 from gateway.store import Claim, Store
-
-from .procs import new_loop
 
 LEASE_MS = 30_000
 

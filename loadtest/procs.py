@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
+from gateway.cli import new_loop
 from gateway.ports import wait_for_port
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def new_loop(kind: str) -> asyncio.AbstractEventLoop:
-    if kind == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+def run_server(loop_kind: str, main: Coroutine[Any, Any, None]) -> None:
+    """Run a server's coroutine on the chosen event loop until it is interrupted."""
+    loop = new_loop(loop_kind)
+    try:
+        loop.run_until_complete(main)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
 
 
 def cpu_seconds(pid: int) -> float:

@@ -16,7 +16,7 @@ from collections import Counter
 import orjson
 from aiohttp import web
 
-from .procs import new_loop
+from .procs import run_server
 
 
 class Counting:
@@ -70,13 +70,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     args = parser.parse_args()
-    loop = new_loop(args.loop)
-    try:
-        loop.run_until_complete(serve(args.port))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        loop.close()
+    run_server(args.loop, serve(args.port))
 
 
 if __name__ == "__main__":
