@@ -22,13 +22,18 @@ from .s3 import MotoServer
 from .upstream import CountingUpstream
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One real redis-server for the session, on a free loopback port."""
+def running_redis() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, closed (and its data dir removed) after."""
     server = RedisServer()
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session."""
+    yield from running_redis()
 
 
 @pytest.fixture
@@ -45,10 +50,7 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A redis-server for one test that stops, kills or restarts it."""
-    server = RedisServer()
-    server.start()
-    yield server
-    server.close()
+    yield from running_redis()
 
 
 @pytest.fixture
