@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
@@ -126,9 +127,9 @@ class Coalescer:
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self._timeout):
-                await connection.send_packed_command(
-                    connection.pack_commands(commands), check_health=False
-                )
+                # hiredis packs in C what redis-py's asyncio connection packs in Python.
+                packed = b"".join([hiredis.pack_command(command) for command in commands])
+                await connection.send_packed_command(packed, check_health=False)
                 for _ in commands:
                     try:
                         # No timeout of its own: the deadline above covers the whole batch.
