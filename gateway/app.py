@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .access import add_request_id, observer
+from .access import observed
 from .blobstore import BlobStore, LongestHold, open_blob_store, sweep_periodically
 from .breaker import CircuitBreaker
 from .config import Settings
@@ -64,7 +64,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await blobs.close()
 
 
-async def _handle(request: web.Request) -> web.StreamResponse:
+async def _gateway(request: web.Request) -> web.StreamResponse:
     return await request.app[GATEWAY].handle(request)
 
 
@@ -74,12 +74,12 @@ def create_app(
     """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
     quiet_malformed_requests()
     metrics = metrics or Metrics()
-    app = web.Application(middlewares=[observer(metrics, lambda: app[GATEWAY].settings)])
+    app = web.Application()
     app[SETTINGS] = settings
     app[REDIS_URL] = redis_url
     app[METRICS] = metrics
-    app.on_response_prepare.append(add_request_id)
     app[TASKS] = TaskSet()
     app.cleanup_ctx.append(_resources)
-    app.router.add_route("*", "/{tail:.*}", _handle)
+    handle = observed(_gateway, metrics, lambda: app[GATEWAY].settings)
+    app.router.add_route("*", "/{tail:.*}", handle)
     return app

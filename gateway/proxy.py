@@ -108,6 +108,9 @@ def start_response(
         response.headers[name] = value
     if length is not None:
         response.content_length = length
+    info = current()
+    if info is not None:  # the request's id names its answer (a replay's own, too)
+        response.headers[REQUEST_ID] = info.request_id
     return response
 
 
