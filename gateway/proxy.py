@@ -128,14 +128,22 @@ def classify(exc: BaseException) -> str:
     return BROKEN
 
 
+def _body_wait(timeouts: Timeouts) -> float:
+    return timeouts.read or timeouts.total
+
+
 @functools.lru_cache(maxsize=256)
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
-    """aiohttp's own timeouts: only the connection (a pooled one included), which fails as
-    ConnectionTimeoutError before anything is sent. The head and the body are timed by
-    `open_upstream` and `body_chunks`."""
+    """aiohttp's own timeouts. `connect` bounds getting a connection (a pooled one
+    included), which fails as ConnectionTimeoutError before anything is sent. `sock_read`
+    bounds each wait for the upstream's bytes once the request is sent; aiohttp stops that
+    clock while it stops reading because the client is slow to take the answer, so a slow
+    client can never make a complete answer look lost. The head as a whole is timed by
+    `open_upstream`; `sock_read` is `total` until the head is in, never firing before it."""
     return aiohttp.ClientTimeout(
-        total=None, connect=timeouts.connect, sock_connect=timeouts.connect
-    )
+        total=None, connect=timeouts.connect, sock_connect=timeouts.connect,
+        sock_read=timeouts.total,
+    )  # fmt: skip
 
 
 def upstream_url(origin: str, request: web.Request) -> str:
@@ -152,9 +160,10 @@ async def open_upstream(
     data: Any,
     timeouts: Timeouts,
 ) -> aiohttp.ClientResponse:
-    """Send the request; the upstream's answer head must arrive within `timeouts.total`."""
+    """Send the request; the upstream's answer head must arrive within `timeouts.total`.
+    Each later wait for body bytes is bounded by `timeouts.read` (or `total`)."""
     async with asyncio.timeout(timeouts.total):
-        return await session.request(
+        upstream = await session.request(
             request.method,
             upstream_url(origin, request),
             headers=headers,
@@ -162,20 +171,17 @@ async def open_upstream(
             timeout=client_timeout(timeouts),
             allow_redirects=False,
         )
+    wait = _body_wait(timeouts)
+    connection = upstream.connection
+    if wait != timeouts.total and connection is not None and connection.protocol is not None:
+        connection.protocol.read_timeout = wait
+        connection.protocol.start_timeout()  # the wait for the first body bytes, too
+    return upstream
 
 
-async def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
-    """The answer's body as it arrives; each wait for more bytes is bounded by `read` (or
-    `total`). Only waits for the upstream count: time spent while a slow client holds up
-    the writing does not, so a slow client can never make a complete answer look lost."""
-    limit = timeouts.read or timeouts.total
-    content = upstream.content
-    while True:
-        async with asyncio.timeout(limit):
-            chunk = await content.readany()
-        if not chunk:
-            return
-        yield chunk
+def body_chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The answer's body as it arrives (each wait bounded as `open_upstream` set it)."""
+    return upstream.content.iter_any()
 
 
 class Upstreams:
@@ -243,7 +249,7 @@ async def pass_through(
                 extra,
             )
             await response.prepare(request)
-            async for chunk in body_chunks(upstream, timeouts):
+            async for chunk in body_chunks(upstream):
                 if not await write_quietly(response, chunk):
                     break
             await response.write_eof()

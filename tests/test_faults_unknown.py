@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 import orjson
 import pytest
 
@@ -101,3 +105,68 @@ async def test_connect_failure_always_releases(
     assert "Idempotency-Outcome" not in resp.headers
     assert orjson.loads(await resp.read())["type"].endswith("upstream-unreachable")
     assert redis_keys(redis_url) == []
+
+
+@contextlib.asynccontextmanager
+async def _pausing_upstream(pause: float) -> AsyncIterator[tuple[str, list[int]]]:
+    """Answers 201 with its head and half its body at once, the rest after `pause`."""
+    calls: list[int] = []
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"content-length:")),
+                0,
+            )  # fmt: skip
+            await reader.readexactly(length)
+            calls.append(1)
+            writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\nhello")
+            await writer.drain()
+            await asyncio.sleep(pause)  # the upstream's own slowness, the fault under test
+            writer.write(b"world")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", calls
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+async def test_a_body_stall_longer_than_read_is_an_unknown_outcome(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """`timeouts.read` bounds each wait for body bytes, even when `total` is far longer."""
+    async with _pausing_upstream(pause=3.0) as (origin, calls):
+        timeouts = {"total": "20s", "read": "200ms"}
+        settings = gateway_settings(origin, on_unknown_outcome="record", timeouts=timeouts)
+        client = await make_gateway(settings=settings)
+        first = await client.post("/pay", data=b"x", headers=KEY)
+        assert first.status == 502
+        assert first.headers["Idempotency-Outcome"] == "unknown"
+        assert state(redis_url) == b"U"
+        assert len(calls) == 1
+
+
+async def test_a_body_pause_within_read_completes_though_longer_than_total(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """`total` times the head only: a body pause within `read` is no timeout."""
+    async with _pausing_upstream(pause=1.0) as (origin, calls):
+        timeouts = {"total": "300ms", "read": "5s"}
+        settings = gateway_settings(origin, on_unknown_outcome="record", timeouts=timeouts)
+        client = await make_gateway(settings=settings)
+        first = await client.post("/pay", data=b"x", headers=KEY)
+        assert first.status == 201
+        assert await first.read() == b"helloworld"
+        assert state(redis_url) == b"C"
+        assert len(calls) == 1
