@@ -13,6 +13,7 @@ from aiohttp import web
 from . import keyscli, logs
 from .admin import attach_admin
 from .app import DRAIN_SECONDS, create_app
+from .collector import tune_collector
 from .config import Settings, load_settings
 from .errors import ConfigError
 from .redis_server import RedisServer
@@ -66,6 +67,7 @@ def serve(
             reload_on_sighup(app, config_path)
         if worker:
             count_requests(app)
+        app.on_startup.append(tune_collector)  # last: after the resources are up
         web.run_app(
             app,
             host=listen.host,
