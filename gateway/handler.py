@@ -344,8 +344,9 @@ class Gateway:
                         await self._release(c)  # a retry may run while this answer streams
                     # An answer that is recorded says until when (shadow mode adds nothing).
                     enforced = settle is Settle.RECORD and route.mode == "enforce"
+                    answer_headers = response_headers(upstream.raw_headers)
                     response = start_response(
-                        upstream.status, upstream.reason, response_headers(upstream.raw_headers),
+                        upstream.status, upstream.reason, answer_headers,
                         upstream.content_length, expires(route.retention) if enforced else None,
                     )  # fmt: skip
                     # A recorded answer's last bytes (its head, when the body is empty) are
@@ -372,7 +373,7 @@ class Gateway:
                             self._blob_write_failed(route, recorder.failure)
                         elif recorded.blob is not None:
                             self.metrics.blob_written.inc(recorded.size)
-                        await self._record(c, upstream, recorded, beat.lost)
+                        await self._record(c, upstream.status, answer_headers, recorded, beat.lost)
                         if client_here:
                             client_here = await self._send(response, request, held)
             except Exception as exc:
@@ -404,13 +405,14 @@ class Gateway:
     async def _record(
         self,
         c: Claimed,
-        upstream: aiohttp.ClientResponse,
+        status: int,
+        headers: list[tuple[str, str]],
         body: RecordedBody,
         lease_lost: bool,
     ) -> None:
         record = Record(
-            status=upstream.status,
-            headers=response_headers(upstream.raw_headers),
+            status=status,
+            headers=headers,
             size=body.size,
             sha256=body.sha256,
             blob=body.blob,
