@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
+import yaml
 
-from loadtest.run import find_duplicates
+from gateway.ports import free_port, wait_for_port
+from loadtest.run import find_duplicates, gateway_config
+
+from .upstream import CountingUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,3 +50,36 @@ def test_tiny_run_holds_exactly_once_through_the_gateway_only(tmp_path: Path) ->
     # The same counters, behind the bare proxy, catch keys that ran more than once.
     assert rows[("seed", "bare")]["duplicates"] > 0
     assert "scenario" in out.stdout and "RPS" in out.stdout
+
+
+async def test_an_ablated_gateway_really_goes_without_the_named_parts(
+    tmp_path: Path, redis_url: str, upstream: tuple[CountingUpstream, str]
+) -> None:
+    """`loadtest.ablate` reads costs off variants: each must lack what its name says."""
+    counting, origin = upstream
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(gateway_config(port, origin, redis_url, "asyncio", True, free_port()))
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "loadtest.ablated_gateway", "--without", "redis,observe",
+            "--", "--config", str(config), "--workers", "1",
+        ],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await asyncio.to_thread(wait_for_port, port, process)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                async with session.post(
+                    f"http://127.0.0.1:{port}/pay", data=b"x", headers={"Idempotency-Key": "k"}
+                ) as answer:
+                    assert answer.status == 201
+                    assert "Idempotent-Replayed" not in answer.headers  # nothing was claimed
+                    assert "X-Request-Id" not in answer.headers  # no request id either
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    assert counting.count("/pay", "k") == 2

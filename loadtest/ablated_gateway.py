@@ -1,0 +1,91 @@
+"""The gateway with named parts of its work taken out, for `loadtest.ablate` only.
+
+`python -m loadtest.ablated_gateway --without redis,gc -- --config gw.yaml --workers 1` runs
+`python -m gateway` after replacing each named part with the least that keeps requests
+flowing. What a part costs is then the difference in CPU per request. Never a way to run
+the gateway: without `redis` nothing is claimed and every request is forwarded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import runpy
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from gateway import access, collector, handler, store
+from gateway.store import Claim, ClaimResult
+
+
+def _no_redis() -> None:
+    async def claim(self: store.Store, *args: Any) -> ClaimResult:
+        return ClaimResult(Claim.CLAIMED)
+
+    async def complete(self: store.Store, *args: Any) -> bool:
+        return True
+
+    store.Store.claim = claim  # type: ignore[method-assign]
+    store.Store.complete = complete  # type: ignore[method-assign]
+
+
+def _default_gc() -> None:
+    async def untouched(app: Any) -> None:
+        return None
+
+    collector.tune_collector = untouched  # type: ignore[assignment]
+    sys.modules["gateway.cli"].tune_collector = untouched  # type: ignore[attr-defined]
+
+
+def _no_observe() -> None:
+    access.observed = lambda handle, metrics, settings: handle  # type: ignore[assignment]
+    sys.modules["gateway.app"].observed = access.observed  # type: ignore[attr-defined]
+
+
+def _no_digests() -> None:
+    handler.fingerprint = lambda *args: "0" * 64  # type: ignore[assignment]
+    handler.tenant_id = lambda values: "0" * 32  # type: ignore[assignment]
+
+
+def _no_forward_task() -> None:
+    """The forward runs in the handler's own task, unshielded."""
+
+    class Direct:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(asyncio, name)
+
+        @staticmethod
+        def shield(awaitable: Any) -> Any:
+            return awaitable
+
+    handler.asyncio = Direct()  # type: ignore[assignment]
+    handler.TaskSet.spawn = lambda self, coro: coro  # type: ignore[attr-defined]
+
+
+PARTS: dict[str, Callable[[], None]] = {
+    "redis": _no_redis,  # the claim and the completion answered in-process
+    "gc": _default_gc,  # Python's default collector settings (no tuning at start-up)
+    "observe": _no_observe,  # no request id, overhead metric or access log
+    "digests": _no_digests,  # no fingerprint, tenant or key digests
+    "task": _no_forward_task,  # no shielded task per forwarded request
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--without", default="", help=f"comma-separated, of {sorted(PARTS)}")
+    parser.add_argument("gateway_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    # The CLI module must be loaded before its names are replaced.
+    import gateway.app
+    import gateway.cli  # noqa: F401
+
+    for part in filter(None, args.without.split(",")):
+        PARTS[part]()
+    sys.argv = ["gateway", *[a for a in args.gateway_args if a != "--"]]
+    runpy.run_module("gateway", run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
