@@ -14,10 +14,15 @@ from aiohttp import web
 YOUNG_THRESHOLD = 10_000
 
 
-async def tune_collector(app: web.Application) -> None:
-    """on_startup, after the resources are up: freeze what start-up made (modules, config,
-    clients) so that full collections never scan it again, and collect less often."""
+def tune() -> None:
+    """Freeze what start-up made (modules, config, clients) so that full collections never
+    scan it again, and collect young garbage less often."""
     gc.collect()
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, oldest)
+
+
+async def tune_collector(app: web.Application) -> None:
+    """on_startup, after the resources are up: `tune`."""
+    tune()

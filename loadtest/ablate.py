@@ -27,6 +27,7 @@ from .run import SCENARIOS, _get, ensure_wrk, gateway_config, run_wrk, settle
 
 VARIANTS = (
     ("bare proxy", None),
+    ("bare proxy, tuned collector", "bare-gc"),
     ("gateway", ""),
     ("- redis calls", "redis"),
     ("- collector tuning", "gc"),
@@ -66,10 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         targets: dict[str, Child] = {}
         for i, (name, without) in enumerate(VARIANTS):
             port = free_port()
-            if without is None:
+            if without is None or without == "bare-gc":
+                tuned = ["--tuned-collector"] if without else []
                 targets[name] = child(
-                    "bare", "loadtest.bare_proxy",
-                    ["--port", str(port), "--upstream", upstream.url], port,
+                    f"bare-{i}", "loadtest.bare_proxy",
+                    ["--port", str(port), "--upstream", upstream.url, *tuned], port,
                 )  # fmt: skip
                 continue
             config = workdir / f"gateway-{i}.yaml"

@@ -13,6 +13,8 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
+from gateway.collector import tune
+
 from .procs import run_server
 
 HOP_BY_HOP = frozenset(
@@ -26,7 +28,7 @@ class HeadWithBody(web.StreamResponse):
     _send_headers_immediately = False
 
 
-async def serve(port: int, upstream: str) -> None:
+async def serve(port: int, upstream: str, tuned_collector: bool = False) -> None:
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=1024),
         auto_decompress=False,
@@ -53,6 +55,8 @@ async def serve(port: int, upstream: str) -> None:
     runner = web.ServerRunner(web.Server(handle, access_log=None))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+    if tuned_collector:
+        tune()  # the gateway's collector settings, to show what they do for a bare hop
     try:
         await asyncio.Event().wait()
     finally:
@@ -65,8 +69,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--tuned-collector", action="store_true")
     args = parser.parse_args()
-    run_server(args.loop, serve(args.port, args.upstream.rstrip("/")))
+    run_server(args.loop, serve(args.port, args.upstream.rstrip("/"), args.tuned_collector))
 
 
 if __name__ == "__main__":
