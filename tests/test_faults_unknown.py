@@ -13,7 +13,7 @@ from gateway.redis_server import free_port
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, redis_keys, state, value
-from .upstream import CountingUpstream
+from .upstream import CountingUpstream, read_raw_request
 
 KEY = {"Idempotency-Key": "k-unknown"}
 STALL = {"timeouts": {"total": "300ms"}, "lease": "30s"}
@@ -118,13 +118,7 @@ async def _pausing_upstream(pause: float) -> AsyncIterator[tuple[str, list[int]]
         assert task is not None
         handlers.add(task)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                 if line.lower().startswith(b"content-length:")),
-                0,
-            )  # fmt: skip
-            await reader.readexactly(length)
+            await read_raw_request(reader)
             calls.append(1)
             writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n\r\nhello")
             await writer.drain()

@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from .conftest import GatewayFactory, gateway_settings
+from .upstream import read_raw_request
 
 
 class DroppingUpstream:
@@ -26,13 +27,7 @@ class DroppingUpstream:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                     if line.lower().startswith(b"content-length:")),
-                    0,
-                )  # fmt: skip
-                await reader.readexactly(length)
+                await read_raw_request(reader)
                 self.count += 1
                 if self.count == 1:
                     return  # worked, then gone

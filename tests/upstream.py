@@ -14,6 +14,17 @@ import orjson
 from aiohttp import web
 
 
+async def read_raw_request(reader: asyncio.StreamReader) -> bytes:
+    """One request off a raw HTTP/1.1 connection: its head, then its Content-Length body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length:")),
+        0,
+    )  # fmt: skip
+    return await reader.readexactly(length)
+
+
 def blob_chunks(size: int, chunk: int, seed: str) -> Iterator[bytes]:
     """The bytes `/blob` sends: `size` seeded pseudo-random bytes, `chunk` at a time."""
     rng = random.Random(seed)
