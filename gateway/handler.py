@@ -359,7 +359,7 @@ class Gateway:
                         self.blobs, route.inline_max, route.max_recorded_body,
                         upstream.content_length,
                     ) as recorder:  # fmt: skip
-                        async for chunk in body_chunks(upstream):
+                        async for chunk in body_chunks(upstream, route.timeouts):
                             if recording:
                                 await recorder.feed(chunk)
                                 chunk, held = held, chunk

@@ -128,21 +128,25 @@ def classify(exc: BaseException) -> str:
     return BROKEN
 
 
-def _body_wait(timeouts: Timeouts) -> float:
-    return timeouts.read or timeouts.total
+def _reads_by_socket(timeouts: Timeouts) -> bool:
+    """Whether aiohttp's own `sock_read` can time the body's waits: when they are bounded
+    like the head, by `total` (the default)."""
+    return timeouts.read is None or timeouts.read == timeouts.total
 
 
 @functools.lru_cache(maxsize=256)
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
     """aiohttp's own timeouts. `connect` bounds getting a connection (a pooled one
     included), which fails as ConnectionTimeoutError before anything is sent. `sock_read`
-    bounds each wait for the upstream's bytes once the request is sent; aiohttp stops that
-    clock while it stops reading because the client is slow to take the answer, so a slow
-    client can never make a complete answer look lost. The head as a whole is timed by
-    `open_upstream`; `sock_read` is `total` until the head is in, never firing before it."""
+    bounds each wait for the upstream's bytes once the request is sent, never firing
+    before `open_upstream`'s bound on the head; aiohttp stops its clock while it stops
+    reading because the client is slow to take the answer, so a slow client can never
+    make a complete answer look lost. A route whose `read` differs from `total` has its
+    body's waits timed by `body_chunks` instead."""
+    sock_read = timeouts.total if _reads_by_socket(timeouts) else None
     return aiohttp.ClientTimeout(
         total=None, connect=timeouts.connect, sock_connect=timeouts.connect,
-        sock_read=timeouts.total,
+        sock_read=sock_read,
     )  # fmt: skip
 
 
@@ -160,10 +164,9 @@ async def open_upstream(
     data: Any,
     timeouts: Timeouts,
 ) -> aiohttp.ClientResponse:
-    """Send the request; the upstream's answer head must arrive within `timeouts.total`.
-    Each later wait for body bytes is bounded by `timeouts.read` (or `total`)."""
+    """Send the request; the upstream's answer head must arrive within `timeouts.total`."""
     async with asyncio.timeout(timeouts.total):
-        upstream = await session.request(
+        return await session.request(
             request.method,
             upstream_url(origin, request),
             headers=headers,
@@ -171,17 +174,24 @@ async def open_upstream(
             timeout=client_timeout(timeouts),
             allow_redirects=False,
         )
-    wait = _body_wait(timeouts)
-    connection = upstream.connection
-    if wait != timeouts.total and connection is not None and connection.protocol is not None:
-        connection.protocol.read_timeout = wait
-        connection.protocol.start_timeout()  # the wait for the first body bytes, too
-    return upstream
 
 
-def body_chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The answer's body as it arrives (each wait bounded as `open_upstream` set it)."""
-    return upstream.content.iter_any()
+def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
+    """The answer's body as it arrives; each wait for more bytes is bounded by `read` (or
+    `total`): by aiohttp's `sock_read` (see `client_timeout`) or, for a `read` of its own,
+    here, counting only the waits for the upstream, never time a slow client takes."""
+    if _reads_by_socket(timeouts):
+        return upstream.content.iter_any()
+    return _bounded_reads(upstream.content, timeouts.read or timeouts.total)
+
+
+async def _bounded_reads(content: aiohttp.StreamReader, limit: float) -> AsyncIterator[bytes]:
+    while True:
+        async with asyncio.timeout(limit):
+            chunk = await content.readany()
+        if not chunk:
+            return
+        yield chunk
 
 
 class Upstreams:
@@ -249,7 +259,7 @@ async def pass_through(
                 extra,
             )
             await response.prepare(request)
-            async for chunk in body_chunks(upstream):
+            async for chunk in body_chunks(upstream, timeouts):
                 if not await write_quietly(response, chunk):
                     break
             await response.write_eof()

@@ -136,12 +136,17 @@ async def _pausing_upstream(pause: float) -> AsyncIterator[tuple[str, list[int]]
         await asyncio.gather(*handlers, return_exceptions=True)
 
 
+@pytest.mark.parametrize(
+    "timeouts",
+    [{"total": "300ms"}, {"total": "20s", "read": "200ms"}],
+    ids=["read-defaults-to-total", "read-of-its-own"],
+)
 async def test_a_body_stall_longer_than_read_is_an_unknown_outcome(
-    make_gateway: GatewayFactory, redis_url: str
+    make_gateway: GatewayFactory, redis_url: str, timeouts: dict[str, str]
 ) -> None:
-    """`timeouts.read` bounds each wait for body bytes, even when `total` is far longer."""
+    """Each wait for body bytes is bounded by `timeouts.read` (by default `total`), whether
+    aiohttp's `sock_read` times it or the gateway does."""
     async with _pausing_upstream(pause=3.0) as (origin, calls):
-        timeouts = {"total": "20s", "read": "200ms"}
         settings = gateway_settings(origin, on_unknown_outcome="record", timeouts=timeouts)
         client = await make_gateway(settings=settings)
         first = await client.post("/pay", data=b"x", headers=KEY)
