@@ -26,6 +26,7 @@ from .proxy import (
     abort,
     body_chunks,
     classify,
+    forget_frames,
     forward_headers,
     open_upstream,
     pass_through,
@@ -379,7 +380,9 @@ class Gateway:
             except Exception as exc:
                 if not isinstance(exc, TimeoutError | aiohttp.ClientError):
                     log.exception("route %s: forwarding failed", route.name)
-                failed = await self._settle_failure(c, classify(exc), exc)
+                kind = classify(exc)
+                forget_frames(exc)
+                failed = await self._settle_failure(c, kind, exc)
                 if response is not None and response.prepared:
                     return abort(request, response)
                 return failed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import traceback
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -112,6 +113,19 @@ def start_response(
     if info is not None:  # the request's id names its answer (a replay's own, too)
         response.headers[REQUEST_ID] = info.request_id
     return response
+
+
+def forget_frames(exc: BaseException) -> None:
+    """Clear the locals of the finished frames an upstream failure's traceback keeps, along
+    its chain of causes. Those frames hold the request body, and asyncio's connection errors
+    sit in reference cycles that only the garbage collector breaks: while an upstream is
+    down, retries with large bodies would otherwise pile up in memory until it runs."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)  # frames still running are skipped
+        current = current.__cause__ or current.__context__
 
 
 def classify(exc: BaseException) -> str:
@@ -265,6 +279,7 @@ async def pass_through(
             await response.write_eof()
             return response
     except (TimeoutError, aiohttp.ClientError) as exc:
+        forget_frames(exc)
         if response is not None and response.prepared:
             return abort(request, response)
         return upstream_failure(classify(exc), str(exc) or type(exc).__name__)

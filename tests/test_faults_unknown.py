@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import types
 from collections.abc import AsyncIterator
 
 import orjson
@@ -169,3 +171,35 @@ async def test_a_body_pause_within_read_completes_though_longer_than_total(
         assert await first.read() == b"helloworld"
         assert state(redis_url) == b"C"
         assert len(calls) == 1
+
+
+def _frames_holding_a_body(size: int) -> list[str]:
+    """Frames (outside this file) whose locals still hold a bytes object of `size`."""
+    here = __file__
+    return [
+        f"{frame.f_code.co_filename}:{frame.f_code.co_name}"
+        for frame in gc.get_objects()
+        if isinstance(frame, types.FrameType)
+        and frame.f_code.co_filename != here
+        and any(isinstance(v, bytes) and len(v) == size for v in frame.f_locals.values())
+    ]
+
+
+async def test_a_failed_upstream_call_lets_go_of_its_body_at_once(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """A connect failure's exception sits in a reference cycle (asyncio's connection
+    attempts), whose frames hold the request body: with an upstream down, retries with large
+    bodies would pile up until the collector runs. The gateway clears those frames."""
+    size = (1 << 19) + 7  # under aiohttp's warning for large raw bodies
+    dead = f"http://127.0.0.1:{free_port()}"
+    client = await make_gateway(settings=gateway_settings(dead))
+    gc.collect()
+    gc.disable()  # nothing but the gateway itself may free what the failures keep
+    try:
+        for i in range(3):
+            resp = await client.post("/pay", data=b"x" * size, headers={"Idempotency-Key": f"k{i}"})
+            assert resp.status == 502
+        assert _frames_holding_a_body(size) == []
+    finally:
+        gc.enable()
