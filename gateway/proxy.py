@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import traceback
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -116,15 +115,16 @@ def start_response(
 
 
 def forget_frames(exc: BaseException) -> None:
-    """Clear the locals of the finished frames an upstream failure's traceback keeps, along
-    its chain of causes. Those frames hold the request body, and asyncio's connection errors
-    sit in reference cycles that only the garbage collector breaks: while an upstream is
-    down, retries with large bodies would otherwise pile up in memory until it runs."""
+    """Drop the tracebacks along an upstream failure's chain of causes, once it has been
+    classified and logged. Their frames hold the request body, and asyncio's connection
+    errors sit in reference cycles that only the garbage collector breaks: while an upstream
+    is down, retries with large bodies would otherwise pile up in memory until it runs.
+    (Dropped, not cleared: clearing a frame would end a task it belongs to that still runs.)"""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)  # frames still running are skipped
+        current.__traceback__ = None
         current = current.__cause__ or current.__context__
 
 
@@ -142,26 +142,16 @@ def classify(exc: BaseException) -> str:
     return BROKEN
 
 
-def _reads_by_socket(timeouts: Timeouts) -> bool:
-    """Whether aiohttp's own `sock_read` can time the body's waits: when they are bounded
-    like the head, by `total` (the default)."""
-    return timeouts.read is None or timeouts.read == timeouts.total
-
-
 @functools.lru_cache(maxsize=256)
 def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
-    """aiohttp's own timeouts. `connect` bounds getting a connection (a pooled one
-    included), which fails as ConnectionTimeoutError before anything is sent. `sock_read`
-    bounds each wait for the upstream's bytes once the request is sent, never firing
-    before `open_upstream`'s bound on the head; aiohttp stops its clock while it stops
-    reading because the client is slow to take the answer, so a slow client can never
-    make a complete answer look lost. A route whose `read` differs from `total` has its
-    body's waits timed by `body_chunks` instead."""
-    sock_read = timeouts.total if _reads_by_socket(timeouts) else None
+    """aiohttp's own timeouts: only the connection (a pooled one included), which fails as
+    ConnectionTimeoutError before anything is sent. The head and the body are timed by
+    `open_upstream` and `body_chunks`. Not aiohttp's `sock_read`: its clock restarts on any
+    byte the upstream sends after a complete answer (a stray CRLF), and it then fails the
+    finished answer's stream, or the next request on that pooled connection, unsent."""
     return aiohttp.ClientTimeout(
-        total=None, connect=timeouts.connect, sock_connect=timeouts.connect,
-        sock_read=sock_read,
-    )  # fmt: skip
+        total=None, connect=timeouts.connect, sock_connect=timeouts.connect
+    )
 
 
 def upstream_url(origin: str, request: web.Request) -> str:
@@ -190,16 +180,12 @@ async def open_upstream(
         )
 
 
-def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
+async def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
     """The answer's body as it arrives; each wait for more bytes is bounded by `read` (or
-    `total`): by aiohttp's `sock_read` (see `client_timeout`) or, for a `read` of its own,
-    here, counting only the waits for the upstream, never time a slow client takes."""
-    if _reads_by_socket(timeouts):
-        return upstream.content.iter_any()
-    return _bounded_reads(upstream.content, timeouts.read or timeouts.total)
-
-
-async def _bounded_reads(content: aiohttp.StreamReader, limit: float) -> AsyncIterator[bytes]:
+    `total`). Only waits for the upstream count: time spent while a slow client holds up
+    the writing does not, so a slow client can never make a complete answer look lost."""
+    limit = timeouts.read or timeouts.total
+    content = upstream.content
     while True:
         async with asyncio.timeout(limit):
             chunk = await content.readany()

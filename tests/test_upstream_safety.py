@@ -175,3 +175,53 @@ async def test_utf8_header_bytes_pass_through_and_replay_unchanged(
             assert (b"Content-Disposition", raw) in resp.raw_headers
     finally:
         await upstream.close()
+
+
+class StrayCrlfUpstream:
+    """Answers every request with a complete 201, then sends a stray CRLF (which some
+    servers do after a body) on the kept-alive connection."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await read_raw_request(reader)
+                self.count += 1
+                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello")
+                await writer.drain()
+                await asyncio.sleep(0.05)  # the upstream's timing: the CRLF comes on its own
+                writer.write(b"\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def stray_crlf() -> AsyncIterator[tuple[StrayCrlfUpstream, str]]:
+    upstream = StrayCrlfUpstream()
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    server.close()
+    await server.wait_closed()
+
+
+async def test_bytes_after_a_complete_answer_never_fail_it_or_the_next_call(
+    make_gateway: GatewayFactory, stray_crlf: tuple[StrayCrlfUpstream, str]
+) -> None:
+    """A read timer that the stray bytes restart would fail the finished answer or, on the
+    pooled connection, the next call as a timeout (its key released, or kept unknown)."""
+    upstream, origin = stray_crlf
+    client = await make_gateway(
+        settings=gateway_settings(origin, on_unknown_outcome="record", timeouts={"total": "200ms"})
+    )
+    for key in ("first", "second"):
+        answer = await client.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+        assert answer.status == 201, await answer.text()
+        assert await answer.read() == b"hello"
+        # Longer than `total` idle in the pool, so any read timer left armed would fire.
+        await asyncio.sleep(0.5)
+    assert upstream.count == 2
