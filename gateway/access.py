@@ -8,9 +8,11 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from .config import Settings
+from .errors import problem
 from .keys import BadKey, digest, parse_key
 from .logs import FIELDS
 from .metrics import Metrics
@@ -19,6 +21,7 @@ from .requestlog import REQUEST_ID, RequestInfo, begin, end
 MAX_REQUEST_ID = 128
 
 access_log = logging.getLogger("gateway.access")
+log = logging.getLogger(__name__)
 
 
 def request_id(request: web.Request) -> str:
@@ -65,6 +68,16 @@ def observed(handle: Handler, metrics: Metrics, settings: Callable[[], Settings]
             status = exc.status
             exc.headers[REQUEST_ID] = info.request_id
             raise
+        except Exception as exc:
+            # aiohttp answers a malformed request itself (4xx), a client that is gone needs
+            # no answer, and an answer whose head is out cannot be replaced: those go on.
+            if isinstance(exc, HttpProcessingError | ConnectionError) or request.writer.output_size:
+                raise
+            log.exception("request %s failed", info.request_id)
+            detail = f"the gateway failed on this request; its log names request {info.request_id}"
+            response = problem(500, "internal-error", "Internal error", detail)
+            response.headers[REQUEST_ID] = info.request_id
+            return response
         finally:
             end(token)
             elapsed = time.monotonic() - started

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import aiohttp
 import orjson
 import pytest
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
+from gateway import handler
 from gateway.admin import MAX_WORKERS, attach_admin
 from gateway.app import create_app
 from gateway.config import Admin, settings_from_dict
@@ -216,3 +219,38 @@ async def test_unusable_request_id_is_replaced(make_gateway: GatewayFactory, ups
         rid = resp.headers["X-Request-Id"]
         assert rid != bad and len(rid) == 32
         assert CIMultiDict(counting.seen_headers[-1])["X-Request-Id"] == rid
+
+
+async def test_every_kind_of_answer_names_its_own_request_id(
+    make_gateway: GatewayFactory, upstream, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gw = await make_gateway(require_key=False)
+    key = {"Idempotency-Key": "rid-kinds"}
+
+    async def answer(method: str, path: str, rid: str, **kwargs: Any) -> ClientResponse:
+        headers = {"X-Request-Id": rid, **kwargs.pop("headers", {})}
+        resp = await gw.request(method, path, headers=headers, **kwargs)
+        await resp.read()
+        assert resp.headers["X-Request-Id"] == rid, (rid, resp.status)
+        return resp
+
+    assert (await answer("POST", "/pay", "rid-first", headers=key, data=b"a")).status == 201
+    replay = await answer("POST", "/pay", "rid-replay", headers=key, data=b"a")
+    assert replay.headers["Idempotent-Replayed"] == "true"  # the replay's own id, not the first's
+    assert (await answer("POST", "/pay", "rid-mismatch", headers=key, data=b"b")).status == 422
+    bad = {"Idempotency-Key": "x" * 1000}
+    assert (await answer("POST", "/pay", "rid-bad-key", headers=bad, data=b"a")).status == 400
+    unprotected = await answer("GET", "/pay", "rid-unprotected")
+    assert unprotected.status == 201 and "Idempotent-Replayed" not in unprotected.headers
+
+    # A fault in the gateway itself: a problem+json 500 that names the request, and a log.
+    def broken(*args: Any) -> None:
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(handler, "parse_key", broken)
+    caplog.set_level(logging.ERROR, logger="gateway.access")
+    failed = await answer("POST", "/pay", "rid-fault", headers=key, data=b"a")
+    assert failed.status == 500
+    assert failed.content_type == "application/problem+json"
+    assert "rid-fault" in (await failed.json())["detail"]
+    assert any("rid-fault" in r.getMessage() and r.exc_info for r in caplog.records)
