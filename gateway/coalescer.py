@@ -15,7 +15,7 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
 
 _Call = tuple[AsyncScript, str, tuple[Any, ...], "asyncio.Future[Any]"]
 
@@ -124,11 +124,10 @@ class Coalescer:
         self, connection: AbstractConnection, commands: list[tuple[Any, ...]]
     ) -> list[Any]:
         """Send the commands at once and read every reply, within one deadline."""
+        packed = _pack(commands)
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self._timeout):
-                # hiredis packs in C what redis-py's asyncio connection packs in Python.
-                packed = b"".join([hiredis.pack_command(command) for command in commands])
                 await connection.send_packed_command(packed, check_health=False)
                 for _ in commands:
                     try:
@@ -150,6 +149,15 @@ class Coalescer:
             await self._client.connection_pool.release(connection)
         self._held.clear()
         self._idle.clear()
+
+
+def _pack(commands: list[tuple[Any, ...]]) -> bytes:
+    """hiredis packs in C what redis-py's asyncio connection packs in Python. An argument it
+    cannot encode is redis-py's DataError, as it would be from redis-py itself."""
+    try:
+        return b"".join([hiredis.pack_command(command) for command in commands])
+    except TypeError as exc:
+        raise DataError(str(exc)) from exc
 
 
 def _fail(batch: list[_Call], exc: BaseException) -> None:

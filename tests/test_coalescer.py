@@ -142,3 +142,18 @@ async def test_a_hung_redis_fails_the_batch_at_the_deadline_then_recovers(
         assert again.outcome is Claim.CLAIMED
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("pipeline", [True, False])
+async def test_an_argument_redis_cannot_take_is_a_store_error_either_way(
+    redis_url: str, pipeline: bool
+) -> None:
+    """hiredis's packer (pipelined) and redis-py's (not) refuse the same arguments alike: as
+    a Redis failure the store reports, never a bare TypeError, and the next call is fine."""
+    store = pipelined_store(redis_url, pipeline)
+    try:
+        with pytest.raises(StoreUnavailable, match="DataError"):
+            await store._call(store._claim, "idem:{t:bad}", "f", "t", None, 0)
+        assert (await store.claim("idem:{t:good}", "f", "t", 30.0)).outcome is Claim.CLAIMED
+    finally:
+        await store.close()
