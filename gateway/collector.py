@@ -17,8 +17,9 @@ YOUNG_THRESHOLD = 10_000
 
 def tune() -> None:
     """Freeze what start-up made (modules, config, clients) so that full collections never
-    scan it again, and collect young garbage less often. What is frozen is never collected
-    as a cycle: start-up objects that a SIGHUP reload replaces stay (a few KB a reload)."""
+    scan it again, and collect young garbage less often. Frozen objects are still freed when
+    their last reference goes, but never as a cycle: a start-up object in a reference cycle
+    that a SIGHUP reload replaces stays in memory."""
     gc.collect()
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
