@@ -19,6 +19,10 @@ from gateway import access, collector, handler, store
 from gateway.store import Claim, ClaimResult
 
 
+def _replace(owner: object, name: str, value: object) -> None:
+    setattr(owner, name, value)  # a stand-in of another signature, on purpose
+
+
 def _no_redis() -> None:
     async def claim(self: store.Store, *args: Any) -> ClaimResult:
         return ClaimResult(Claim.CLAIMED)
@@ -26,26 +30,26 @@ def _no_redis() -> None:
     async def complete(self: store.Store, *args: Any) -> bool:
         return True
 
-    store.Store.claim = claim  # type: ignore[method-assign]
-    store.Store.complete = complete  # type: ignore[method-assign]
+    _replace(store.Store, "claim", claim)
+    _replace(store.Store, "complete", complete)
 
 
 def _default_gc() -> None:
     async def untouched(app: Any) -> None:
         return None
 
-    collector.tune_collector = untouched  # type: ignore[assignment]
-    sys.modules["gateway.cli"].tune_collector = untouched  # type: ignore[attr-defined]
+    _replace(collector, "tune_collector", untouched)
+    _replace(sys.modules["gateway.cli"], "tune_collector", untouched)
 
 
 def _no_observe() -> None:
-    access.observed = lambda handle, metrics, settings: handle  # type: ignore[assignment]
-    sys.modules["gateway.app"].observed = access.observed  # type: ignore[attr-defined]
+    _replace(access, "observed", lambda handle, metrics, settings: handle)
+    _replace(sys.modules["gateway.app"], "observed", access.observed)
 
 
 def _no_digests() -> None:
-    handler.fingerprint = lambda *args: "0" * 64  # type: ignore[assignment]
-    handler.tenant_id = lambda values: "0" * 32  # type: ignore[assignment]
+    _replace(handler, "fingerprint", lambda *args: "0" * 64)
+    _replace(handler, "tenant_id", lambda values: "0" * 32)
 
 
 def _no_forward_task() -> None:
@@ -59,8 +63,8 @@ def _no_forward_task() -> None:
         def shield(awaitable: Any) -> Any:
             return awaitable
 
-    handler.asyncio = Direct()  # type: ignore[assignment]
-    handler.TaskSet.spawn = lambda self, coro: coro  # type: ignore[attr-defined]
+    _replace(handler, "asyncio", Direct())
+    _replace(handler.TaskSet, "spawn", lambda self, coro: coro)
 
 
 PARTS: dict[str, Callable[[], None]] = {
