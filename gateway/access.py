@@ -8,20 +8,18 @@ import time
 from collections.abc import Callable
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from .config import Settings
-from .errors import problem
 from .keys import BadKey, digest, parse_key
 from .logs import FIELDS
 from .metrics import Metrics
 from .requestlog import REQUEST_ID, RequestInfo, begin, end
 
+REQUEST_INFO = web.RequestKey("idem_request_info", RequestInfo)
 MAX_REQUEST_ID = 128
 
 access_log = logging.getLogger("gateway.access")
-log = logging.getLogger(__name__)
 
 
 def request_id(request: web.Request) -> str:
@@ -45,39 +43,24 @@ def key_hash(settings: Settings, request: web.Request) -> str | None:
 
 
 def observed(handle: Handler, metrics: Metrics, settings: Callable[[], Settings]) -> Handler:
-    """`handle` with a request id on its answer, the overhead metric and the log line.
-
-    A plain wrapper rather than an aiohttp middleware and prepare signal, whose machinery
-    costs more per request than everything done here. `settings` gives the current
-    settings (they change on reload). Answers streamed by the handler carry the id already
-    (`proxy.start_response` reads it from the request's context).
-    """
+    """`handle` with a request id, the overhead metric and the log line: a plain wrapper
+    rather than an aiohttp middleware, whose machinery costs more per request than all this.
+    `settings` gives the current settings (they change on reload). The id is put on each
+    answer by `add_request_id`, aiohttp's own error answers included."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
         info = RequestInfo(request_id(request))
+        request[REQUEST_INFO] = info
         token = begin(info)
         started = time.monotonic()
         status = 500
         try:
             response = await handle(request)
             status = response.status
-            if not response.prepared:
-                response.headers[REQUEST_ID] = info.request_id
             return response
         except web.HTTPException as exc:
             status = exc.status
-            exc.headers[REQUEST_ID] = info.request_id
             raise
-        except Exception as exc:
-            # aiohttp answers a malformed request itself (4xx), a client that is gone needs
-            # no answer, and an answer whose head is out cannot be replaced: those go on.
-            if isinstance(exc, HttpProcessingError | ConnectionError) or request.writer.output_size:
-                raise
-            log.exception("request %s failed", info.request_id)
-            detail = f"the gateway failed on this request; its log names request {info.request_id}"
-            response = problem(500, "internal-error", "Internal error", detail)
-            response.headers[REQUEST_ID] = info.request_id
-            return response
         finally:
             end(token)
             elapsed = time.monotonic() - started
@@ -107,3 +90,10 @@ def _log(
     if info.would:
         fields["shadow_would"] = info.would
     access_log.info("request", extra={FIELDS: fields})
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every answer names its request id (a replay's own, too)."""
+    info = request.get(REQUEST_INFO)
+    if info is not None:
+        response.headers[REQUEST_ID] = info.request_id

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .access import observed
+from .access import add_request_id, observed
 from .blobstore import BlobStore, LongestHold, open_blob_store, sweep_periodically
 from .breaker import CircuitBreaker
 from .config import Settings
@@ -79,6 +79,7 @@ def create_app(
     app[REDIS_URL] = redis_url
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
+    app.on_response_prepare.append(add_request_id)
     app.cleanup_ctx.append(_resources)
     handle = observed(_gateway, metrics, lambda: app[GATEWAY].settings)
     app.router.add_route("*", "/{tail:.*}", handle)

@@ -108,9 +108,6 @@ def start_response(
         response.headers[name] = value
     if length is not None:
         response.content_length = length
-    info = current()
-    if info is not None:  # the request's id names its answer (a replay's own, too)
-        response.headers[REQUEST_ID] = info.request_id
     return response
 
 
@@ -121,11 +118,11 @@ def forget_frames(exc: BaseException) -> None:
     is down, retries with large bodies would otherwise pile up in memory until it runs.
     (Dropped, not cleared: clearing a frame would end a task it belongs to that still runs.)"""
     seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        current.__traceback__ = None
-        current = current.__cause__ or current.__context__
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
 
 
 def classify(exc: BaseException) -> str:
