@@ -74,7 +74,9 @@ def create_app(
     """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
     quiet_malformed_requests()
     metrics = metrics or Metrics()
-    app = web.Application()
+    # Request bodies pass through as sent: unpacking a gzip body here would forward it still
+    # labelled gzip, and fingerprint other bytes than the client's.
+    app = web.Application(handler_args={"auto_decompress": False})
     app[SETTINGS] = settings
     app[REDIS_URL] = redis_url
     app[METRICS] = metrics

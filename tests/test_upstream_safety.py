@@ -4,6 +4,7 @@ silent resends, a slow client, encoded paths, 100-continue and absolute-form tar
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -225,3 +226,20 @@ async def test_bytes_after_a_complete_answer_never_fail_it_or_the_next_call(
         # Longer than `total` idle in the pool, so any read timer left armed would fire.
         await asyncio.sleep(0.5)
     assert upstream.count == 2
+
+
+async def test_a_compressed_request_body_is_forwarded_as_sent(
+    make_gateway: GatewayFactory, upstream
+) -> None:
+    """The gateway must not unpack a gzip request body and forward it still labelled gzip."""
+    plain = b'{"amount": 100, "currency": "EUR"}' * 50
+    packed = gzip.compress(plain)
+    client = await make_gateway()
+    headers = {"Idempotency-Key": "gz", "Content-Encoding": "gzip"}
+    answer = await client.post("/echo", data=packed, headers=headers)
+    assert answer.status == 200, await answer.text()
+    assert (await answer.json())["size"] == len(plain)  # the upstream unpacked what we sent
+    # The fingerprint is over the bytes as sent: the same bytes replay, others are refused.
+    assert (await client.post("/echo", data=packed, headers=headers)).status == 200
+    other = gzip.compress(plain + b" ")
+    assert (await client.post("/echo", data=other, headers=headers)).status == 422
