@@ -15,41 +15,27 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .upstream import read_raw_request
+from .upstream import RawUpstream, serving
 
 
-class DroppingUpstream:
-    """A raw HTTP server that does the work for the first request, then drops the
-    connection without answering (as a crash after the charge would)."""
+class DroppingUpstream(RawUpstream):
+    """Does the work for the first request, then drops the connection without answering
+    (as a crash after the charge would)."""
 
-    def __init__(self) -> None:
-        self.count = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                await read_raw_request(reader)
-                self.count += 1
-                if self.count == 1:
-                    return  # worked, then gone
-                body = b'{"run":%d}' % self.count
-                writer.write(
-                    b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def respond(self, writer: asyncio.StreamWriter) -> bool:
+        if self.count == 1:
+            return False  # worked, then gone
+        body = b'{"run":%d}' % self.count
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        return True
 
 
 @pytest.fixture
 async def dropping() -> AsyncIterator[tuple[DroppingUpstream, str]]:
     upstream = DroppingUpstream()
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    server.close()
-    await server.wait_closed()
+    async with serving(upstream) as origin:
+        yield upstream, origin
 
 
 @pytest.mark.parametrize("method", ["PUT", "POST", "PATCH"])
@@ -178,36 +164,24 @@ async def test_utf8_header_bytes_pass_through_and_replay_unchanged(
         await upstream.close()
 
 
-class StrayCrlfUpstream:
+class StrayCrlfUpstream(RawUpstream):
     """Answers every request with a complete 201, then sends a stray CRLF (which some
     servers do after a body) on the kept-alive connection."""
 
-    def __init__(self) -> None:
-        self.count = 0
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                await read_raw_request(reader)
-                self.count += 1
-                writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello")
-                await writer.drain()
-                await asyncio.sleep(0.05)  # the upstream's timing: the CRLF comes on its own
-                writer.write(b"\r\n")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def respond(self, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello")
+        await writer.drain()
+        await asyncio.sleep(0.05)  # the upstream's timing: the CRLF comes on its own
+        writer.write(b"\r\n")
+        await writer.drain()
+        return True
 
 
 @pytest.fixture
 async def stray_crlf() -> AsyncIterator[tuple[StrayCrlfUpstream, str]]:
     upstream = StrayCrlfUpstream()
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    server.close()
-    await server.wait_closed()
+    async with serving(upstream) as origin:
+        yield upstream, origin
 
 
 async def test_bytes_after_a_complete_answer_never_fail_it_or_the_next_call(

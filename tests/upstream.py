@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import itertools
 import os
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import orjson
 from aiohttp import web
@@ -23,6 +24,40 @@ async def read_raw_request(reader: asyncio.StreamReader) -> bytes:
         0,
     )  # fmt: skip
     return await reader.readexactly(length)
+
+
+class RawUpstream:
+    """A raw HTTP/1.1 server (`serving`) that counts requests; `respond` writes the answer
+    to each, or returns False to drop the connection without one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def respond(self, writer: asyncio.StreamWriter) -> bool:
+        raise NotImplementedError
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await read_raw_request(reader)
+                self.count += 1
+                if not await self.respond(writer):
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
+    """`upstream` on a loopback port, and its origin URL."""
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def blob_chunks(size: int, chunk: int, seed: str) -> Iterator[bytes]:
