@@ -380,9 +380,8 @@ class Gateway:
             except Exception as exc:
                 if not isinstance(exc, TimeoutError | aiohttp.ClientError):
                     log.exception("route %s: forwarding failed", route.name)
-                kind = classify(exc)
-                forget_frames(exc)
-                failed = await self._settle_failure(c, kind, exc)
+                forget_frames(exc)  # classify needs the exception, not its frames
+                failed = await self._settle_failure(c, classify(exc), exc)
                 if response is not None and response.prepared:
                     return abort(request, response)
                 return failed
