@@ -25,10 +25,10 @@ from .proxy import (
     Upstreams,
     abort,
     body_chunks,
+    call_upstream,
     classify,
     forget_frames,
     forward_headers,
-    open_upstream,
     pass_through,
     response_headers,
     start_response,
@@ -331,13 +331,12 @@ class Gateway:
         """Call the upstream once, stream its answer to the client and settle the key."""
         route, request = c.route, c.request
         headers = forward_headers(request)
-        session = self.upstreams.session(route.upstream)
         response: web.StreamResponse | None = None
         started = time.monotonic()
         async with Heartbeat(self.store, c.key, c.token, route.lease, self.metrics) as beat:
             try:
-                upstream = await open_upstream(
-                    session, request, route.upstream, headers, c.body, route.timeouts
+                upstream = await call_upstream(
+                    self.upstreams, request, route.upstream, headers, c.body, route.timeouts
                 )
                 async with upstream:
                     settle = on_answer(upstream.status, route)

@@ -14,6 +14,7 @@ from multidict import CIMultiDict
 from .config import Timeouts
 from .errors import problem
 from .requestlog import REQUEST_ID, current
+from .upstream_client import UpstreamAnswer, UpstreamPool, UpstreamUnsent, lean_enough
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
 HOP_BY_HOP = frozenset(
@@ -131,7 +132,10 @@ def classify(exc: BaseException) -> str:
     Sound only because sessions never resend a request by themselves (see Upstreams): a
     connect error is then always the first and only attempt.
     """
-    unsent = aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.InvalidURL
+    unsent = (
+        aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.InvalidURL
+        | UpstreamUnsent
+    )  # fmt: skip
     if isinstance(exc, unsent):
         return UNSENT
     if isinstance(exc, asyncio.TimeoutError):
@@ -177,11 +181,37 @@ async def open_upstream(
         )
 
 
-async def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> AsyncIterator[bytes]:
+async def call_upstream(
+    upstreams: Upstreams,
+    request: web.Request,
+    origin: str,
+    headers: CIMultiDict[str],
+    body: bytes,
+    timeouts: Timeouts,
+) -> aiohttp.ClientResponse | UpstreamAnswer:
+    """Send a request whose body is in hand; the answer's head must arrive within
+    `timeouts.total`. Over the lean client where it serves the origin, else aiohttp's."""
+    pool = upstreams.pool(origin)
+    if pool is None or request.method == "HEAD":
+        session = upstreams.session(origin)
+        return await open_upstream(session, request, origin, headers, body, timeouts)
+    return await pool.request(
+        request.method, request.rel_url.raw_path_qs, headers.items(), body,
+        timeouts.connect, timeouts.total,
+    )  # fmt: skip
+
+
+async def body_chunks(
+    upstream: aiohttp.ClientResponse | UpstreamAnswer, timeouts: Timeouts
+) -> AsyncIterator[bytes]:
     """The answer's body as it arrives; each wait for more bytes is bounded by `read` (or
     `total`). Only waits for the upstream count: time spent while a slow client holds up
     the writing does not, so a slow client can never make a complete answer look lost."""
     limit = timeouts.read or timeouts.total
+    if isinstance(upstream, UpstreamAnswer):
+        while chunk := await upstream.read_chunk(limit):
+            yield chunk
+        return
     content = upstream.content
     while True:
         async with asyncio.timeout(limit):
@@ -192,11 +222,15 @@ async def body_chunks(upstream: aiohttp.ClientResponse, timeouts: Timeouts) -> A
 
 
 class Upstreams:
-    """One pooled keep-alive ClientSession per upstream origin."""
+    """One pooled keep-alive ClientSession per upstream origin, and a lean client's pool
+    per plain http:// origin for the claimed calls."""
 
     def __init__(self, origins: Iterable[str], pool_size: int = 1024) -> None:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self._pools: dict[str, UpstreamPool] = {}
         for origin in origins:
+            if lean_enough(origin):
+                self._pools[origin] = UpstreamPool(origin, pool_size)
             self._sessions[origin] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size),
                 auto_decompress=False,  # bodies pass through and are recorded byte for byte
@@ -210,12 +244,19 @@ class Upstreams:
     def add(self, origins: Iterable[str]) -> None:
         """Sessions for origins not seen before (a reloaded config); the others stay open."""
         fresh = [origin for origin in origins if origin not in self._sessions]
-        self._sessions.update(Upstreams(fresh)._sessions)
+        added = Upstreams(fresh)
+        self._sessions.update(added._sessions)
+        self._pools.update(added._pools)
 
     def session(self, origin: str) -> aiohttp.ClientSession:
         return self._sessions[origin]
 
+    def pool(self, origin: str) -> UpstreamPool | None:
+        return self._pools.get(origin)
+
     async def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
         await asyncio.gather(*(session.close() for session in self._sessions.values()))
 
 

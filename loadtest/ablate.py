@@ -34,6 +34,7 @@ VARIANTS = (
     ("- request id, metric, log", "observe"),
     ("- fingerprint and digests", "digests"),
     ("- forward task", "task"),
+    ("- lean client (aiohttp's instead)", "lean"),
 )
 
 

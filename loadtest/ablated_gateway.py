@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gateway import access, collector, handler, store
+from gateway import access, collector, handler, proxy, store
 from gateway.store import Claim, ClaimResult
 
 
@@ -67,12 +67,18 @@ def _no_forward_task() -> None:
     _replace(handler.TaskSet, "spawn", lambda self, coro: coro)
 
 
+def _no_lean_client() -> None:
+    """The claimed call goes over aiohttp's ClientSession, as pass-through requests do."""
+    _replace(proxy, "lean_enough", lambda origin: False)
+
+
 PARTS: dict[str, Callable[[], None]] = {
     "redis": _no_redis,  # the claim and the completion answered in-process
     "gc": _default_gc,  # Python's default collector settings (no tuning at start-up)
     "observe": _no_observe,  # no request id, overhead metric or access log
     "digests": _no_digests,  # no fingerprint, tenant or key digests
     "task": _no_forward_task,  # no shielded task per forwarded request
+    "lean": _no_lean_client,  # aiohttp's client for the claimed call instead of the lean one
 }
 
 

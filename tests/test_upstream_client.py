@@ -1,0 +1,315 @@
+"""The lean client of the claimed call, against real sockets: what it sends, how it reads
+every kind of answer, and which failures can and cannot have reached the upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+import uvloop
+import yarl
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.proxy import BROKEN, TIMEOUT, UNSENT, classify
+from gateway.upstream_client import (
+    HIGH_WATER,
+    UpstreamBroken,
+    UpstreamPool,
+    UpstreamTimeout,
+    UpstreamUnsent,
+    lean_enough,
+)
+
+Respond = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class Scripted:
+    """A raw HTTP/1.1 server: reads each request (head and Content-Length body), keeps
+    it, and lets `respond(n, writer)` write whatever it likes; False drops the connection."""
+
+    def __init__(self, respond: Respond) -> None:
+        self.respond = respond
+        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
+        self.connections = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                     if line.lower().startswith(b"content-length:")),
+                    0,
+                )  # fmt: skip
+                self.requests.append((head, await reader.readexactly(length)))
+                if not await self.respond(len(self.requests), writer):
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client went, or the test ended with the connection still open
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def scripted(respond: Respond) -> AsyncIterator[tuple[Scripted, str]]:
+    upstream = Scripted(respond)
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    try:
+        yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def answering(*chunks: bytes, keep: bool = True) -> Respond:
+    """Writes `chunks` as the answer to every request."""
+
+    async def respond(n: int, writer: asyncio.StreamWriter) -> bool:
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+        return keep
+
+    return respond
+
+
+async def read_all(pool: UpstreamPool, target: str = "/pay", body: bytes = b"x") -> tuple:
+    async with await pool.request("POST", target, [], body, 1.0, 1.0) as answer:
+        chunks = []
+        while chunk := await answer.read_chunk(1.0):
+            chunks.append(chunk)
+        return answer.status, answer.reason, answer.raw_headers, b"".join(chunks)
+
+
+OK = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX-Run: 1\r\n\r\nok"
+
+
+async def test_it_sends_what_aiohttp_sends_and_reuses_one_connection() -> None:
+    async with scripted(answering(OK)) as (upstream, origin):
+        pool = UpstreamPool(origin + "/base/", 8)
+        headers = [("X-Forwarded-For", "127.0.0.1"), ("Idempotency-Key", "k"), ("X-A", "1")]
+        for _ in range(3):
+            answer = await pool.request("POST", "/pay?a=%2F", headers, b"body", 1.0, 1.0)
+            async with answer:
+                assert (answer.status, answer.reason, answer.content_length) == (201, "Created", 2)
+                assert answer.raw_headers == [(b"Content-Length", b"2"), (b"X-Run", b"1")]
+                assert await answer.read_chunk(1.0) == b"ok"
+                assert await answer.read_chunk(1.0) == b""
+        skipped = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+        async with aiohttp.ClientSession(skip_auto_headers=skipped) as session:
+            url = yarl.URL(origin + "/base/pay?a=%2F", encoded=True)  # as sent, not normalised
+            async with session.post(url, headers=headers, data=b"body") as theirs:
+                await theirs.read()
+        pool.close()
+    assert upstream.connections == 2  # three calls over one kept-alive connection, then aiohttp
+    ours, aiohttps = upstream.requests[0], upstream.requests[-1]
+
+    def lines(head: bytes) -> list[bytes]:
+        return sorted(head.split(b"\r\n"))
+
+    assert lines(ours[0]) == lines(aiohttps[0])
+    assert ours[0].startswith(b"POST /base/pay?a=%2F HTTP/1.1\r\n")
+    assert ours[1] == aiohttps[1] == b"body"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef",
+    ],
+    ids=["chunked", "after-informational-answers"],
+)
+async def test_framed_answers_arrive_whole_and_keep_the_connection(answer: bytes) -> None:
+    async with scripted(answering(answer[:20], answer[20:])) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        first = await read_all(pool)
+        second = await read_all(pool)
+        pool.close()
+    assert first[0] == 200 and first[3] == second[3] == b"abcdef"
+    assert all(name.lower() != b"link" for name, _ in first[2])  # the 103's headers are not
+    assert upstream.connections == 1
+
+
+async def test_an_answer_without_length_ends_with_the_connection() -> None:
+    unframed = answering(b"HTTP/1.1 200 OK\r\n\r\nto the end", keep=False)
+    async with scripted(unframed) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        assert (await read_all(pool))[3] == b"to the end"
+        assert (await read_all(pool))[3] == b"to the end"
+        pool.close()
+    assert upstream.connections == 2
+
+
+async def test_a_refused_connection_is_unsent() -> None:
+    async with scripted(answering(OK)) as (_, origin):
+        pass  # closed: nothing listens there now
+    with pytest.raises(UpstreamUnsent) as caught:
+        await UpstreamPool(origin, 8).request("POST", "/pay", [], b"x", 1.0, 1.0)
+    assert classify(caught.value) == UNSENT
+
+
+@pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "a\rb"])
+async def test_a_line_break_in_a_header_is_refused_before_anything_is_sent(value: str) -> None:
+    async with scripted(answering(OK)) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        with pytest.raises(UpstreamUnsent):
+            await pool.request("POST", "/pay", [("X-A", value)], b"x", 1.0, 1.0)
+        assert (await read_all(pool))[0] == 201  # the slot was given back
+        pool.close()
+    assert len(upstream.requests) == 1
+
+
+async def test_a_connection_cut_mid_answer_is_broken_and_not_reused() -> None:
+    cut = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", keep=False)
+    async with scripted(cut) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        with pytest.raises(UpstreamBroken) as caught:
+            await read_all(pool)
+        assert classify(caught.value) == BROKEN
+        with pytest.raises(UpstreamBroken):
+            await read_all(pool)
+        pool.close()
+    assert upstream.connections == 2
+
+
+async def test_a_connection_cut_before_the_head_is_broken() -> None:
+    async with scripted(answering(keep=False)) as (_, origin):
+        with pytest.raises(UpstreamBroken):
+            await read_all(UpstreamPool(origin, 8))
+
+
+async def test_a_malformed_answer_is_broken() -> None:
+    async with scripted(answering(b"HTTP/1.1 abc\r\n\r\n")) as (_, origin):
+        with pytest.raises(UpstreamBroken):
+            await read_all(UpstreamPool(origin, 8))
+
+
+async def test_a_late_head_times_out_and_its_connection_is_dropped() -> None:
+    stalled = asyncio.Event()
+
+    async def respond(n: int, writer: asyncio.StreamWriter) -> bool:
+        if n == 1:
+            await stalled.wait()
+        writer.write(OK)
+        return True
+
+    async with scripted(respond) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        with pytest.raises(UpstreamTimeout) as caught:
+            await pool.request("POST", "/pay", [], b"x", 1.0, 0.05)
+        assert classify(caught.value) == TIMEOUT
+        stalled.set()
+        assert (await read_all(pool))[3] == b"ok"
+        pool.close()
+    assert upstream.connections == 2
+
+
+async def test_a_body_stall_times_out_each_wait_not_the_whole_body() -> None:
+    go_on = asyncio.Event()
+
+    async def respond(n: int, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+        await go_on.wait()
+        writer.write(b"cd")
+        return True
+
+    async with scripted(respond) as (_, origin):
+        pool = UpstreamPool(origin, 8)
+        async with await pool.request("POST", "/pay", [], b"x", 1.0, 1.0) as answer:
+            assert await answer.read_chunk(1.0) == b"ab"
+            with pytest.raises(UpstreamTimeout):
+                await answer.read_chunk(0.05)
+        go_on.set()
+        pool.close()
+
+
+async def test_bytes_after_a_complete_answer_leave_it_whole() -> None:
+    second = b"HTTP/1.1 200 OK\r\nX-Evil: 1\r\nContent-Length: 1\r\n\r\nz"
+    async with scripted(answering(OK + second)) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        status, _, headers, body = await read_all(pool)
+        assert (status, body) == (201, b"ok") and (b"X-Evil", b"1") not in headers
+        assert (await read_all(pool))[3] == b"ok"
+        pool.close()
+    assert upstream.connections == 2  # the first connection was not trusted again
+
+
+async def test_a_stray_crlf_after_an_answer_keeps_the_connection() -> None:
+    async with scripted(answering(OK, b"\r\n")) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        for _ in range(3):
+            assert (await read_all(pool))[3] == b"ok"
+        pool.close()
+    assert upstream.connections == 1
+
+
+async def test_a_full_pool_makes_the_next_call_wait_then_gives_up_unsent() -> None:
+    async with scripted(answering(OK)) as (upstream, origin):
+        pool = UpstreamPool(origin, 1)
+        held = await pool.request("POST", "/pay", [], b"x", 1.0, 1.0)
+        with pytest.raises(UpstreamUnsent, match="no free connection"):
+            await pool.request("POST", "/pay", [], b"x", 0.05, 1.0)
+        waiting = asyncio.ensure_future(read_all(pool))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        held.release()
+        assert (await waiting)[3] == b"ok"
+        pool.close()
+    assert len(upstream.requests) == 2
+
+
+async def test_a_large_answer_read_slowly_is_held_back_at_the_socket() -> None:
+    size = 16 << 20
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=b"a" * size)
+
+    app = web.Application()
+    app.router.add_post("/pay", big)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        pool = UpstreamPool(str(server.make_url("")).rstrip("/"), 8)
+        async with await pool.request("POST", "/pay", [], b"x", 1.0, 1.0) as answer:
+            got, most = 0, 0
+            while chunk := await answer.read_chunk(5.0):
+                got += len(chunk)
+                most = max(most, answer.buffered)
+                await asyncio.sleep(0.001)  # a slow reader: the socket must wait for it
+        pool.close()
+    finally:
+        await server.close()
+    assert got == size
+    assert most <= HIGH_WATER + (1 << 20)  # paused near HIGH_WATER, never the whole body
+
+
+def test_an_exchange_under_uvloop() -> None:
+    async def exchange() -> tuple:
+        async with scripted(answering(OK)) as (_, origin):
+            pool = UpstreamPool(origin, 8)
+            result = await read_all(pool)
+            pool.close()
+            return result
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(exchange())[::3] == (201, b"ok")
+
+
+@pytest.mark.parametrize(
+    ("origin", "lean"),
+    [
+        ("http://127.0.0.1:9000", True),
+        ("http://[::1]:9000/base", True),
+        ("https://127.0.0.1:9000", False),
+        ("http://user:secret@127.0.0.1:9000", False),
+    ],
+)
+def test_only_plain_http_origins_take_the_lean_client(origin: str, lean: bool) -> None:
+    assert lean_enough(origin) is lean
