@@ -26,6 +26,9 @@ HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 # Bodies past this size are written after the head rather than copied onto it.
 _JOIN_MAX = 64 * 1024
+# Idle connections older than this are closed rather than used, as aiohttp does: the
+# older one is, the likelier the upstream is closing it just as a request goes out.
+KEEPALIVE_SECONDS = 15.0
 # Statuses whose answers never carry a body (RFC 9110 6.4.1).
 _BODYLESS = frozenset({204, 304})
 
@@ -46,6 +49,14 @@ class _Unsolicited(Exception):
     """A second answer began on a connection that carries one request at a time."""
 
 
+def _text(raw: bytes) -> str:
+    """A reason phrase as text aiohttp writes back byte for byte when it is UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection: an asyncio protocol feeding httptools, one exchange at a
     time. The parser's callbacks fill the current `UpstreamAnswer`."""
@@ -54,10 +65,12 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self._closing = False
         self._parser = httptools.HttpResponseParser(self)
         self._answer: UpstreamAnswer | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self.idle_since = 0.0
 
     # asyncio.Protocol
 
@@ -85,8 +98,8 @@ class _Connection(asyncio.Protocol):
         answer = self._answer
         if answer is None or answer.complete:
             return
-        if exc is None and answer.until_close and answer.head_done:
-            self._message_complete()  # a body without length ends where the connection does
+        if exc is None and answer.until_close and answer.head_done and not self._closing:
+            self._message_complete()  # a body without length ends where the upstream closes
         else:
             why = f": {exc!r}" if exc is not None else ""
             self._wake(UpstreamBroken(f"the upstream closed the connection mid-answer{why}"))
@@ -99,28 +112,32 @@ class _Connection(asyncio.Protocol):
             raise _Unsolicited
 
     def on_status(self, status: bytes) -> None:
-        cast(UpstreamAnswer, self._answer).reason += status.decode("latin-1")
+        cast(UpstreamAnswer, self._answer).reason_bytes += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        cast(UpstreamAnswer, self._answer).raw_headers.append((name, value))
+        answer = cast(UpstreamAnswer, self._answer)
+        if not answer.head_done:  # after the head: a chunked body's trailer, not forwarded
+            answer.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         answer = cast(UpstreamAnswer, self._answer)
         status = self._parser.get_status_code()
         if status < 200:  # informational (100 Continue, 103 Early Hints): the answer follows
-            answer.reason = ""
+            answer.reason_bytes = b""
             answer.raw_headers = []
             return
         answer.status = status
-        framed = False
+        answer.reason = _text(answer.reason_bytes)
+        length = chunked = False
         for name, value in answer.raw_headers:
             lowered = name.lower()
             if lowered == b"content-length":
                 answer.content_length = int(value)
-                framed = True
-            elif lowered == b"transfer-encoding":
-                framed = True
-        answer.until_close = not framed and status not in _BODYLESS
+                length = True
+            elif lowered == b"transfer-encoding":  # chunked only when it is the last coding
+                chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+        # RFC 9112 6.3: a body with neither ends where the connection does.
+        answer.until_close = not (length or chunked) and status not in _BODYLESS
         answer.keep_alive = self._parser.should_keep_alive() and not answer.until_close
         answer.head_done = True
         self._wake(None)
@@ -142,7 +159,9 @@ class _Connection(asyncio.Protocol):
     # the exchange
 
     def _message_complete(self) -> None:
-        cast(UpstreamAnswer, self._answer).complete = True
+        answer = cast(UpstreamAnswer, self._answer)
+        if answer.error is None:  # an answer that failed stays failed
+            answer.complete = True
         self._wake(None)
 
     def _wake(self, exc: BaseException | None) -> None:
@@ -157,7 +176,9 @@ class _Connection(asyncio.Protocol):
             else:
                 waiter.set_exception(exc)
 
-    def _time_out(self) -> None:
+    def _time_out(self, waiter: asyncio.Future[None]) -> None:
+        if waiter.done():  # the bytes came in the same loop pass: the wait is over
+            return
         self._wake(UpstreamTimeout("the upstream sent nothing more in time"))
         self.close()
 
@@ -167,7 +188,7 @@ class _Connection(asyncio.Protocol):
         if answer.error is not None:
             raise answer.error
         waiter = self._waiter = self._loop.create_future()
-        timer = self._loop.call_at(deadline, self._time_out)
+        timer = self._loop.call_at(deadline, self._time_out, waiter)
         try:
             await waiter
         finally:
@@ -205,6 +226,7 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        self._closing = True  # so the close is never read as the end of an unframed body
         if self.transport is not None:
             self.transport.close()
 
@@ -219,6 +241,7 @@ class UpstreamAnswer:
         self._pool = pool
         self.status = 0
         self.reason = ""
+        self.reason_bytes = b""
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.content_length: int | None = None
         self.head_done = False
@@ -275,6 +298,7 @@ class UpstreamPool:
         self._host_header = host if self._port == 80 else f"{host}:{self._port}"
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(limit)
+        self._closed = False
 
     async def request(
         self,
@@ -305,11 +329,16 @@ class UpstreamPool:
 
     def give_back(self, connection: _Connection) -> None:
         if connection.finish():
-            self._idle.append(connection)
+            if self._closed:
+                connection.close()
+            else:
+                connection.idle_since = connection.clock()
+                self._idle.append(connection)
         self._slots.release()
 
     def close(self) -> None:
         """Close the idle connections; those in use close when their answers are released."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 
@@ -323,7 +352,7 @@ class UpstreamPool:
         # Every line break is one this function put there: none hides in a name or value.
         if head.count("\n") != len(lines) + 1 or head.count("\r") != len(lines) + 1:
             raise ValueError("a header or the request target holds a line break")
-        return head.encode("utf-8")
+        return head.encode("utf-8", "surrogateescape")  # the client's bytes, as they came
 
     async def _connection(self, timeout: float | None) -> _Connection:
         """A slot and a connection in it: the newest idle one, or a new one. Waiting for
@@ -339,10 +368,12 @@ class UpstreamPool:
         else:
             await self._slots.acquire()  # free: returns at once
         try:
+            fresh_since = loop.time() - KEEPALIVE_SECONDS
             while self._idle:
                 connection = self._idle.pop()
-                if connection.usable():
+                if connection.usable() and connection.idle_since > fresh_since:
                     return connection
+                connection.close()
             try:
                 async with asyncio.timeout_at(deadline):
                     _, fresh = await loop.create_connection(_Connection, self._host, self._port)
