@@ -147,7 +147,7 @@ class Gateway:
     ) -> web.StreamResponse:
         self.metrics.request(name, request.method, m.UNPROTECTED)
         timeouts = (route or self.settings.defaults).timeouts
-        return await pass_through(request, self.upstreams.session(origin), origin, timeouts)
+        return await pass_through(request, self.upstreams, origin, timeouts)
 
     def _rejected(
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
@@ -237,9 +237,8 @@ class Gateway:
             if route.mode == "shadow" and route.fail_mode == "closed":
                 self.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
             marked = BYPASSED if route.mode == "enforce" else None  # shadow changes no answer
-            session = self.upstreams.session(route.upstream)
             return await pass_through(
-                request, session, route.upstream, route.timeouts, marked, body
+                request, self.upstreams, route.upstream, route.timeouts, marked, body
             )
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.metrics.request(route.name, request.method, m.ERROR)
@@ -254,8 +253,9 @@ class Gateway:
         """Shadow mode: count what enforce would have answered, and forward untouched."""
         self.metrics.would(route.name, would)
         self.metrics.request(route.name, request.method, m.SHADOWED)
-        session = self.upstreams.session(route.upstream)
-        return await pass_through(request, session, route.upstream, route.timeouts, None, body)
+        return await pass_through(
+            request, self.upstreams, route.upstream, route.timeouts, None, body
+        )
 
     async def _replay(
         self, request: web.Request, route: Route, result: ClaimResult

@@ -16,6 +16,8 @@ from .errors import problem
 from .requestlog import REQUEST_ID, current
 from .upstream_client import UpstreamAnswer, UpstreamPool, UpstreamUnsent, lean_enough
 
+# Methods whose requests carry no Content-Length when they have no body (as in aiohttp).
+_NO_BODY_EXPECTED = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
 HOP_BY_HOP = frozenset(
     {
@@ -186,11 +188,12 @@ async def call_upstream(
     request: web.Request,
     origin: str,
     headers: CIMultiDict[str],
-    body: bytes,
+    body: bytes | None,
     timeouts: Timeouts,
 ) -> aiohttp.ClientResponse | UpstreamAnswer:
-    """Send a request whose body is in hand; the answer's head must arrive within
-    `timeouts.total`. Over the lean client where it serves the origin, else aiohttp's."""
+    """Send a request whose body is in hand (None: it has none); the answer's head must
+    arrive within `timeouts.total`. Over the lean client where it serves the origin, else
+    over aiohttp's."""
     pool = upstreams.pool(origin)
     if pool is None or request.method == "HEAD":
         session = upstreams.session(origin)
@@ -222,8 +225,9 @@ async def body_chunks(
 
 
 class Upstreams:
-    """One pooled keep-alive ClientSession per upstream origin, and a lean client's pool
-    per plain http:// origin for the claimed calls."""
+    """Per upstream origin: one pooled keep-alive aiohttp ClientSession, and for a plain
+    http:// origin a lean client's pool, which carries every request whose body is in
+    hand (or that has none)."""
 
     def __init__(self, origins: Iterable[str], pool_size: int = 1024) -> None:
         self._sessions: dict[str, aiohttp.ClientSession] = {}
@@ -271,7 +275,7 @@ async def write_quietly(response: web.StreamResponse, chunk: bytes) -> bool:
 
 async def pass_through(
     request: web.Request,
-    session: aiohttp.ClientSession,
+    upstreams: Upstreams,
     origin: str,
     timeouts: Timeouts,
     extra: Mapping[str, str] | None = None,
@@ -280,14 +284,18 @@ async def pass_through(
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
     the caller has read it already)."""
     headers = forward_headers(request)
-    data: Any = body
-    if body is None and request.body_exists:
-        data = request.content
-        if request.content_length is not None:
-            headers["Content-Length"] = str(request.content_length)
     response: web.StreamResponse | None = None
     try:
-        upstream = await open_upstream(session, request, origin, headers, data, timeouts)
+        if body is None and request.body_exists:  # it streams in: aiohttp's client
+            if request.content_length is not None:
+                headers["Content-Length"] = str(request.content_length)
+            upstream: aiohttp.ClientResponse | UpstreamAnswer = await open_upstream(
+                upstreams.session(origin), request, origin, headers, request.content, timeouts
+            )
+        else:
+            if body is None and request.method not in _NO_BODY_EXPECTED:
+                body = b""  # Content-Length: 0, as aiohttp sends for such a method
+            upstream = await call_upstream(upstreams, request, origin, headers, body, timeouts)
         async with upstream:
             response = start_response(
                 upstream.status,

@@ -5,8 +5,9 @@ one request than all of the gateway's own work on it (loadtest/RESULTS.md). This
 only what that call needs: a request whose body is already in memory, sent with one write,
 and an answer parsed by httptools (llhttp, the parser aiohttp uses too) and streamed with
 back-pressure. It never resends a request: a failure before the request is written raises
-`UpstreamUnsent`; any later one leaves the outcome unknown. Only plain http:// origins;
-`Upstreams` sends everything else through aiohttp.
+`UpstreamUnsent`; any later one leaves the outcome unknown. Only plain http:// origins and
+bodies in hand; `Upstreams` sends everything else (https, HEAD, a body that streams in)
+through aiohttp.
 """
 
 from __future__ import annotations
@@ -305,20 +306,22 @@ class UpstreamPool:
         method: str,
         target: str,
         headers: Iterable[tuple[str, str]],
-        body: bytes,
+        body: bytes | None,
         connect_timeout: float | None,
         head_timeout: float,
     ) -> UpstreamAnswer:
         """Send the request and wait for the answer's head. `connect_timeout` bounds the
-        wait for a connection (a pooled one included), `head_timeout` the wait after sending."""
+        wait for a connection (a pooled one included), `head_timeout` the wait after sending.
+        A `body` of None sends no body and no Content-Length (a GET's usual form)."""
         try:
-            head = self._head(method, self._prefix + target, headers, len(body))
+            size = None if body is None else len(body)
+            head = self._head(method, self._prefix + target, headers, size)
         except ValueError as exc:
             raise UpstreamUnsent(str(exc)) from None
         connection = await self._connection(connect_timeout)
         answer = UpstreamAnswer(connection, self)
         try:
-            connection.send(answer, head, body)
+            connection.send(answer, head, body or b"")
             deadline = connection.clock() + head_timeout
             while not answer.head_done:
                 await connection.wait(deadline)
@@ -343,11 +346,12 @@ class UpstreamPool:
             self._idle.pop().close()
 
     def _head(
-        self, method: str, target: str, headers: Iterable[tuple[str, str]], size: int
+        self, method: str, target: str, headers: Iterable[tuple[str, str]], size: int | None
     ) -> bytes:
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
         lines.extend(f"{name}: {value}" for name, value in headers)
-        lines.append(f"Content-Length: {size}")
+        if size is not None:
+            lines.append(f"Content-Length: {size}")
         head = "\r\n".join(lines) + "\r\n\r\n"
         # Every line break is one this function put there: none hides in a name or value.
         if head.count("\n") != len(lines) + 1 or head.count("\r") != len(lines) + 1:

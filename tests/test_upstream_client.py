@@ -28,6 +28,8 @@ from gateway.upstream_client import (
     lean_enough,
 )
 
+from .conftest import GatewayFactory, gateway_settings
+
 Respond = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
 
 
@@ -402,3 +404,30 @@ def test_an_exchange_under_uvloop() -> None:
 )
 def test_only_plain_http_origins_take_the_lean_client(origin: str, lean: bool) -> None:
     assert lean_enough(origin) is lean
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "key"),
+    [
+        ("GET", "/orders/1", None),  # unprotected: not a route method
+        ("DELETE", "/orders/1", None),
+        ("OPTIONS", "/orders/1", None),
+        ("POST", "/orders", "k"),  # claimed, with an empty body
+    ],
+)
+async def test_body_less_requests_reach_the_upstream_as_aiohttp_sends_them(
+    make_gateway: GatewayFactory, method: str, path: str, key: str | None
+) -> None:
+    async with scripted(answering(OK)) as (upstream, origin):
+        client = await make_gateway(settings=gateway_settings(origin))
+        headers = {"Idempotency-Key": key} if key else {}
+        answer = await client.request(method, path, headers=headers)
+        assert answer.status == 201 and await answer.read() == b"ok"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(method, origin + path) as theirs,
+        ):
+            await theirs.read()
+    ours, aiohttps = (head.lower() for head, _ in upstream.requests)
+    assert (b"\r\ncontent-length: 0\r\n" in ours) == (b"\r\ncontent-length: 0\r\n" in aiohttps)
+    assert b"transfer-encoding" not in ours
