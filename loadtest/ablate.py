@@ -34,7 +34,7 @@ VARIANTS = (
     ("- request id, metric, log", "observe"),
     ("- fingerprint and digests", "digests"),
     ("- forward task", "task"),
-    ("- lean client (aiohttp's instead)", "lean"),
+    ("- lean client", "lean"),  # the claimed call over aiohttp's ClientSession
 )
 
 
