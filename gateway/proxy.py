@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from .config import Timeouts
 from .errors import problem
@@ -157,10 +158,11 @@ def client_timeout(timeouts: Timeouts) -> aiohttp.ClientTimeout:
     )
 
 
-def upstream_url(origin: str, request: web.Request) -> str:
+def upstream_url(origin: str, request: web.Request) -> URL:
     """The origin plus the request's path and query exactly as sent (an absolute-form
-    request target contributes its path and query only)."""
-    return origin + request.rel_url.raw_path_qs
+    request target contributes its path and query only). Marked encoded, or aiohttp's
+    client would normalise it (`/a/../b%7E` to `/b~`), unlike the lean client."""
+    return URL(origin + request.rel_url.raw_path_qs, encoded=True)
 
 
 async def open_upstream(

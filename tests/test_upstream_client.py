@@ -431,3 +431,32 @@ async def test_body_less_requests_reach_the_upstream_as_aiohttp_sends_them(
     ours, aiohttps = (head.lower() for head, _ in upstream.requests)
     assert (b"\r\ncontent-length: 0\r\n" in ours) == (b"\r\ncontent-length: 0\r\n" in aiohttps)
     assert b"transfer-encoding" not in ours
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "key"),
+    [
+        ("POST", b"x", "k"),  # claimed: the lean client
+        ("GET", b"", None),  # unprotected, no body: the lean client
+        ("DELETE", b"streamed", None),  # unprotected, a body to stream: aiohttp's client
+        ("HEAD", b"", None),  # aiohttp's client
+    ],
+)
+async def test_every_path_forwards_the_request_target_exactly_as_sent(
+    make_gateway: GatewayFactory, method: str, body: bytes, key: str | None
+) -> None:
+    target = b"/a/../b%7E;p?x=%2F&y=%zz"
+    async with scripted(answering(b"HTTP/1.1 204 No Content\r\n\r\n")) as (upstream, origin):
+        client = await make_gateway(settings=gateway_settings(origin))
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        head = b"%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % (
+            method.encode(),
+            target,
+            len(body),
+        )
+        if key:
+            head += b"Idempotency-Key: %s\r\n" % key.encode()
+        writer.write(head + b"\r\n" + body)
+        assert (await reader.readline()).startswith(b"HTTP/1.1 204")
+        writer.close()
+    assert upstream.requests[0][0].startswith(b"%s %s HTTP/1.1\r\n" % (method.encode(), target))
