@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import Iterable
-from types import TracebackType
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -232,7 +232,7 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-class UpstreamAnswer:
+class UpstreamAnswer(contextlib.AbstractAsyncContextManager["UpstreamAnswer"]):
     """The upstream's answer: its head under the names aiohttp's ClientResponse uses, and
     its body as it arrives. Leaving `async with` gives the connection back, or closes it
     when the answer was not read to its end."""
@@ -271,15 +271,7 @@ class UpstreamAnswer:
             self._released = True
             self._pool.give_back(self._connection)
 
-    async def __aenter__(self) -> UpstreamAnswer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.release()
 
 
