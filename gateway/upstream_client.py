@@ -67,11 +67,22 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._closing = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = self._new_parser()
         self._answer: UpstreamAnswer | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         self.idle_since = 0.0
+
+    def _new_parser(self) -> httptools.HttpResponseParser:
+        """llhttp as aiohttp sets it up for answers: lenient where real servers stray (a
+        control byte in a header value, a bare LF, spaces after a chunk size)."""
+        parser = httptools.HttpResponseParser(self)
+        parser.set_dangerous_leniencies(
+            lenient_headers=True,
+            lenient_optional_cr_before_lf=True,
+            lenient_spaces_after_chunk_size=True,
+        )
+        return parser
 
     # asyncio.Protocol
 
@@ -82,14 +93,14 @@ class _Connection(asyncio.Protocol):
         answer = self._answer
         if answer is None or answer.complete:
             if data.strip(b"\r\n"):  # nobody asked: whatever it is, the connection is unusable
-                self.close()
+                self.abort()
             return  # a stray CRLF after an answer is tolerated, as by aiohttp
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             if not answer.complete:
                 self._wake(UpstreamBroken(f"malformed answer: {exc!r}"))
-            self.close()
+            self.abort()
 
     def eof_received(self) -> bool:
         return False  # a half-closed connection is closed: the transport closes itself
@@ -117,8 +128,12 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         answer = cast(UpstreamAnswer, self._answer)
-        if not answer.head_done:  # after the head: a chunked body's trailer, not forwarded
-            answer.raw_headers.append((name, value))
+        if answer.head_done:
+            return  # a chunked body's trailer: not forwarded, as by aiohttp
+        if b"\x00" in value:  # refused by aiohttp too, which the lenient parser lets through
+            raise ValueError("a NUL byte in a header value")
+        # llhttp strips the whitespace before a value, not after it (RFC 9110 5.5)
+        answer.raw_headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         answer = cast(UpstreamAnswer, self._answer)
@@ -145,6 +160,8 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         answer = cast(UpstreamAnswer, self._answer)
+        if not answer.head_done:
+            return  # an informational answer may not have a body: dropped, as by aiohttp
         answer.buffer.append(body)
         answer.buffered += len(body)
         if answer.buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -181,7 +198,7 @@ class _Connection(asyncio.Protocol):
         if waiter.done():  # the bytes came in the same loop pass: the wait is over
             return
         self._wake(UpstreamTimeout("the upstream sent nothing more in time"))
-        self.close()
+        self.abort()
 
     async def wait(self, deadline: float) -> None:
         """Until the parser has more of the answer; at `deadline` the connection dies."""
@@ -212,14 +229,20 @@ class _Connection(asyncio.Protocol):
             transport.writelines((head, body))
 
     def finish(self) -> bool:
-        """End the exchange; True when the connection can carry another one."""
-        answer, self._answer = self._answer, None
+        """End the exchange; True when the connection can carry another one: its answer
+        was read to the end, and all of its request was written (an upstream may answer
+        before it has read the whole body; the next request would queue behind the rest)."""
+        answer, self._answer = cast(UpstreamAnswer, self._answer), None
         self._waiter = None
-        if answer is not None and answer.complete and answer.keep_alive and self.usable():
+        unsent = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        if answer.complete and answer.keep_alive and not unsent and self.usable():
             self.resume()
-            self._parser = httptools.HttpResponseParser(self)
+            self._parser = self._new_parser()
             return True
-        self.close()
+        if answer.complete and not unsent:
+            self.close()
+        else:
+            self.abort()  # nothing left to send of a request whose exchange is over
         return False
 
     def usable(self) -> bool:
@@ -230,6 +253,13 @@ class _Connection(asyncio.Protocol):
         self._closing = True  # so the close is never read as the end of an unframed body
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping whatever is still to be written (a failed exchange)."""
+        self.closed = True
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class UpstreamAnswer(contextlib.AbstractAsyncContextManager["UpstreamAnswer"]):
@@ -289,7 +319,7 @@ class UpstreamPool:
         # As aiohttp writes it: the port only when it is not the default one.
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         self._host_header = host if self._port == 80 else f"{host}:{self._port}"
-        self._idle: list[_Connection] = []
+        self._idle: collections.deque[_Connection] = collections.deque()  # oldest first
         self._slots = asyncio.Semaphore(limit)
         self._closed = False
 
@@ -327,8 +357,12 @@ class UpstreamPool:
             if self._closed:
                 connection.close()
             else:
-                connection.idle_since = connection.clock()
+                now = connection.clock()
+                connection.idle_since = now
                 self._idle.append(connection)
+                # The pool shrinks back after a burst, oldest first.
+                while self._idle[0].idle_since < now - KEEPALIVE_SECONDS:
+                    self._idle.popleft().close()
         self._slots.release()
 
     def close(self) -> None:

@@ -41,6 +41,12 @@ class Scripted:
         self.respond = respond
         self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
         self.connections = 0
+        self.closed = 0
+        self._closes = asyncio.Condition()
+
+    async def closed_at_least(self, count: int) -> None:
+        async with self._closes:
+            await self._closes.wait_for(lambda: self.closed >= count)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -59,6 +65,9 @@ class Scripted:
             pass  # the client went, or the test ended with the connection still open
         finally:
             writer.close()
+            async with self._closes:
+                self.closed += 1
+                self._closes.notify_all()
 
 
 @contextlib.asynccontextmanager
@@ -307,6 +316,88 @@ async def test_a_chunked_answers_trailer_is_not_taken_for_its_headers() -> None:
         pool.close()
     assert body == b"ok"
     assert [name for name, _ in headers] == [b"Transfer-Encoding", b"Trailer"]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nX-F: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+        b"HTTP/1.1 200 OK\r\nX-C: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\nok\r\n0\r\n\r\n",
+        (
+            b"HTTP/1.1 150 Odd\r\nContent-Length: 3\r\n\r\nxyzHTTP/1.1 200 OK\r\n"
+            b"Content-Length: 2\r\n\r\nok"
+        ),
+    ],
+    ids=[
+        "folded-header",
+        "bare-lf",
+        "control-byte-in-value",
+        "space-after-chunk-size",
+        "body-on-informational",
+    ],
+)
+async def test_answers_aiohttp_reads_despite_their_flaws_are_read_alike(answer: bytes) -> None:
+    async with scripted(answering(answer)) as (_, origin):
+        status, _, _, body = await read_all(UpstreamPool(origin, 8))
+    assert (status, body) == (200, b"ok")
+
+
+async def test_header_values_lose_trailing_whitespace_and_a_nul_byte_is_refused() -> None:
+    spaced = b"HTTP/1.1 200 OK\r\nX-A: 1 \t\r\nContent-Length: 2\r\n\r\nok"
+    async with scripted(answering(spaced)) as (_, origin):
+        assert (b"X-A", b"1") in (await read_all(UpstreamPool(origin, 8)))[2]
+    nul = b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nok"
+    async with scripted(answering(nul)) as (_, origin):
+        with pytest.raises(UpstreamBroken):
+            await read_all(UpstreamPool(origin, 8))
+
+
+async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_unused() -> None:
+    """An upstream may refuse a large body after its head; the rest of it is still in
+    the gateway's send buffer, and a next request must not queue behind it."""
+
+    async def early(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            first = await reader.readuntil(b"\r\n\r\n")
+            if first.startswith(b"POST"):
+                writer.write(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+                await reader.read()  # reads no more of the body until the gateway gives up
+            else:
+                writer.write(OK)
+                await writer.drain()
+        except ConnectionError:
+            pass  # the gateway dropped the rest of its body
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(early, "127.0.0.1", 0)
+    try:
+        pool = UpstreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 8)
+        answer = await pool.request("POST", "/big", [], b"a" * (64 << 20), 1.0, 1.0)
+        async with answer:
+            assert answer.status == 413 and await answer.read_chunk(1.0) == b""
+        async with await pool.request("GET", "/next", [], None, 1.0, 1.0) as second:
+            assert second.status == 201
+        pool.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_pool_shrinks_back_after_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream_client, "KEEPALIVE_SECONDS", 0.0)
+    async with scripted(answering(OK)) as (upstream, origin):
+        pool = UpstreamPool(origin, 8)
+        answers = [await pool.request("POST", "/pay", [], b"x", 1.0, 1.0) for _ in range(3)]
+        for answer in answers:
+            assert await answer.read_chunk(1.0) == b"ok"
+            assert await answer.read_chunk(1.0) == b""
+            answer.release()
+        await asyncio.wait_for(upstream.closed_at_least(2), 5)
+        assert upstream.connections == 3
+        pool.close()
 
 
 async def test_a_body_coded_but_not_chunked_ends_with_the_connection() -> None:
