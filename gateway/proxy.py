@@ -15,7 +15,13 @@ from yarl import URL
 from .config import Timeouts
 from .errors import problem
 from .requestlog import REQUEST_ID, current
-from .upstream_client import UpstreamAnswer, UpstreamPool, UpstreamUnsent, lean_enough
+from .upstream_client import (
+    UpstreamAnswer,
+    UpstreamPool,
+    UpstreamUnsent,
+    header_text,
+    lean_enough,
+)
 
 # Methods whose requests carry no Content-Length when they have no body (as in aiohttp).
 _NO_BODY_EXPECTED = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -75,18 +81,9 @@ def forward_headers(request: web.Request) -> CIMultiDict[str]:
     return out
 
 
-def _header_text(raw: bytes) -> str:
-    """Header bytes as the text aiohttp writes back as UTF-8: valid UTF-8 (the usual case
-    beyond ASCII, e.g. a file name) round-trips byte for byte; other bytes read as Latin-1."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The upstream's answer headers, in order with repeats, hop-by-hop and framing dropped."""
-    pairs = [(name.decode("latin-1"), _header_text(value)) for name, value in raw]
+    pairs = [(name.decode("latin-1"), header_text(value)) for name, value in raw]
     dropped = _dropped(pairs)
     return [(name, value) for name, value in pairs if name.lower() not in dropped]
 
@@ -132,8 +129,8 @@ def forget_frames(exc: BaseException) -> None:
 def classify(exc: BaseException) -> str:
     """UNSENT when the request cannot have reached the upstream, else TIMEOUT or BROKEN.
 
-    Sound only because sessions never resend a request by themselves (see Upstreams): a
-    connect error is then always the first and only attempt.
+    Sound only because neither client ever resends a request by itself (see Upstreams and
+    upstream_client): a connect error is then always the first and only attempt.
     """
     unsent = (
         aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | aiohttp.InvalidURL

@@ -50,8 +50,10 @@ class _Unsolicited(Exception):
     """A second answer began on a connection that carries one request at a time."""
 
 
-def _text(raw: bytes) -> str:
-    """A reason phrase as text aiohttp writes back byte for byte when it is UTF-8."""
+def header_text(raw: bytes) -> str:
+    """Header bytes (or a reason phrase) as the text aiohttp writes back as UTF-8: valid
+    UTF-8 (the usual case beyond ASCII, e.g. a file name) round-trips byte for byte; other
+    bytes read as Latin-1."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -66,7 +68,7 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._closing = False
+        self._closed_here = False
         self._parser = self._new_parser()
         self._answer: UpstreamAnswer | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -110,7 +112,7 @@ class _Connection(asyncio.Protocol):
         answer = self._answer
         if answer is None or answer.complete:
             return
-        if exc is None and answer.until_close and answer.head_done and not self._closing:
+        if exc is None and answer.until_close and answer.head_done and not self._closed_here:
             self._message_complete()  # a body without length ends where the upstream closes
         else:
             why = f": {exc!r}" if exc is not None else ""
@@ -143,7 +145,7 @@ class _Connection(asyncio.Protocol):
             answer.raw_headers = []
             return
         answer.status = status
-        answer.reason = _text(answer.reason_bytes)
+        answer.reason = header_text(answer.reason_bytes)
         length = chunked = False
         for name, value in answer.raw_headers:
             lowered = name.lower()
@@ -242,7 +244,7 @@ class _Connection(asyncio.Protocol):
         if answer.complete and not unsent:
             self.close()
         else:
-            self.abort()  # nothing left to send of a request whose exchange is over
+            self.abort()  # a failed or half-sent exchange: what is unsent is dropped
         return False
 
     def usable(self) -> bool:
@@ -250,14 +252,14 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
-        self._closing = True  # so the close is never read as the end of an unframed body
+        self._closed_here = True  # so the close is never read as the end of an unframed body
         if self.transport is not None:
             self.transport.close()
 
     def abort(self) -> None:
         """Close at once, dropping whatever is still to be written (a failed exchange)."""
         self.closed = True
-        self._closing = True
+        self._closed_here = True
         if self.transport is not None:
             self.transport.abort()
 
