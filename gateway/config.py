@@ -200,6 +200,20 @@ class Route(Policy):
         return path == prefix or path.startswith(prefix + "/") or prefix == ""
 
 
+def resolved_path(path: str) -> str:
+    """`path` with its dot segments resolved (RFC 3986 5.2.4) and empty segments dropped."""
+    if "." not in path and "//" not in path:
+        return path  # the usual case, left as it is
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
 class Listen(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -373,7 +387,9 @@ class Settings(_Model):
         return self
 
     def route_for(self, path: str) -> Route | None:
-        """The route with the longest matching path prefix."""
+        """The route with the longest prefix matching `path` as an upstream that resolves
+        `.` and `..` and merges slashes will see it: `/public/../pay` is routed as `/pay`."""
+        path = resolved_path(path)
         best: Route | None = None
         for route in self.routes:
             if route.matches(path) and (

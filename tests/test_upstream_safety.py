@@ -14,6 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.config import settings_from_dict
+
 from .conftest import GatewayFactory, gateway_settings
 from .upstream import RawUpstream, serving
 
@@ -107,6 +109,48 @@ async def test_encoded_slash_is_another_request(make_gateway: GatewayFactory, up
     assert (await client.post("/pay?a=+", data=b"x", headers=plus)).status == 201
     assert (await client.post("/pay?a=%20", data=b"x", headers=plus)).status == 422
     assert counting.count("/pay/a/b") == 1  # the upstream sees the first one's decoded path
+
+
+class Charging(RawUpstream):
+    """Answers every request with a fresh charge id."""
+
+    async def respond(self, writer: asyncio.StreamWriter) -> bool:
+        body = b'{"charge":%d}' % self.count
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        return True
+
+
+async def raw_post(port: int, target: bytes, key: bytes) -> bytes:
+    """POST `target` exactly as given (aiohttp's client would resolve its dot segments)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST %s HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\n"
+                 b"Content-Length: 1\r\n\r\nx" % (target, key))  # fmt: skip
+    answer = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    return answer
+
+
+@pytest.mark.parametrize("target", [b"/public/../pay/1", b"/public/%2e%2e/pay/1", b"//pay/1"])
+async def test_a_path_that_resolves_into_a_protected_route_is_protected(
+    make_gateway: GatewayFactory, target: bytes
+) -> None:
+    """An upstream that resolves dot segments or merges slashes runs these as /pay/1: the
+    gateway routes them as it will see them, not as unprotected requests."""
+    upstream = Charging()
+    async with serving(upstream) as origin:
+        settings = settings_from_dict(
+            {
+                "upstream": origin,
+                "routes": [{"name": "pay", "path_prefix": "/pay", "upstream": origin}],
+            }
+        )
+        client = await make_gateway(settings=settings)
+        first = await raw_post(client.port, target, b"twice")
+        again = await raw_post(client.port, target, b"twice")
+    assert first.startswith(b"HTTP/1.1 201") and again.startswith(b"HTTP/1.1 201")
+    assert b"Idempotent-Replayed: true" in again
+    assert upstream.count == 1
 
 
 async def test_expect_100_continue_is_not_forwarded(make_gateway: GatewayFactory, upstream) -> None:
