@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .paths import readings
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -196,22 +197,9 @@ class Route(Policy):
     upstream: HttpUrl
 
     def matches(self, path: str) -> bool:
-        prefix = self.path_prefix.rstrip("/")
+        """Whether a lower-case `path` is this route's prefix or below it."""
+        prefix = self.path_prefix.rstrip("/").lower()
         return path == prefix or path.startswith(prefix + "/") or prefix == ""
-
-
-def resolved_path(path: str) -> str:
-    """`path` with its dot segments resolved (RFC 3986 5.2.4) and empty segments dropped."""
-    if "." not in path and "//" not in path:
-        return path  # the usual case, left as it is
-    segments: list[str] = []
-    for segment in path.split("/"):
-        if segment == "..":
-            if segments:
-                segments.pop()
-        elif segment not in ("", "."):
-            segments.append(segment)
-    return "/" + "/".join(segments)
 
 
 class Listen(_Model):
@@ -387,12 +375,12 @@ class Settings(_Model):
         return self
 
     def route_for(self, path: str) -> Route | None:
-        """The route with the longest prefix matching `path` as an upstream that resolves
-        `.` and `..` and merges slashes will see it: `/public/../pay` is routed as `/pay`."""
-        path = resolved_path(path)
+        """The route with the longest prefix that any reading of `path` falls under
+        (`paths.readings`: `/public/../pay` and `/PAY` are routed as `/pay`)."""
+        read = readings(path)
         best: Route | None = None
         for route in self.routes:
-            if route.matches(path) and (
+            if any(route.matches(reading) for reading in read) and (
                 best is None or len(route.path_prefix) > len(best.path_prefix)
             ):
                 best = route

@@ -131,12 +131,24 @@ async def raw_post(port: int, target: bytes, key: bytes) -> bytes:
     return answer
 
 
-@pytest.mark.parametrize("target", [b"/public/../pay/1", b"/public/%2e%2e/pay/1", b"//pay/1"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        b"/public/../pay/1",
+        b"/public/%2e%2e/pay/1",
+        b"//pay/1",
+        b"/x/..\\pay/1",  # a backslash read as a slash
+        b"/x/..;/pay/1",  # Tomcat's `..;`
+        b"/pay;v=2/1",  # a path parameter
+        b"/PAY/1",  # an upstream that ignores case
+        b"/pay/..",  # as sent, under /pay (resolved, it is /)
+    ],
+)
 async def test_a_path_that_resolves_into_a_protected_route_is_protected(
     make_gateway: GatewayFactory, target: bytes
 ) -> None:
-    """An upstream that resolves dot segments or merges slashes runs these as /pay/1: the
-    gateway routes them as it will see them, not as unprotected requests."""
+    """Some upstream runs each of these as /pay/1 (or under /pay): the gateway must not
+    forward them as unprotected requests."""
     upstream = Charging()
     async with serving(upstream) as origin:
         settings = settings_from_dict(

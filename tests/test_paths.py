@@ -1,0 +1,60 @@
+"""Every way an upstream may read a path is considered by routing, and no more."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import Settings, settings_from_dict
+from gateway.paths import readings
+
+
+@pytest.mark.parametrize(
+    ("path", "read_as"),
+    [
+        ("/payments/7", {"/payments/7"}),
+        ("/Payments/7", {"/payments/7"}),
+        ("/public/../payments/7", {"/payments/7"}),
+        ("//payments/7", {"/payments/7", "//payments/7"}),
+        ("/payments//../7/capture", {"/payments/7/capture", "/7/capture"}),  # WHATWG, merged
+        ("/x/..\\payments/7", {"/payments/7"}),
+        ("/x/..;/payments/7", {"/payments/7"}),
+        ("/payments;jsessionid=1/7", {"/payments/7"}),
+        ("/payments/./7", {"/payments/7"}),
+        ("/..", {"/"}),
+    ],
+)
+def test_a_path_is_read_every_way_an_upstream_may_read_it(path: str, read_as: set[str]) -> None:
+    assert read_as <= readings(path)
+
+
+def make_settings() -> Settings:
+    origin = "http://127.0.0.1:9"
+    return settings_from_dict(
+        {
+            "upstream": origin,
+            "routes": [{"name": "pay", "path_prefix": "/payments", "upstream": origin}],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/payments",
+        "/payments/7",
+        "/PAYMENTS/7",
+        "/a/../payments/7",
+        "/payments/..",
+        "/x/..;/payments",
+    ],
+)
+def test_every_reading_under_the_prefix_is_routed_to_it(path: str) -> None:
+    route = make_settings().route_for(path)
+    assert route is not None and route.name == "pay"
+
+
+@pytest.mark.parametrize(
+    "path", ["/paymentsx/7", "/payment/7", "/public/7", "/public/payments", "/"]
+)
+def test_a_path_no_reading_puts_under_the_prefix_stays_unprotected(path: str) -> None:
+    assert make_settings().route_for(path) is None
