@@ -20,17 +20,24 @@ from .conftest import GatewayFactory, gateway_settings
 from .upstream import RawUpstream, serving
 
 
-class DroppingUpstream(RawUpstream):
+class Charging(RawUpstream):
+    """Answers every request with 201 and the number of its run."""
+
+    async def respond(self, writer: asyncio.StreamWriter) -> bool:
+        body = b'{"run":%d}' % self.count
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        return True
+
+
+class DroppingUpstream(Charging):
     """Does the work for the first request, then drops the connection without answering
     (as a crash after the charge would)."""
 
     async def respond(self, writer: asyncio.StreamWriter) -> bool:
         if self.count == 1:
             return False  # worked, then gone
-        body = b'{"run":%d}' % self.count
-        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
-        return True
+        return await super().respond(writer)
 
 
 @pytest.fixture
@@ -109,16 +116,6 @@ async def test_encoded_slash_is_another_request(make_gateway: GatewayFactory, up
     assert (await client.post("/pay?a=+", data=b"x", headers=plus)).status == 201
     assert (await client.post("/pay?a=%20", data=b"x", headers=plus)).status == 422
     assert counting.count("/pay/a/b") == 1  # the upstream sees the first one's decoded path
-
-
-class Charging(RawUpstream):
-    """Answers every request with a fresh charge id."""
-
-    async def respond(self, writer: asyncio.StreamWriter) -> bool:
-        body = b'{"charge":%d}' % self.count
-        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
-        return True
 
 
 async def raw_post(port: int, target: bytes, key: bytes) -> bytes:
