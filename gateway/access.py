@@ -32,7 +32,7 @@ def request_id(request: web.Request) -> str:
 
 def key_hash(settings: Settings, request: web.Request) -> str | None:
     """The digest the record's Redis key holds for this request's key; never the key itself."""
-    route = settings.route_for(request.path)
+    route = settings.route_for(request.path, request.rel_url.raw_path)
     if route is None or request.method not in route.methods:
         return None
     try:

@@ -374,10 +374,11 @@ class Settings(_Model):
             seen.add(route.name)
         return self
 
-    def route_for(self, path: str) -> Route | None:
-        """The route with the longest prefix that any reading of `path` falls under
-        (`paths.readings`: `/public/../pay` and `/PAY` are routed as `/pay`)."""
-        read = readings(path)
+    def route_for(self, path: str, raw: str = "") -> Route | None:
+        """The route with the longest prefix that any reading of `path` (decoded; `raw`:
+        as sent) falls under (`paths.readings`: `/public/../pay` and `/PAY` are routed as
+        `/pay`)."""
+        read = readings(path, raw)
         best: Route | None = None
         for route in self.routes:
             if any(route.matches(reading) for reading in read) and (

@@ -110,7 +110,7 @@ class Gateway:
         self.blobs = blobs
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        route = self.settings.route_for(request.path)
+        route = self.settings.route_for(request.path, request.rel_url.raw_path)
         bad_header = undecodable_header(request.raw_headers)
         if bad_header is not None:
             self.metrics.request(route.name if route else "-", request.method, m.REJECTED)

@@ -27,6 +27,20 @@ def test_a_path_is_read_every_way_an_upstream_may_read_it(path: str, read_as: se
     assert read_as <= readings(path)
 
 
+@pytest.mark.parametrize(
+    ("path", "raw", "read_as"),
+    [
+        ("/x/y/../payments/7", "/x%2Fy/../payments/7", "/payments/7"),
+        ("/x/y/../payments/7", "/x%2fy/%2E%2E/payments/7", "/payments/7"),
+        ("/a b/7", "/a%20b/7", "/a b/7"),
+    ],
+)
+def test_a_path_is_also_read_as_sent_before_it_is_decoded(
+    path: str, raw: str, read_as: str
+) -> None:
+    assert read_as in readings(path, raw)
+
+
 def make_settings() -> Settings:
     origin = "http://127.0.0.1:9"
     return settings_from_dict(

@@ -139,6 +139,7 @@ async def raw_post(port: int, target: bytes, key: bytes) -> bytes:
         b"/pay;v=2/1",  # a path parameter
         b"/PAY/1",  # an upstream that ignores case
         b"/pay/..",  # as sent, under /pay (resolved, it is /)
+        b"/x%2Fy/../pay/1",  # resolved before decoding (RFC 3986, WHATWG)
     ],
 )
 async def test_a_path_that_resolves_into_a_protected_route_is_protected(
