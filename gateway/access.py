@@ -5,13 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .config import Settings
-from .keys import BadKey, digest, parse_key
 from .logs import FIELDS
 from .metrics import Metrics
 from .requestlog import REQUEST_ID, RequestInfo, begin, end
@@ -30,23 +27,10 @@ def request_id(request: web.Request) -> str:
     return os.urandom(16).hex()
 
 
-def key_hash(settings: Settings, request: web.Request) -> str | None:
-    """The digest the record's Redis key holds for this request's key; never the key itself."""
-    route = settings.route_for(request.path, request.rel_url.raw_path)
-    if route is None or request.method not in route.methods:
-        return None
-    try:
-        key = parse_key(request.headers.getall(route.key_header, ()))
-    except BadKey:
-        return None
-    return digest(key) if key is not None else None
-
-
-def observed(handle: Handler, metrics: Metrics, settings: Callable[[], Settings]) -> Handler:
+def observed(handle: Handler, metrics: Metrics) -> Handler:
     """`handle` with a request id, the overhead metric and the log line: a plain wrapper
     rather than an aiohttp middleware, whose machinery costs more per request than all this.
-    `settings` gives the current settings (they change on reload). The id is put on each
-    answer by `add_request_id`, aiohttp's own error answers included."""
+    The id is put on each answer by `add_request_id`, aiohttp's own error answers included."""
 
     async def observe(request: web.Request) -> web.StreamResponse:
         info = RequestInfo(request_id(request))
@@ -68,20 +52,18 @@ def observed(handle: Handler, metrics: Metrics, settings: Callable[[], Settings]
                 overhead = max(0.0, elapsed - info.upstream_seconds)
                 metrics.overhead(info.route, overhead)
             if access_log.isEnabledFor(logging.INFO):
-                _log(request, info, status, elapsed, settings())
+                _log(request, info, status, elapsed)
 
     return observe
 
 
-def _log(
-    request: web.Request, info: RequestInfo, status: int, elapsed: float, settings: Settings
-) -> None:
+def _log(request: web.Request, info: RequestInfo, status: int, elapsed: float) -> None:
     fields: dict[str, object] = {
         "request_id": info.request_id,
         "method": request.method,
         "path": request.path,  # the query string is left out: it may carry secrets
         "route": info.route or None,
-        "key_hash": key_hash(settings, request),
+        "key_hash": info.key_hash or None,  # the digest in the record's key, never the key
         "outcome": info.outcome or None,
         "status": status,
         "duration_ms": round(elapsed * 1000, 3),

@@ -83,6 +83,6 @@ def create_app(
     app[TASKS] = TaskSet()
     app.on_response_prepare.append(add_request_id)
     app.cleanup_ctx.append(_resources)
-    handle = observed(_gateway, metrics, lambda: app[GATEWAY].settings)
+    handle = observed(_gateway, metrics)
     app.router.add_route("*", "/{tail:.*}", handle)
     return app

@@ -19,7 +19,7 @@ from .decision import Action, Settle, failure_status, on_answer, on_claim, on_fa
 from .errors import BlobError, RecordCorrupt, StoreUnavailable, problem
 from .fingerprint import fingerprint
 from .heartbeat import Heartbeat
-from .keys import BadKey, parse_key, record_key, tenant_id
+from .keys import BadKey, digest, hashed_record_key, parse_key, tenant_id
 from .metrics import Metrics
 from .proxy import (
     Upstreams,
@@ -38,6 +38,7 @@ from .proxy import (
 from .record import Record
 from .recording import TOO_LARGE, BodyRecorder, RecordedBody
 from .replay import check_inline, send_verified
+from .requestlog import note_key_hash
 from .retention import expires
 from .store import ClaimResult, Store
 from .tasks import TaskSet
@@ -135,12 +136,14 @@ class Gateway:
                 detail = f"this route requires an {route.key_header} header"
                 return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
             return await self._unprotected(request, route.name, route.upstream, route)
+        key_hash = digest(key)
+        note_key_hash(key_hash)
         try:
             body = await read_body(request, route.max_request_body)
         except BodyTooLarge:
             detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
             return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
-        return await self._idempotent(request, route, key, body)
+        return await self._idempotent(request, route, key_hash, body)
 
     async def _unprotected(
         self, request: web.Request, name: str, origin: str, route: Route | None = None
@@ -156,7 +159,7 @@ class Gateway:
         return problem(status, slug, title, detail)
 
     async def _idempotent(
-        self, request: web.Request, route: Route, key: str, body: bytes
+        self, request: web.Request, route: Route, key_hash: str, body: bytes
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         target = request.rel_url
@@ -165,7 +168,7 @@ class Gateway:
             request.headers, body,
         )  # fmt: skip
         tenant = tenant_id(request.headers.get(name) for name in route.scope)
-        rkey = record_key(self.settings.redis.key_prefix, route.name, tenant, key)
+        rkey = hashed_record_key(self.settings.redis.key_prefix, route.name, tenant, key_hash)
         token = secrets.token_hex(16)
         shadow = route.mode == "shadow"
         try:

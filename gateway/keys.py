@@ -73,4 +73,9 @@ def tenant_id(scope_values: Iterable[str | None]) -> str:
 
 def record_key(prefix: str, route: str, tenant: str, key: str) -> str:
     """`prefix:{route:tenant:keyhash}`; the braces are the Cluster hash tag of the record."""
-    return f"{prefix}:{{{route}:{tenant}:{digest(key)}}}"
+    return hashed_record_key(prefix, route, tenant, digest(key))
+
+
+def hashed_record_key(prefix: str, route: str, tenant: str, key_hash: str) -> str:
+    """`record_key` for a key already digested (`digest(key)`)."""
+    return f"{prefix}:{{{route}:{tenant}:{key_hash}}}"

@@ -18,6 +18,7 @@ class RequestInfo:
     route: str = ""
     outcome: str = ""
     would: str = ""  # shadow mode: what enforce would have answered
+    key_hash: str = ""  # the digest of the idempotency key the request was handled under
     upstream_seconds: float = 0.0
 
 
@@ -35,3 +36,10 @@ def begin(info: RequestInfo) -> object:
 
 def end(token: object) -> None:
     _current.reset(token)  # type: ignore[arg-type]
+
+
+def note_key_hash(key_hash: str) -> None:
+    """The current request's key, digested, for its log line."""
+    info = _current.get()
+    if info is not None:
+        info.key_hash = key_hash

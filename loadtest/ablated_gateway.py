@@ -43,7 +43,7 @@ def _default_gc() -> None:
 
 
 def _no_observe() -> None:
-    _replace(access, "observed", lambda handle, metrics, settings: handle)
+    _replace(access, "observed", lambda handle, metrics: handle)
     _replace(sys.modules["gateway.app"], "observed", access.observed)
 
 
