@@ -10,15 +10,16 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from . import keyscli, logs
-from .admin import attach_admin
-from .app import DRAIN_SECONDS, create_app
-from .collector import tune_collector
-from .config import Settings, load_settings
-from .errors import ConfigError
-from .redis_server import RedisServer
-from .reload import reload_on_sighup
-from .workers import Supervisor, count_requests, default_workers, worker_command
+from gateway.config.settings import Settings, load_settings
+from gateway.errors import ConfigError
+from gateway.http.app import DRAIN_SECONDS, create_app
+from gateway.ops import keyscli
+from gateway.ops.admin import attach_admin
+from gateway.ops.collector import tune_collector
+from gateway.ops.reload import reload_on_sighup
+from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
+from gateway.store.embedded import RedisServer
+from gateway.telemetry import logs
 
 log = logging.getLogger("gateway")
 

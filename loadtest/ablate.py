@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from gateway.ports import free_port
-from gateway.redis_server import RedisServer
+from gateway.store.embedded import RedisServer
 
 from .procs import Child
 from .run import SCENARIOS, _get, ensure_wrk, gateway_config, run_wrk, settle

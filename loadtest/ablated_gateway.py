@@ -15,8 +15,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gateway import access, collector, handler, proxy, store
-from gateway.store import Claim, ClaimResult
+from gateway.http import access, handler
+from gateway.ops import collector
+from gateway.store import store
+from gateway.store.store import Claim, ClaimResult
+from gateway.upstream import proxy
 
 
 def _replace(owner: object, name: str, value: object) -> None:
@@ -44,7 +47,7 @@ def _default_gc() -> None:
 
 def _no_observe() -> None:
     _replace(access, "observed", lambda handle, metrics: handle)
-    _replace(sys.modules["gateway.app"], "observed", access.observed)
+    _replace(sys.modules["gateway.http.app"], "observed", access.observed)
 
 
 def _no_digests() -> None:
@@ -88,8 +91,8 @@ def main() -> None:
     parser.add_argument("gateway_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     # The CLI module must be loaded before its names are replaced.
-    import gateway.app
     import gateway.cli  # noqa: F401
+    import gateway.http.app  # noqa: F401
 
     for part in filter(None, args.without.split(",")):
         PARTS[part]()

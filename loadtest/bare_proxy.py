@@ -13,7 +13,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from gateway.collector import tune
+from gateway.ops.collector import tune
 
 from .procs import run_server
 

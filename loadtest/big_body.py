@@ -29,7 +29,7 @@ import yaml
 from aiohttp import web
 
 from gateway.ports import free_port
-from gateway.redis_server import RedisServer
+from gateway.store.embedded import RedisServer
 
 from .procs import Child, cpu_seconds
 

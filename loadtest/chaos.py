@@ -35,7 +35,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.redis_server import RedisServer, free_port
+from gateway.store.embedded import RedisServer, free_port
 from tests.procs import GatewayProcess
 
 LEASE = "3s"

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import WatchError
 
-from gateway.breaker import CircuitBreaker
 from gateway.cli import new_loop
-from gateway.store import Claim, Store
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.store import Claim, Store
 
 LEASE_MS = 30_000
 

@@ -25,7 +25,7 @@ import aiohttp
 import yaml
 
 from gateway.ports import free_port, wait_for_port
-from gateway.redis_server import RedisServer
+from gateway.store.embedded import RedisServer
 
 from .run import gateway_config
 

@@ -11,8 +11,8 @@ import io
 import logging
 import timeit
 
-from gateway.keys import digest, parse_key
-from gateway.logs import FIELDS, JsonFormatter
+from gateway.core.keys import digest, parse_key
+from gateway.telemetry.logs import FIELDS, JsonFormatter
 
 N = 20_000
 
@@ -24,7 +24,7 @@ def per_call_us(fn: object, number: int = N) -> float:
 def main() -> None:
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonFormatter())
-    log = logging.getLogger("gateway.access")
+    log = logging.getLogger("gateway.http.access")
     log.handlers[:] = [handler]
     log.propagate = False
 

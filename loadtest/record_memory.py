@@ -16,13 +16,13 @@ import statistics
 
 import redis
 
-from gateway.breaker import CircuitBreaker
-from gateway.config import RedisSettings
-from gateway.keys import digest, record_key
-from gateway.record import Record
-from gateway.redis_client import make_client
-from gateway.redis_server import RedisServer
-from gateway.store import Store
+from gateway.config.settings import RedisSettings
+from gateway.core.keys import digest, record_key
+from gateway.core.record import Record
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.embedded import RedisServer
+from gateway.store.store import Store
 
 SIZES = (0, 100, 1024, 10 * 1024, 64 * 1024)  # 64 KiB is the default inline_max
 HEADERS = [

@@ -20,11 +20,11 @@ import time
 
 import redis
 
-from gateway.breaker import CircuitBreaker
-from gateway.config import RedisSettings
-from gateway.redis_client import make_client
-from gateway.redis_server import RedisServer
-from gateway.store import Store
+from gateway.config.settings import RedisSettings
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.embedded import RedisServer
+from gateway.store.store import Store
 
 MODES = {"none": (0, False), "none+pipeline": (0, True), "wait-1": (1, False)}
 

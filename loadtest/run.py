@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from gateway.ports import free_port
-from gateway.redis_server import RedisServer
+from gateway.store.embedded import RedisServer
 
 from .procs import Child
 

@@ -11,11 +11,11 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.admin import AdminState, create_admin_app
-from gateway.app import create_app
-from gateway.config import Settings, settings_from_dict
-from gateway.metrics import Metrics
-from gateway.redis_server import RedisServer
+from gateway.config.settings import Settings, settings_from_dict
+from gateway.http.app import create_app
+from gateway.ops.admin import AdminState, create_admin_app
+from gateway.store.embedded import RedisServer
+from gateway.telemetry.metrics import Metrics
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .s3 import MotoServer

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 import redis
 from aiohttp.test_utils import TestClient
 
-from gateway.app import METRICS
-from gateway.metrics import Metrics
+from gateway.http.app import METRICS
+from gateway.telemetry.metrics import Metrics
 
 
 async def until(

@@ -14,7 +14,7 @@ import orjson
 from botocore.config import Config
 
 from gateway.ports import wait_for_port
-from gateway.redis_server import free_port
+from gateway.store.embedded import free_port
 
 REGION = "us-east-1"
 ALLOW_S3 = {

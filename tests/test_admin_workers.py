@@ -9,8 +9,8 @@ from pathlib import Path
 
 import aiohttp
 
-from gateway.admin import MAX_WORKERS
-from gateway.redis_server import free_port
+from gateway.ops.admin import MAX_WORKERS
+from gateway.store.embedded import free_port
 
 from .procs import GatewayProcess
 from .scrape import sample

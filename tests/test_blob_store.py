@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from gateway.app import create_app
-from gateway.blob_file import FileBlobStore
-from gateway.blobstore import LongestHold, new_name
-from gateway.config import settings_from_dict
+from gateway.blobs.base import new_name
+from gateway.blobs.factory import LongestHold
+from gateway.blobs.file import FileBlobStore
+from gateway.config.settings import settings_from_dict
 from gateway.errors import ConfigError
+from gateway.http.app import create_app
 
 from .conftest import gateway_settings
 from .procs import GatewayProcess

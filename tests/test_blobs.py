@@ -20,7 +20,7 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
-from gateway.app import METRICS
+from gateway.http.app import METRICS
 
 from .blob_stores import StoredBlobs
 from .conftest import GatewayFactory

@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 import redis
 
-from gateway.breaker import CircuitBreaker
-from gateway.config import RedisSettings
+from gateway.config.settings import RedisSettings
 from gateway.errors import StoreUnavailable
-from gateway.redis_client import make_client
-from gateway.redis_server import RedisServer
-from gateway.store import Claim, Store
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.embedded import RedisServer
+from gateway.store.store import Claim, Store
 
 
 def pipelined_store(url: str, pipeline: bool = True) -> Store:

@@ -6,7 +6,7 @@ import gc
 
 from aiohttp import web
 
-from gateway.collector import YOUNG_THRESHOLD, tune_collector
+from gateway.ops.collector import YOUNG_THRESHOLD, tune_collector
 
 
 async def test_start_up_objects_are_frozen_and_young_collections_are_rarer() -> None:

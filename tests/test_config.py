@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import load_settings, parse_duration, parse_size, settings_from_dict
+from gateway.config.settings import load_settings, parse_duration, parse_size, settings_from_dict
 from gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,9 +16,9 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from gateway.config import load_settings
+from gateway.config.settings import load_settings
 from gateway.ports import wait_for_port
-from gateway.redis_server import free_port
+from gateway.store.embedded import free_port
 
 from .s3 import MotoServer
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import Policy
-from gateway.decision import Action, Settle, on_answer, on_claim, on_failure
-from gateway.proxy import BROKEN, TIMEOUT, UNSENT
-from gateway.record import Record
-from gateway.store import Claim, ClaimResult
+from gateway.config.settings import Policy
+from gateway.core.decision import Action, Settle, on_answer, on_claim, on_failure
+from gateway.core.record import Record
+from gateway.store.store import Claim, ClaimResult
+from gateway.upstream.proxy import BROKEN, TIMEOUT, UNSENT
 
 DONE = ClaimResult(Claim.DONE, record=Record(200, [], 0, ""))
 UNKNOWN = ClaimResult(Claim.DONE, record=Record(502, [], 0, "", unknown=True))

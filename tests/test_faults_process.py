@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.redis_server import RedisServer, free_port
+from gateway.store.embedded import RedisServer, free_port
 
 from .faultkit import records, until
 from .procs import GatewayProcess

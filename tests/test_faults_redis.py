@@ -9,7 +9,7 @@ import time
 
 import redis
 
-from gateway.redis_server import RedisServer
+from gateway.store.embedded import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, until, value

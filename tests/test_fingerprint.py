@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.config import Fingerprint
-from gateway.fingerprint import fingerprint
+from gateway.config.settings import Fingerprint
+from gateway.core.fingerprint import fingerprint
 
 
 def fp(spec: Fingerprint, body: bytes, method: str = "POST", path: str = "/p", query: str = "",

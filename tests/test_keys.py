@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.keys import BadKey, parse_key, record_key, tenant_id
+from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,15 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
-from gateway import handler
-from gateway.admin import MAX_WORKERS, attach_admin
-from gateway.app import create_app
-from gateway.config import Admin, settings_from_dict
+from gateway.config.settings import Admin, settings_from_dict
+from gateway.core.keys import digest
 from gateway.errors import ConfigError
-from gateway.keys import digest
-from gateway.logs import JsonFormatter
-from gateway.metrics import Metrics
-from gateway.redis_server import RedisServer, free_port
+from gateway.http import handler
+from gateway.http.app import create_app
+from gateway.ops.admin import MAX_WORKERS, attach_admin
+from gateway.store.embedded import RedisServer, free_port
+from gateway.telemetry.logs import JsonFormatter
+from gateway.telemetry.metrics import Metrics
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .scrape import sample, scrape
@@ -137,7 +137,7 @@ async def test_request_id_propagated_and_logged_without_secrets(
     make_gateway: GatewayFactory, upstream, caplog
 ) -> None:
     counting, _ = upstream
-    caplog.set_level(logging.INFO, logger="gateway.access")
+    caplog.set_level(logging.INFO, logger="gateway.http.access")
     gw = await make_gateway(scope=["Authorization"])
     headers = {
         "Idempotency-Key": "raw-key-never-logged",
@@ -157,7 +157,7 @@ async def test_request_id_propagated_and_logged_without_secrets(
     replay = await gw.post("/pay?token=query-secret", data=b"body-never-logged", headers=headers)
     assert replay.headers["Idempotent-Replayed"] == "true"
 
-    lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.access"]
+    lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.http.access"]
     assert len(lines) == 3
     first = orjson.loads(lines[0])
     assert first["request_id"] == "req-abc-123"
@@ -174,10 +174,10 @@ async def test_request_id_propagated_and_logged_without_secrets(
 
 
 async def test_request_log_costs_nothing_when_off(make_gateway: GatewayFactory, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.access")
+    caplog.set_level(logging.WARNING, logger="gateway.http.access")
     gw = await make_gateway()
     assert (await gw.post("/pay", headers={"Idempotency-Key": "quiet"})).status == 201
-    assert [r for r in caplog.records if r.name == "gateway.access"] == []
+    assert [r for r in caplog.records if r.name == "gateway.http.access"] == []
 
 
 async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import Settings, settings_from_dict
-from gateway.paths import readings
+from gateway.config.settings import Settings, settings_from_dict
+from gateway.core.paths import readings
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from gateway.config import Settings, settings_from_dict
+from gateway.config.settings import Settings, settings_from_dict
+from gateway.core.keys import MAX_KEY_LENGTH, BadKey, parse_key, record_key
+from gateway.core.validate import undecodable_header
 from gateway.errors import ConfigError
-from gateway.keys import MAX_KEY_LENGTH, BadKey, parse_key, record_key
-from gateway.proxy import HOP_BY_HOP, forward_headers, response_headers
-from gateway.validate import undecodable_header
+from gateway.upstream.proxy import HOP_BY_HOP, forward_headers, response_headers
 
 VISIBLE = "".join(chr(c) for c in range(0x21, 0x7F))
 keys = st.text(alphabet=VISIBLE, min_size=1, max_size=MAX_KEY_LENGTH)
@@ -71,7 +71,7 @@ def test_keys_longer_or_with_spaces_inside_are_refused(key: str, other: str) -> 
 def test_record_keys_separate_tenants_and_hide_raw_values(
     tenant_a: str, tenant_b: str, key_a: str, key_b: str
 ) -> None:
-    from gateway.keys import tenant_id
+    from gateway.core.keys import tenant_id
 
     a = record_key("idem", "api", tenant_id([tenant_a]), key_a)
     b = record_key("idem", "api", tenant_id([tenant_b]), key_b)

@@ -13,7 +13,7 @@ import aiohttp
 import yaml
 from aiohttp.test_utils import TestServer
 
-from gateway.redis_server import free_port
+from gateway.store.embedded import free_port
 
 from .procs import GatewayProcess
 from .upstream import CountingUpstream

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.config import load_settings, settings_from_dict
+from gateway.config.settings import load_settings, settings_from_dict
 from gateway.errors import ConfigError
-from gateway.redis_client import tls_options
-from gateway.redis_server import RedisServer
+from gateway.store.client import tls_options
+from gateway.store.embedded import RedisServer
 
 from .conftest import GatewayFactory
 from .topologies import SentinelServers, start_all, wait_until

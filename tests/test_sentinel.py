@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.app import METRICS, TASKS
-from gateway.config import settings_from_dict
+from gateway.config.settings import settings_from_dict
+from gateway.http.app import METRICS, TASKS
 
 from .conftest import GatewayFactory
 from .topologies import SERVICE, SentinelServers, wait_until

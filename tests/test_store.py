@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.breaker import CircuitBreaker
-from gateway.config import RedisSettings
-from gateway.record import Record
-from gateway.redis_client import make_client
-from gateway.store import Claim, Store
+from gateway.config.settings import RedisSettings
+from gateway.core.record import Record
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Claim, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "idem:{api:t:k}"
@@ -100,7 +100,7 @@ def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
     # Import from the wheel alone (not the source tree) and read a script through the package.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import gateway.store as s; assert s.__file__.startswith(sys.argv[1]), s.__file__;"
+        "import gateway.store.store as s; assert s.__file__.startswith(sys.argv[1]), s.__file__;"
         "print(s.load_script('claim').splitlines()[0])"
     )
     out = subprocess.run(

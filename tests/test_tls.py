@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import trustme
 
-from gateway.config import Settings, settings_from_dict
+from gateway.config.settings import Settings, settings_from_dict
 
 from .conftest import GatewayFactory
 from .upstream import CountingUpstream

@@ -17,9 +17,8 @@ import yarl
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway import upstream_client
-from gateway.proxy import BROKEN, TIMEOUT, UNSENT, classify
-from gateway.upstream_client import (
+from gateway.upstream import lean as lean_module
+from gateway.upstream.lean import (
     HIGH_WATER,
     UpstreamBroken,
     UpstreamPool,
@@ -27,6 +26,7 @@ from gateway.upstream_client import (
     UpstreamUnsent,
     lean_enough,
 )
+from gateway.upstream.proxy import BROKEN, TIMEOUT, UNSENT, classify
 
 from .conftest import GatewayFactory, gateway_settings
 
@@ -387,7 +387,7 @@ async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_un
 
 
 async def test_the_pool_shrinks_back_after_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(upstream_client, "KEEPALIVE_SECONDS", 0.0)
+    monkeypatch.setattr(lean_module, "KEEPALIVE_SECONDS", 0.0)
     async with scripted(answering(OK)) as (upstream, origin):
         pool = UpstreamPool(origin, 8)
         answers = [await pool.request("POST", "/pay", [], b"x", 1.0, 1.0) for _ in range(3)]
@@ -419,7 +419,7 @@ async def test_header_bytes_that_are_not_utf8_are_sent_as_they_came() -> None:
 async def test_a_connection_idle_too_long_is_closed_not_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(upstream_client, "KEEPALIVE_SECONDS", 0.0)
+    monkeypatch.setattr(lean_module, "KEEPALIVE_SECONDS", 0.0)
     async with scripted(answering(OK)) as (upstream, origin):
         pool = UpstreamPool(origin, 8)
         await read_all(pool)

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from .config import Fingerprint
+from gateway.config.settings import Fingerprint
 
 _NO_FINGERPRINT = "-"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from .app import GATEWAY
-from .config import load_settings
-from .errors import ConfigError
+from gateway.config.settings import load_settings
+from gateway.errors import ConfigError
+from gateway.http.app import GATEWAY
 
 log = logging.getLogger(__name__)
 

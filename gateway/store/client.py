@@ -16,7 +16,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .config import RedisSettings
+from gateway.config.settings import RedisSettings
 
 RedisClient = Redis | RedisCluster
 

@@ -8,15 +8,13 @@ before a replay sends its head.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-from .config import BlobSettings
-from .errors import BlobError
+from gateway.errors import BlobError
 
 log = logging.getLogger(__name__)
 
@@ -89,43 +87,3 @@ class BlobStore(ABC):
 
     async def close(self) -> None:
         return None
-
-
-def open_blob_store(settings: BlobSettings) -> BlobStore:
-    """The store `settings.url` names (not started yet)."""
-    if settings.url.startswith("s3://"):
-        from .blob_s3 import S3BlobStore
-
-        return S3BlobStore(settings)
-    from .blob_file import FileBlobStore
-
-    return FileBlobStore.from_url(settings.url)
-
-
-class LongestHold:
-    """The longest `current()` has ever been: the sweep's age limit. A reload that shortens
-    retention must not sweep the blobs of records still kept under the longer one."""
-
-    def __init__(self, first: float, current: Callable[[], float]) -> None:
-        self._current = current
-        self._longest = first
-
-    def __call__(self) -> float:
-        self._longest = max(self._longest, self._current())
-        return self._longest
-
-
-async def sweep_periodically(
-    store: BlobStore, interval: float, max_age: Callable[[], float]
-) -> None:
-    """Run `store.sweep(max_age())` every `interval` seconds until cancelled (`max_age` is
-    asked each time: a reloaded config can keep records longer; see LongestHold)."""
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            removed = await store.sweep(max_age())
-        except Exception:
-            log.exception("blob sweep failed")
-            continue
-        if removed:
-            log.info("blob sweep removed %d stale blobs", removed)

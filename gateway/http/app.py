@@ -8,17 +8,18 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .access import add_request_id, observed
-from .blobstore import BlobStore, LongestHold, open_blob_store, sweep_periodically
-from .breaker import CircuitBreaker
-from .config import Settings
-from .handler import Gateway
-from .metrics import Metrics
-from .proxy import Upstreams
-from .quiet import quiet_malformed_requests
-from .redis_client import make_client
-from .store import Store
-from .tasks import TaskSet
+from gateway.blobs.base import BlobStore
+from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
+from gateway.config.settings import Settings
+from gateway.http.access import add_request_id, observed
+from gateway.http.handler import Gateway
+from gateway.http.quiet import quiet_malformed_requests
+from gateway.http.tasks import TaskSet
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
+from gateway.telemetry.metrics import Metrics
+from gateway.upstream.proxy import Upstreams
 
 SETTINGS = web.AppKey("settings", Settings)
 REDIS_URL = web.AppKey("redis_url", str)

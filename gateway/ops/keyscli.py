@@ -10,12 +10,12 @@ from typing import Any
 
 import orjson
 
-from . import keyops
-from .breaker import CircuitBreaker
-from .config import Settings
-from .errors import StoreUnavailable
-from .redis_client import make_client
-from .store import Store
+from gateway.config.settings import Settings
+from gateway.errors import StoreUnavailable
+from gateway.ops import keyops
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
 NOT_FOUND = 1  # no record / not an unknown outcome

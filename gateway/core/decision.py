@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .config import Policy
-from .proxy import TIMEOUT, UNSENT
-from .store import Claim, ClaimResult
+from gateway.config.settings import Policy
+from gateway.store.store import Claim, ClaimResult
+from gateway.upstream.proxy import TIMEOUT, UNSENT
 
 
 class Action(Enum):

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from .errors import BlobError
+from gateway.errors import BlobError
 
 
 def check_inline(body: bytes, size: int, sha256: str) -> None:

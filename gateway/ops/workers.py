@@ -19,9 +19,9 @@ from types import FrameType
 
 from aiohttp import web
 
-from .lifeline import die_with_parent
+from gateway.lifeline import die_with_parent
 
-log = logging.getLogger("gateway.workers")
+log = logging.getLogger("gateway.ops.workers")
 
 # A child that dies sooner than this after its start counts as a failed start.
 STARTUP_GRACE = 5.0

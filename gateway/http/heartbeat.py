@@ -7,9 +7,9 @@ import contextlib
 import logging
 from types import TracebackType
 
-from .errors import StoreUnavailable
-from .metrics import Metrics
-from .store import Store
+from gateway.errors import StoreUnavailable
+from gateway.store.store import Store
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

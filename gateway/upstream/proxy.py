@@ -12,10 +12,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from .config import Timeouts
-from .errors import problem
-from .requestlog import REQUEST_ID, current
-from .upstream_client import (
+from gateway.config.settings import Timeouts
+from gateway.errors import problem
+from gateway.telemetry.requestlog import REQUEST_ID, current
+from gateway.upstream.lean import (
     UpstreamAnswer,
     UpstreamPool,
     UpstreamUnsent,

@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass
 from types import TracebackType
 
-from .blobstore import BlobStore, BlobWriter
-from .errors import BlobError
+from gateway.blobs.base import BlobStore, BlobWriter
+from gateway.errors import BlobError
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .blobstore import READ_CHUNK, BlobReader, BlobStore, BlobWriter, check_name, new_name
-from .config import BlobSettings
-from .errors import BlobError, ConfigError
+from gateway.blobs.base import READ_CHUNK, BlobReader, BlobStore, BlobWriter, check_name, new_name
+from gateway.config.settings import BlobSettings
+from gateway.errors import BlobError, ConfigError
 
 log = logging.getLogger(__name__)
 

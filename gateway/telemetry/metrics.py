@@ -6,8 +6,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from . import breaker as b
-from .requestlog import current
+from gateway.store import breaker as b
+from gateway.telemetry.requestlog import current
 
 # Outcomes of a request, as counted in idem_requests_total{outcome}.
 FORWARDED = "forwarded"  # claimed and sent upstream

@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ConfigError
-from .paths import readings
+from gateway.core.paths import readings
+from gateway.errors import ConfigError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}

@@ -15,10 +15,10 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
-from .breaker import CircuitBreaker
-from .coalescer import Coalescer
-from .errors import RecordCorrupt, StoreUnavailable
-from .record import STATE_UNKNOWN, Record
+from gateway.core.record import STATE_UNKNOWN, Record
+from gateway.errors import RecordCorrupt, StoreUnavailable
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from .blobstore import READ_CHUNK, BlobReader, BlobStore, BlobWriter, check_name, new_name
-from .errors import BlobError, ConfigError
+from gateway.blobs.base import READ_CHUNK, BlobReader, BlobStore, BlobWriter, check_name, new_name
+from gateway.errors import BlobError, ConfigError
 
 PART = ".part"
 # Writes are gathered into pieces of this size before a thread writes them.

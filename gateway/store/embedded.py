@@ -14,8 +14,8 @@ from pathlib import Path
 
 import redis
 
-from .lifeline import die_with_parent
-from .ports import free_port
+from gateway.lifeline import die_with_parent
+from gateway.ports import free_port
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import keyops
-from .app import GATEWAY, METRICS
-from .config import Admin, Route
-from .errors import ConfigError, problem
-from .store import Store
+from gateway.config.settings import Admin, Route
+from gateway.errors import ConfigError, problem
+from gateway.http.app import GATEWAY, METRICS
+from gateway.ops import keyops
+from gateway.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,24 @@ from dataclasses import dataclass
 import aiohttp
 from aiohttp import web
 
-from . import metrics as m
-from .blobstore import BlobStore
-from .config import Route, Settings
-from .decision import Action, Settle, failure_status, on_answer, on_claim, on_failure
-from .errors import BlobError, RecordCorrupt, StoreUnavailable, problem
-from .fingerprint import fingerprint
-from .heartbeat import Heartbeat
-from .keys import BadKey, digest, hashed_record_key, parse_key, tenant_id
-from .metrics import Metrics
-from .proxy import (
+from gateway.blobs.base import BlobStore
+from gateway.blobs.recorder import TOO_LARGE, BodyRecorder, RecordedBody
+from gateway.config.settings import Route, Settings
+from gateway.core.decision import Action, Settle, failure_status, on_answer, on_claim, on_failure
+from gateway.core.fingerprint import fingerprint
+from gateway.core.keys import BadKey, digest, hashed_record_key, parse_key, tenant_id
+from gateway.core.record import Record
+from gateway.core.retention import expires
+from gateway.core.validate import undecodable_header
+from gateway.errors import BlobError, RecordCorrupt, StoreUnavailable, problem
+from gateway.http.heartbeat import Heartbeat
+from gateway.http.replay import check_inline, send_verified
+from gateway.http.tasks import TaskSet
+from gateway.store.store import ClaimResult, Store
+from gateway.telemetry import metrics as m
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.requestlog import note_key_hash
+from gateway.upstream.proxy import (
     Upstreams,
     abort,
     body_chunks,
@@ -35,14 +43,6 @@ from .proxy import (
     upstream_failure,
     write_quietly,
 )
-from .record import Record
-from .recording import TOO_LARGE, BodyRecorder, RecordedBody
-from .replay import check_inline, send_verified
-from .requestlog import note_key_hash
-from .retention import expires
-from .store import ClaimResult, Store
-from .tasks import TaskSet
-from .validate import undecodable_header
 
 log = logging.getLogger(__name__)
 

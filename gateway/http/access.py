@@ -9,14 +9,14 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .logs import FIELDS
-from .metrics import Metrics
-from .requestlog import REQUEST_ID, RequestInfo, begin, end
+from gateway.telemetry.logs import FIELDS
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.requestlog import REQUEST_ID, RequestInfo, begin, end
 
 REQUEST_INFO = web.RequestKey("idem_request_info", RequestInfo)
 MAX_REQUEST_ID = 128
 
-access_log = logging.getLogger("gateway.access")
+access_log = logging.getLogger("gateway.http.access")
 
 
 def request_id(request: web.Request) -> str:

@@ -10,10 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .config import Route, Settings
-from .keys import BadKey, parse_key, record_key, tenant_id
-from .record import STATE_UNKNOWN, Record
-from .store import Store
+from gateway.config.settings import Route, Settings
+from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
+from gateway.core.record import STATE_UNKNOWN, Record
+from gateway.store.store import Store
 
 STATES = {b"P": "pending", b"C": "completed", b"U": "unknown"}
 
