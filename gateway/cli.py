@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from gateway.config.settings import Settings, load_settings
+from gateway.config.loading import load_settings
+from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli

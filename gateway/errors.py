@@ -1,11 +1,6 @@
-"""The gateway's own exceptions and its problem+json (RFC 9457) answers."""
+"""The gateway's own exceptions, shared by its layers."""
 
 from __future__ import annotations
-
-import orjson
-from aiohttp import web
-
-PROBLEM_TYPE = "application/problem+json"
 
 
 class ConfigError(Exception):
@@ -33,24 +28,3 @@ class BlobError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-def problem(
-    status: int,
-    slug: str,
-    title: str,
-    detail: str,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    """A problem+json response; `slug` names the problem type."""
-    body = orjson.dumps(
-        {
-            "type": f"urn:idem-gateway:problem:{slug}",
-            "title": title,
-            "status": status,
-            "detail": detail,
-        }
-    )
-    response = web.Response(status=status, body=body, headers=headers)
-    response.content_type = PROBLEM_TYPE
-    return response

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from gateway.http import access, handler
+from gateway.core.claims import Claim, ClaimResult
+from gateway.http import access, handler, tasks
 from gateway.ops import collector
 from gateway.store import store
-from gateway.store.store import Claim, ClaimResult
-from gateway.upstream import proxy
+from gateway.upstream import upstreams
 
 
 def _replace(owner: object, name: str, value: object) -> None:
@@ -67,12 +67,12 @@ def _no_forward_task() -> None:
             return awaitable
 
     _replace(handler, "asyncio", Direct())
-    _replace(handler.TaskSet, "spawn", lambda self, coro: coro)
+    _replace(tasks.TaskSet, "spawn", lambda self, coro: coro)
 
 
 def _no_lean_client() -> None:
     """The claimed call goes over aiohttp's ClientSession, as pass-through requests do."""
-    _replace(proxy, "lean_enough", lambda origin: False)
+    _replace(upstreams, "lean_enough", lambda origin: False)
 
 
 PARTS: dict[str, Callable[[], None]] = {
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("gateway_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     # The CLI module must be loaded before its names are replaced.
-    import gateway.cli  # noqa: F401
+    import gateway.cli
     import gateway.http.app  # noqa: F401
 
     for part in filter(None, args.without.split(",")):

@@ -20,8 +20,9 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import WatchError
 
 from gateway.cli import new_loop
+from gateway.core.claims import Claim
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.store import Claim, Store
+from gateway.store.store import Store
 
 LEASE_MS = 30_000
 

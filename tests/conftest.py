@@ -11,7 +11,8 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.config.settings import Settings, settings_from_dict
+from gateway.config.loading import settings_from_dict
+from gateway.config.settings import Settings
 from gateway.http.app import create_app
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.store.embedded import RedisServer

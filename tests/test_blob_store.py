@@ -13,7 +13,7 @@ from aiohttp import web
 from gateway.blobs.base import new_name
 from gateway.blobs.factory import LongestHold
 from gateway.blobs.file import FileBlobStore
-from gateway.config.settings import settings_from_dict
+from gateway.config.loading import settings_from_dict
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
 

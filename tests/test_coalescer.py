@@ -11,11 +11,12 @@ import pytest
 import redis
 
 from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.embedded import RedisServer
-from gateway.store.store import Claim, Store
+from gateway.store.store import Store
 
 
 def pipelined_store(url: str, pipeline: bool = True) -> Store:

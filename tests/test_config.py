@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import load_settings, parse_duration, parse_size, settings_from_dict
+from gateway.config.loading import load_settings, settings_from_dict
+from gateway.config.units import parse_duration, parse_size
+from gateway.core.routing import route_for
 from gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,10 +103,10 @@ def test_route_matching_longest_prefix_on_segment_boundary() -> None:
     settings = settings_from_dict(
         {"routes": [ROUTE, {**ROUTE, "name": "refunds", "path_prefix": "/pay/refunds"}]}
     )
-    assert settings.route_for("/pay").name == "api"
-    assert settings.route_for("/pay/7").name == "api"
-    assert settings.route_for("/pay/refunds/1").name == "refunds"
-    assert settings.route_for("/payx") is None
+    assert route_for(settings.routes, "/pay").name == "api"
+    assert route_for(settings.routes, "/pay/7").name == "api"
+    assert route_for(settings.routes, "/pay/refunds/1").name == "refunds"
+    assert route_for(settings.routes, "/payx") is None
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from gateway.config.settings import load_settings
+from gateway.config.loading import load_settings
 from gateway.ports import wait_for_port
 from gateway.store.embedded import free_port
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config.settings import Policy
-from gateway.core.decision import Action, Settle, on_answer, on_claim, on_failure
+from gateway.config.policy import Policy
+from gateway.core.claims import Claim, ClaimResult
+from gateway.core.decision import (
+    Action,
+    Failure,
+    Settle,
+    on_answer,
+    on_claim,
+    on_failure,
+)
 from gateway.core.record import Record
-from gateway.store.store import Claim, ClaimResult
-from gateway.upstream.proxy import BROKEN, TIMEOUT, UNSENT
 
 DONE = ClaimResult(Claim.DONE, record=Record(200, [], 0, ""))
 UNKNOWN = ClaimResult(Claim.DONE, record=Record(502, [], 0, "", unknown=True))
@@ -41,11 +47,11 @@ def test_on_answer_follows_the_record_policy() -> None:
 @pytest.mark.parametrize(
     ("kind", "mode", "settle"),
     [
-        (UNSENT, "record", Settle.RELEASE),
-        (UNSENT, "keep", Settle.RELEASE),
-        (TIMEOUT, "release", Settle.RELEASE),
-        (TIMEOUT, "keep", Settle.KEEP),
-        (BROKEN, "record", Settle.RECORD_UNKNOWN),
+        (Failure.UNSENT, "record", Settle.RELEASE),
+        (Failure.UNSENT, "keep", Settle.RELEASE),
+        (Failure.TIMEOUT, "release", Settle.RELEASE),
+        (Failure.TIMEOUT, "keep", Settle.KEEP),
+        (Failure.BROKEN, "record", Settle.RECORD_UNKNOWN),
     ],
 )
 def test_on_failure(kind: str, mode: str, settle: Settle) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.config.settings import Fingerprint
+from gateway.config.policy import Fingerprint
 from gateway.core.fingerprint import fingerprint
 
 

@@ -14,7 +14,8 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 
-from gateway.config.settings import Admin, settings_from_dict
+from gateway.config.loading import settings_from_dict
+from gateway.config.settings import Admin
 from gateway.core.keys import digest
 from gateway.errors import ConfigError
 from gateway.http import handler

@@ -11,11 +11,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from gateway.config.settings import Settings, settings_from_dict
+from gateway.config.loading import settings_from_dict
+from gateway.config.settings import Settings
+from gateway.core.headers import HOP_BY_HOP, answer_headers, undecodable_header
 from gateway.core.keys import MAX_KEY_LENGTH, BadKey, parse_key, record_key
-from gateway.core.validate import undecodable_header
 from gateway.errors import ConfigError
-from gateway.upstream.proxy import HOP_BY_HOP, forward_headers, response_headers
+from gateway.http.outgoing import forward_headers
 
 VISIBLE = "".join(chr(c) for c in range(0x21, 0x7F))
 keys = st.text(alphabet=VISIBLE, min_size=1, max_size=MAX_KEY_LENGTH)
@@ -148,10 +149,10 @@ def header_text(raw: bytes) -> str:
 @given(st.lists(st.tuples(names, header_bytes), max_size=12))
 @example([(b"Set-Cookie", b"\xc2\x80\xc2\x80")])  # valid UTF-8 beyond ASCII
 @example([(b"Set-Cookie", b"\xc2")])  # not UTF-8
-def test_response_headers_never_pass_hop_by_hop_or_framing(
+def test_answer_headers_never_pass_hop_by_hop_or_framing(
     raw: list[tuple[bytes, bytes]],
 ) -> None:
-    out = response_headers(raw)
+    out = answer_headers(raw)
     listed = {
         token.strip().lower()
         for name, value in raw

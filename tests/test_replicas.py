@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway.config.settings import load_settings, settings_from_dict
+from gateway.config.loading import load_settings, settings_from_dict
 from gateway.errors import ConfigError
 from gateway.store.client import tls_options
 from gateway.store.embedded import RedisServer

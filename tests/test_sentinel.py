@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.config.settings import settings_from_dict
+from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, TASKS
 
 from .conftest import GatewayFactory

@@ -12,10 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.store import Claim, Store
+from gateway.store.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "idem:{api:t:k}"

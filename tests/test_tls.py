@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 import trustme
 
-from gateway.config.settings import Settings, settings_from_dict
+from gateway.config.loading import settings_from_dict
+from gateway.config.settings import Settings
 
 from .conftest import GatewayFactory
 from .upstream import CountingUpstream

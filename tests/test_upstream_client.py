@@ -17,16 +17,11 @@ import yarl
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.core.decision import Failure
 from gateway.upstream import lean as lean_module
-from gateway.upstream.lean import (
-    HIGH_WATER,
-    UpstreamBroken,
-    UpstreamPool,
-    UpstreamTimeout,
-    UpstreamUnsent,
-    lean_enough,
-)
-from gateway.upstream.proxy import BROKEN, TIMEOUT, UNSENT, classify
+from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent, failure_of
+from gateway.upstream.lean import UpstreamPool, lean_enough
+from gateway.upstream.lean_conn import HIGH_WATER
 
 from .conftest import GatewayFactory, gateway_settings
 
@@ -167,7 +162,7 @@ async def test_a_refused_connection_is_unsent() -> None:
         pass  # closed: nothing listens there now
     with pytest.raises(UpstreamUnsent) as caught:
         await UpstreamPool(origin, 8).request("POST", "/pay", [], b"x", 1.0, 1.0)
-    assert classify(caught.value) == UNSENT
+    assert failure_of(caught.value) is Failure.UNSENT
 
 
 @pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "a\rb"])
@@ -187,7 +182,7 @@ async def test_a_connection_cut_mid_answer_is_broken_and_not_reused() -> None:
         pool = UpstreamPool(origin, 8)
         with pytest.raises(UpstreamBroken) as caught:
             await read_all(pool)
-        assert classify(caught.value) == BROKEN
+        assert failure_of(caught.value) is Failure.BROKEN
         with pytest.raises(UpstreamBroken):
             await read_all(pool)
         pool.close()
@@ -219,7 +214,7 @@ async def test_a_late_head_times_out_and_its_connection_is_dropped() -> None:
         pool = UpstreamPool(origin, 8)
         with pytest.raises(UpstreamTimeout) as caught:
             await pool.request("POST", "/pay", [], b"x", 1.0, 0.05)
-        assert classify(caught.value) == TIMEOUT
+        assert failure_of(caught.value) is Failure.TIMEOUT
         stalled.set()
         assert (await read_all(pool))[3] == b"ok"
         pool.close()

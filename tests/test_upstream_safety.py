@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.config.settings import settings_from_dict
+from gateway.config.loading import settings_from_dict
 
 from .conftest import GatewayFactory, gateway_settings
 from .upstream import RawUpstream, serving

@@ -1,4 +1,4 @@
-"""The gateway's settings: YAML in, frozen and validated models out.
+"""The gateway's settings: listener, Redis, blob store, admin, and the routes.
 
 A wrong field is reported with its path and what was expected, e.g.
 ``routes[2].lease: 'abc' is not a duration (like 500ms, 30s, 5m, 24h)``.
@@ -6,200 +6,16 @@ A wrong field is reported with its path and what was expected, e.g.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Literal
 from urllib.parse import urlsplit
 
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
-from gateway.core.paths import readings
-from gateway.errors import ConfigError
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
-_SIZE_UNITS = {
-    None: 1,
-    "B": 1,
-    "KB": 1000,
-    "KiB": 1024,
-    "MB": 10**6,
-    "MiB": 2**20,
-    "GB": 10**9,
-    "GiB": 2**30,
-}
-_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-# Default record policy: every status below 500 except those that invite a retry.
-DEFAULT_RECORD = ("2xx", "3xx", "4xx", "!408", "!409", "!425", "!429")
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``1.5``, ``500ms``, ``30s``, ``5m``, ``24h`` or ``7d``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration (like 500ms, 30s, 5m, 24h)")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"{value!r} is not a duration (like 500ms, 30s, 5m, 24h)")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"{value!r} must be a positive duration")
-    return seconds
-
-
-def parse_size(value: Any) -> int:
-    """Bytes from ``1024``, ``64KiB``, ``1MiB`` or ``1GB``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size (like 512B, 64KiB, 1MiB)")
-    if isinstance(value, int):
-        size = value
-    else:
-        match = _SIZE.match(str(value))
-        if not match:
-            raise ValueError(f"{value!r} is not a size (like 512B, 64KiB, 1MiB)")
-        size = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
-    if size < 0:
-        raise ValueError(f"{value!r} must not be negative")
-    return size
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-Size = Annotated[int, BeforeValidator(parse_size)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RecordPolicy(_Model):
-    """Which upstream statuses are recorded: classes ("2xx"), codes (201), exclusions ("!429")."""
-
-    rules: tuple[str, ...] = DEFAULT_RECORD
-
-    def records(self, status: int) -> bool:
-        code = str(status)
-        if f"!{code}" in self.rules:
-            return False
-        return code in self.rules or f"{code[0]}xx" in self.rules
-
-
-def _record_policy(value: Any) -> Any:
-    if isinstance(value, RecordPolicy | dict):
-        return value
-    if not isinstance(value, list | tuple):
-        raise ValueError(f"{value!r} is not a list of statuses (like [2xx, 4xx, '!429'])")
-    rules = []
-    for item in value:
-        text = str(item).strip()
-        if not re.fullmatch(r"!?(?:[1-5]xx|[1-5]\d\d)", text):
-            raise ValueError(
-                f"{item!r} is not a status, a class like 2xx, or an exclusion like !429"
-            )
-        rules.append(text)
-    return {"rules": tuple(rules)}
-
-
-class Timeouts(_Model):
-    connect: Duration = 5.0  # to a connection, a pooled one included (nothing sent yet)
-    read: Duration | None = None  # longest wait for more body bytes; None: `total`
-    total: Duration = 30.0  # from sending until the answer's head arrives
-
-
-class Fingerprint(_Model):
-    """What identifies a request's payload: raw body bytes, canonical JSON, or nothing."""
-
-    mode: Literal["body", "json", "none"] = "body"
-    headers: tuple[str, ...] = ()  # request headers that also count
-    ignore: tuple[str, ...] = ()  # JSON Pointers left out in json mode, e.g. /client_ts
-
-    @field_validator("ignore")
-    @classmethod
-    def _pointers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pointer in value:
-            if not pointer.startswith("/"):
-                raise ValueError(f"{pointer!r} is not a JSON Pointer (it must start with /)")
-        return value
-
-
-class Policy(_Model):
-    """Per-route behaviour; `defaults:` holds the values routes inherit."""
-
-    key_header: str = "Idempotency-Key"
-    require_key: bool = False
-    methods: tuple[str, ...] = ("POST", "PUT", "PATCH")
-    lease: Duration = 30.0
-    retention: Duration = 86400.0
-    fail_mode: Literal["closed", "open"] = "closed"
-    record: Annotated[RecordPolicy, BeforeValidator(_record_policy)] = RecordPolicy()
-    scope: tuple[str, ...] = ("Authorization",)
-    fingerprint: Fingerprint = Fingerprint()
-    max_request_body: Size = 1 << 20
-    inline_max: Size = 64 << 10
-    max_recorded_body: Size = 100 << 20
-    timeouts: Timeouts = Timeouts()
-    on_unknown_outcome: Literal["release", "keep", "record"] = "release"
-    on_in_flight: Literal["reject", "wait"] = "reject"
-    in_flight_wait: Duration = 10.0
-    # shadow: decide and record as usual, but forward every request and answer what the
-    # upstream answers; what enforce would have done is only counted and logged.
-    mode: Literal["enforce", "shadow"] = "enforce"
-
-    @field_validator("methods")
-    @classmethod
-    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        upper = tuple(m.upper() for m in value)
-        for method in upper:
-            if method not in HTTP_METHODS:
-                raise ValueError(f"{method!r} is not an HTTP method")
-        return upper
-
-    @field_validator("key_header")
-    @classmethod
-    def _header_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9-]+", value):
-            raise ValueError(f"{value!r} is not a header name")
-        return value
-
-
-def _http_url(value: Any) -> Any:
-    parts = urlsplit(str(value))
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{value!r} is not an http(s) URL with a host")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise ValueError(f"{value!r} has a bad port") from exc
-    return str(value).rstrip("/")
-
-
-HttpUrl = Annotated[str, BeforeValidator(_http_url)]
-
-
-class Route(Policy):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    path_prefix: str = Field(pattern=r"^/")
-    upstream: HttpUrl
-
-    def matches(self, path: str) -> bool:
-        """Whether a lower-case `path` is this route's prefix or below it."""
-        prefix = self.path_prefix.rstrip("/").lower()
-        return path == prefix or path.startswith(prefix + "/") or prefix == ""
+from gateway.config.policy import Policy, Route, _Model
+from gateway.config.units import Duration, HostPort, HttpUrl, Size
 
 
 class Listen(_Model):
@@ -230,16 +46,6 @@ class Breaker(_Model):
 
     failures: int = Field(default=5, ge=1)
     reset: Duration = 2.0
-
-
-def _host_port(value: Any) -> Any:
-    host, sep, port = str(value).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not host:port")
-    return str(value)
-
-
-HostPort = Annotated[str, BeforeValidator(_host_port)]
 
 
 class Tls(_Model):
@@ -374,19 +180,6 @@ class Settings(_Model):
             seen.add(route.name)
         return self
 
-    def route_for(self, path: str, raw: str = "") -> Route | None:
-        """The route with the longest prefix that any reading of `path` (decoded; `raw`:
-        as sent) falls under (`paths.readings`: `/public/../pay` and `/PAY` are routed as
-        `/pay`)."""
-        read = readings(path, raw)
-        best: Route | None = None
-        for route in self.routes:
-            if any(route.matches(reading) for reading in read) and (
-                best is None or len(route.path_prefix) > len(best.path_prefix)
-            ):
-                best = route
-        return best
-
     def longest_hold(self) -> float:
         """The longest a blob may be referenced: the longest retention plus lease."""
         policies = self.routes or (self.defaults,)
@@ -397,99 +190,3 @@ class Settings(_Model):
         if self.upstream:
             found.add(self.upstream)
         return found
-
-
-def _expand_env(node: Any, path: str) -> Any:
-    """Replace ${VAR} and ${VAR:-default} in every string of the tree."""
-    if isinstance(node, dict):
-        return {k: _expand_env(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_expand_env(v, f"{path}[{i}]") for i, v in enumerate(node)]
-    if not isinstance(node, str):
-        return node
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default
-        raise ConfigError(f"{path}: environment variable {name} is not set")
-
-    return _ENV.sub(substitute, node)
-
-
-def _merge(defaults: dict[str, Any], route: dict[str, Any]) -> dict[str, Any]:
-    """Route fields over defaults; nested tables (timeouts, fingerprint) merge one level deep."""
-    merged = dict(defaults)
-    for key, value in route.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged
-
-
-def _location(loc: tuple[int | str, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif not str(part).startswith("function-"):
-            text += f".{part}" if text else str(part)
-    return text
-
-
-def _describe(error: ValidationError, prefix: tuple[int | str, ...] = ()) -> str:
-    lines = []
-    for item in error.errors():
-        where = _location(prefix + tuple(item["loc"])) or "config"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown field"
-        elif item["type"] in ("missing",):
-            message = "is required"
-        elif "input" in item and item["type"] not in ("value_error",):
-            message = f"{item['input']!r}: {message}"
-        lines.append(f"{where}: {message}")
-    return "\n".join(lines)
-
-
-def settings_from_dict(raw: Any) -> Settings:
-    """Validate a loaded YAML tree; raise ConfigError naming each bad field."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError("config: expected a mapping at the top level")
-    raw = _expand_env(raw, "")
-    defaults = raw.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise ConfigError("defaults: expected a mapping")
-    try:
-        Policy.model_validate(defaults)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, ("defaults",))) from None
-    routes = raw.get("routes") or []
-    if not isinstance(routes, list):
-        raise ConfigError("routes: expected a list of routes")
-    merged = dict(raw)
-    merged["routes"] = [
-        _merge(defaults, route) if isinstance(route, dict) else route for route in routes
-    ]
-    try:
-        return Settings.model_validate(merged)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
-
-
-def load_settings(path: str | Path) -> Settings:
-    """Read, expand and validate a YAML config file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return settings_from_dict(raw)

@@ -1,12 +1,15 @@
-"""The idempotency decisions as pure functions: no I/O, unit-tested on their own."""
+"""The idempotency decisions as pure functions over plain values: no I/O, tested on their own.
+
+The route's settings come in through the small protocols below, so the decisions know nothing
+of how a config is read.
+"""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, StrEnum
+from typing import Protocol
 
-from gateway.config.settings import Policy
-from gateway.store.store import Claim, ClaimResult
-from gateway.upstream.proxy import TIMEOUT, UNSENT
+from gateway.core.claims import Claim, ClaimResult
 
 
 class Action(Enum):
@@ -27,6 +30,38 @@ class Settle(Enum):
     RECORD_UNKNOWN = "record_unknown"  # store an UNKNOWN outcome for an operator
 
 
+class Failure(StrEnum):
+    """What went wrong talking to the upstream, which decides what happens to the key."""
+
+    UNSENT = "unsent"  # the request never left: a retry is safe
+    TIMEOUT = "timeout"  # sent, no complete answer in time: outcome unknown
+    BROKEN = "broken"  # sent, connection reset or answer cut: outcome unknown
+
+
+class StatusRule(Protocol):
+    def records(self, status: int) -> bool: ...
+
+
+class Policy(Protocol):
+    """What the decisions read of a route."""
+
+    @property
+    def on_in_flight(self) -> str: ...
+    @property
+    def on_unknown_outcome(self) -> str: ...
+    @property
+    def record(self) -> StatusRule: ...
+
+
+def records(rules: tuple[str, ...], status: int) -> bool:
+    """Whether `rules` (classes like "2xx", codes like "201", exclusions like "!429") record
+    `status`; an exclusion wins."""
+    code = str(status)
+    if f"!{code}" in rules:
+        return False
+    return code in rules or f"{code[0]}xx" in rules
+
+
 def on_claim(result: ClaimResult, policy: Policy, may_wait: bool) -> Action:
     """What to do with the answer of the claim script."""
     if result.outcome is Claim.CLAIMED:
@@ -44,16 +79,15 @@ def on_answer(status: int, policy: Policy) -> Settle:
     return Settle.RECORD if policy.record.records(status) else Settle.RELEASE
 
 
-def on_failure(kind: str, policy: Policy) -> Settle:
+_ON_UNKNOWN = {"release": Settle.RELEASE, "keep": Settle.KEEP, "record": Settle.RECORD_UNKNOWN}
+
+
+def on_failure(kind: Failure, policy: Policy) -> Settle:
     """After the upstream call failed: unsent is safe to retry; otherwise the route decides."""
-    if kind == UNSENT:
+    if kind is Failure.UNSENT:
         return Settle.RELEASE
-    return {
-        "release": Settle.RELEASE,
-        "keep": Settle.KEEP,
-        "record": Settle.RECORD_UNKNOWN,
-    }[policy.on_unknown_outcome]
+    return _ON_UNKNOWN[policy.on_unknown_outcome]
 
 
-def failure_status(kind: str) -> int:
-    return 504 if kind == TIMEOUT else 502
+def failure_status(kind: Failure) -> int:
+    return 504 if kind is Failure.TIMEOUT else 502

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.config.settings import Fingerprint
+from gateway.config.policy import Fingerprint
 
 _NO_FINGERPRINT = "-"
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from gateway.blobs.base import BlobStore
 from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
 from gateway.config.settings import Settings
 from gateway.http.access import add_request_id, observed
+from gateway.http.context import Live, Services
 from gateway.http.handler import Gateway
 from gateway.http.quiet import quiet_malformed_requests
 from gateway.http.tasks import TaskSet
@@ -19,54 +19,56 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
-from gateway.upstream.proxy import Upstreams
+from gateway.upstream.upstreams import Upstreams
 
-SETTINGS = web.AppKey("settings", Settings)
-REDIS_URL = web.AppKey("redis_url", str)
+LIVE = web.AppKey("live", Live)
 METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
-STORE = web.AppKey("store", Store)
-BLOBS = web.AppKey("blobs", BlobStore)
+SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
 
 
-async def _resources(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    blobs = open_blob_store(settings.blob)
-    await blobs.start()  # an unusable blob store stops the start here, not at a request
-    hold = LongestHold(settings.longest_hold(), lambda: app[GATEWAY].settings.longest_hold())
-    sweeper = asyncio.ensure_future(sweep_periodically(blobs, settings.blob.sweep_interval, hold))
-    app[BLOBS] = blobs
-    redis = settings.redis
-    store = Store(
-        make_client(redis, app[REDIS_URL]),
-        CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
-        pipeline=redis.pipeline,
-        timeout=redis.socket_timeout,
-        replicas=redis.claim_replicas,
-        replicas_timeout=redis.claim_replicas_timeout,
-    )
-    upstreams = Upstreams(settings.upstreams())
-    app[METRICS].watch_circuit(store.breaker)
-    app[STORE] = store
-    app[GATEWAY] = Gateway(settings, store, upstreams, app[METRICS], app[TASKS], blobs)
-    try:
-        yield
-    finally:
-        await app[TASKS].drain(DRAIN_SECONDS)
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
-        await upstreams.close()
-        await store.close()
-        await blobs.close()
+def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The gateway's clients, opened at start-up and closed after the drain."""
 
+    async def resources(app: web.Application) -> AsyncIterator[None]:
+        live = app[LIVE]
+        settings = live.settings
+        blobs = open_blob_store(settings.blob)
+        await blobs.start()  # an unusable blob store stops the start here, not at a request
+        hold = LongestHold(settings.longest_hold(), lambda: live.settings.longest_hold())
+        sweeper = asyncio.ensure_future(
+            sweep_periodically(blobs, settings.blob.sweep_interval, hold)
+        )
+        redis = settings.redis
+        store = Store(
+            make_client(redis, redis_url),
+            CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
+            pipeline=redis.pipeline,
+            timeout=redis.socket_timeout,
+            replicas=redis.claim_replicas,
+            replicas_timeout=redis.claim_replicas_timeout,
+        )
+        upstreams = Upstreams(settings.upstreams())
+        app[METRICS].watch_circuit(store.breaker)
+        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs)
+        app[SERVICES] = services
+        app[GATEWAY] = Gateway(services)
+        try:
+            yield
+        finally:
+            await app[TASKS].drain(DRAIN_SECONDS)
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await upstreams.close()
+            await store.close()
+            await blobs.close()
 
-async def _gateway(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].handle(request)
+    return resources
 
 
 def create_app(
@@ -78,12 +80,14 @@ def create_app(
     # Request bodies pass through as sent: unpacking a gzip body here would forward it still
     # labelled gzip, and fingerprint other bytes than the client's.
     app = web.Application(handler_args={"auto_decompress": False})
-    app[SETTINGS] = settings
-    app[REDIS_URL] = redis_url
+    app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
     app.on_response_prepare.append(add_request_id)
-    app.cleanup_ctx.append(_resources)
-    handle = observed(_gateway, metrics)
-    app.router.add_route("*", "/{tail:.*}", handle)
+    app.cleanup_ctx.append(_resources(redis_url))
+    app.router.add_route("*", "/{tail:.*}", observed(_gateway, metrics))
     return app
+
+
+async def _gateway(request: web.Request) -> web.StreamResponse:
+    return await request.app[GATEWAY].handle(request)

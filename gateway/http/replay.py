@@ -1,13 +1,96 @@
-"""Sending a recorded body back, checked against its recorded size and SHA-256."""
+"""Answering from a record: the recorded head, and the body checked against its size and
+SHA-256, so that a missing or corrupt body is an error and never a wrong answer."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.blobs.recorder import TOO_LARGE
+from gateway.config.policy import Route
+from gateway.core.claims import ClaimResult
+from gateway.core.record import Record
+from gateway.core.retention import expires
 from gateway.errors import BlobError
+from gateway.http.answers import abort, prepare_quietly, start_response, write_quietly
+from gateway.http.context import Services
+from gateway.http.problems import problem
+
+log = logging.getLogger(__name__)
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+async def replay(
+    s: Services, request: web.Request, route: Route, result: ClaimResult
+) -> web.StreamResponse:
+    record = result.record
+    assert record is not None
+    not_recorded = record.extra.get("body")
+    if not_recorded:
+        why = (
+            "over max_recorded_body" if not_recorded == TOO_LARGE
+            else "which the blob store failed to keep"
+        )  # fmt: skip
+        detail = (
+            f"the upstream answered {record.status} with a body of {record.size} bytes, "
+            f"{why}, so it cannot be replayed; the request is not run again"
+        )
+        return problem(502, "body-not-recorded", "Answer not replayable", detail, REPLAYED)
+    extra = {**REPLAYED, **expires(result.pttl_ms / 1000)}
+    if record.blob is not None:
+        return await _replay_blob(s, request, route, record, extra)
+    try:
+        check_inline(result.body, record.size, record.sha256)
+    except BlobError as exc:
+        return _blob_failed(s, route, exc)
+    response = start_response(record.status, None, record.headers, record.size, extra)
+    await response.prepare(request)
+    await write_quietly(response, result.body)
+    await response.write_eof()
+    return response
+
+
+async def _replay_blob(
+    s: Services, request: web.Request, route: Route, record: Record, extra: dict[str, str]
+) -> web.StreamResponse:
+    """Stream a blob back; refuse it before the head when it is missing or the wrong size,
+    and cut the connection when its digest turns out wrong at the end."""
+    assert record.blob is not None
+    try:
+        reader = await s.blobs.reader(record.blob)
+    except BlobError as exc:
+        return _blob_failed(s, route, exc)
+    try:
+        if reader.size != record.size:
+            detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
+            return _blob_failed(s, route, BlobError(BlobError.CORRUPT, detail))
+        response = start_response(record.status, None, record.headers, record.size, extra)
+        if not await prepare_quietly(response, request):
+            return response
+        try:
+            if await send_verified(response, reader.chunks(), record.size, record.sha256):
+                s.metrics.blob_read.inc(record.size)
+        except BlobError as exc:
+            _blob_failed(s, route, exc)
+            return abort(request, response)
+        return response
+    finally:
+        await reader.close()
+
+
+def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
+    """A recorded body that cannot be replayed as recorded: 502, logged and counted. The
+    record stays as it is: retries keep getting this answer, never a wrong body."""
+    s.metrics.blob_errors.labels(route.name, exc.reason).inc()
+    log.error("route %s: recorded body not replayable: %s", route.name, exc)
+    return problem(
+        502, "recorded-body-unavailable", "Recorded answer unavailable",
+        f"the recorded body is {exc.reason}; the request is not run again", REPLAYED,
+    )  # fmt: skip
 
 
 def check_inline(body: bytes, size: int, sha256: str) -> None:

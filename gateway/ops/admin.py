@@ -20,9 +20,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.config.settings import Admin, Route
-from gateway.errors import ConfigError, problem
-from gateway.http.app import GATEWAY, METRICS
+from gateway.config.policy import Route
+from gateway.config.settings import Admin
+from gateway.errors import ConfigError
+from gateway.http.app import METRICS, SERVICES
+from gateway.http.problems import problem
 from gateway.ops import keyops
 from gateway.store.store import Store
 
@@ -80,7 +82,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     draining = request.app[STATE].draining
-    store = request.app[PUBLIC][GATEWAY].store
+    store = request.app[PUBLIC][SERVICES].store
     redis_ok = await store.ready()
     ready = redis_ok and not draining
     body = {"ready": ready, "redis": redis_ok, "draining": draining}
@@ -127,9 +129,9 @@ def _keys_endpoint(
 
 
 def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, str]:
-    gateway = request.app[PUBLIC][GATEWAY]
-    route, rkey = keyops.locate(gateway.settings, body.route, body.tenant, body.key)
-    return gateway.store, route, rkey
+    services = request.app[PUBLIC][SERVICES]
+    route, rkey = keyops.locate(services.settings, body.route, body.tenant, body.key)
+    return services.store, route, rkey
 
 
 async def _show(request: web.Request, body: KeyRequest) -> web.Response:

@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.config.settings import Route, Settings
+from gateway.config.policy import Route
+from gateway.config.settings import Settings
 from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.store.store import Store

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.config.settings import load_settings
+from gateway.config.loading import load_settings
 from gateway.errors import ConfigError
-from gateway.http.app import GATEWAY
+from gateway.http.app import LIVE, SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +32,16 @@ def apply(app: web.Application, path: str | Path) -> bool:
     except ConfigError as exc:
         log.error("config reload refused, the running config stays: %s", exc)
         return False
-    gateway = app[GATEWAY]
-    old = gateway.settings
+    live = app[LIVE]
+    old = live.settings
     fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
     if fixed:
         log.warning(
             "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
         )
         new = new.model_copy(update={name: getattr(old, name) for name in fixed})
-    gateway.upstreams.add(new.upstreams())
-    gateway.settings = new
+    app[SERVICES].upstreams.add(new.upstreams())
+    live.settings = new
     logging.getLogger().setLevel(new.log_level.upper())
     log.info("config reloaded from %s (%d routes)", path, len(new.routes))
     return True

@@ -7,7 +7,7 @@ once and reused, never per request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
@@ -105,20 +105,23 @@ def _sentinel_master(settings: RedisSettings) -> Redis:
         sentinel_options["ssl"] = True
     if sentinel.password is not None:
         sentinel_options["password"] = sentinel.password
-    manager = Sentinel(
+    manager = Sentinel(  # type: ignore[no-untyped-call]
         [_host_port(node) for node in sentinel.nodes],
         sentinel_kwargs=sentinel_options,
         **_common(settings),
         **tls,
         ssl=bool(tls),
     )
-    return manager.master_for(
-        sentinel.service,
-        redis_class=SentinelMaster,
-        connection_pool_class=SentinelBlockingPool,
-        max_connections=settings.max_connections,
-        timeout=settings.pool_timeout,
-        retry=Retry(NoBackoff(), 1),
+    return cast(
+        Redis,
+        manager.master_for(
+            sentinel.service,
+            redis_class=SentinelMaster,
+            connection_pool_class=SentinelBlockingPool,
+            max_connections=settings.max_connections,
+            timeout=settings.pool_timeout,
+            retry=Retry(NoBackoff(), 1),
+        ),
     )
 
 

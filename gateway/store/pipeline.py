@@ -96,7 +96,8 @@ class Coalescer:
             self._idle.append(connection)
 
     async def _connect(self) -> AbstractConnection:
-        connection = await self._client.connection_pool.get_connection()
+        pool = self._client.connection_pool
+        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
         self._held.append(connection)
         return connection
 

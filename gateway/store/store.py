@@ -6,8 +6,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from enum import Enum
 from importlib.resources import files
 from typing import Any, TypeVar
 
@@ -15,6 +13,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
+from gateway.core.claims import Claim, ClaimResult
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
@@ -27,21 +26,6 @@ log = logging.getLogger(__name__)
 # redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
 # a node's connections after an error while other calls are still connecting on them.
 _FAILURES = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
-
-
-class Claim(Enum):
-    CLAIMED = "CLAIMED"
-    IN_FLIGHT = "IN_FLIGHT"
-    MISMATCH = "MISMATCH"
-    DONE = "DONE"
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimResult:
-    outcome: Claim
-    pttl_ms: int = 0  # the lease left (IN_FLIGHT) or the retention left (DONE)
-    record: Record | None = None
-    body: bytes = b""  # the inline body of a DONE record
 
 
 def load_script(name: str) -> str:

@@ -1,0 +1,114 @@
+"""Reading a YAML config: ${ENV} expanded, route fields merged over `defaults:`, and every
+wrong field reported with its path."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gateway.config.policy import Policy
+from gateway.config.settings import Settings
+from gateway.errors import ConfigError
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand_env(node: Any, path: str) -> Any:
+    """Replace ${VAR} and ${VAR:-default} in every string of the tree."""
+    if isinstance(node, dict):
+        return {k: _expand_env(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand_env(v, f"{path}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{path}: environment variable {name} is not set")
+
+    return _ENV.sub(substitute, node)
+
+
+def _merge(defaults: dict[str, Any], route: dict[str, Any]) -> dict[str, Any]:
+    """Route fields over defaults; nested tables (timeouts, fingerprint) merge one level deep."""
+    merged = dict(defaults)
+    for key, value in route.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif not str(part).startswith("function-"):
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _describe(error: ValidationError, prefix: tuple[int | str, ...] = ()) -> str:
+    lines = []
+    for item in error.errors():
+        where = _location(prefix + tuple(item["loc"])) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif item["type"] in ("missing",):
+            message = "is required"
+        elif "input" in item and item["type"] not in ("value_error",):
+            message = f"{item['input']!r}: {message}"
+        lines.append(f"{where}: {message}")
+    return "\n".join(lines)
+
+
+def settings_from_dict(raw: Any) -> Settings:
+    """Validate a loaded YAML tree; raise ConfigError naming each bad field."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("config: expected a mapping at the top level")
+    raw = _expand_env(raw, "")
+    defaults = raw.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("defaults: expected a mapping")
+    try:
+        Policy.model_validate(defaults)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, ("defaults",))) from None
+    routes = raw.get("routes") or []
+    if not isinstance(routes, list):
+        raise ConfigError("routes: expected a list of routes")
+    merged = dict(raw)
+    merged["routes"] = [
+        _merge(defaults, route) if isinstance(route, dict) else route for route in routes
+    ]
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read, expand and validate a YAML config file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return settings_from_dict(raw)

@@ -1,0 +1,112 @@
+"""Per-route behaviour: what a route protects, how it records, and how it fails."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from gateway.config.units import Duration, HttpUrl, Size
+from gateway.core.decision import records
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Default record policy: every status below 500 except those that invite a retry.
+DEFAULT_RECORD = ("2xx", "3xx", "4xx", "!408", "!409", "!425", "!429")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RecordPolicy(_Model):
+    """Which upstream statuses are recorded: classes ("2xx"), codes (201), exclusions ("!429")."""
+
+    rules: tuple[str, ...] = DEFAULT_RECORD
+
+    def records(self, status: int) -> bool:
+        return records(self.rules, status)
+
+
+def _record_policy(value: Any) -> Any:
+    if isinstance(value, RecordPolicy | dict):
+        return value
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{value!r} is not a list of statuses (like [2xx, 4xx, '!429'])")
+    rules = []
+    for item in value:
+        text = str(item).strip()
+        if not re.fullmatch(r"!?(?:[1-5]xx|[1-5]\d\d)", text):
+            raise ValueError(
+                f"{item!r} is not a status, a class like 2xx, or an exclusion like !429"
+            )
+        rules.append(text)
+    return {"rules": tuple(rules)}
+
+
+class Timeouts(_Model):
+    connect: Duration = 5.0  # to a connection, a pooled one included (nothing sent yet)
+    read: Duration | None = None  # longest wait for more body bytes; None: `total`
+    total: Duration = 30.0  # from sending until the answer's head arrives
+
+
+class Fingerprint(_Model):
+    """What identifies a request's payload: raw body bytes, canonical JSON, or nothing."""
+
+    mode: Literal["body", "json", "none"] = "body"
+    headers: tuple[str, ...] = ()  # request headers that also count
+    ignore: tuple[str, ...] = ()  # JSON Pointers left out in json mode, e.g. /client_ts
+
+    @field_validator("ignore")
+    @classmethod
+    def _pointers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pointer in value:
+            if not pointer.startswith("/"):
+                raise ValueError(f"{pointer!r} is not a JSON Pointer (it must start with /)")
+        return value
+
+
+class Policy(_Model):
+    """Per-route behaviour; `defaults:` holds the values routes inherit."""
+
+    key_header: str = "Idempotency-Key"
+    require_key: bool = False
+    methods: tuple[str, ...] = ("POST", "PUT", "PATCH")
+    lease: Duration = 30.0
+    retention: Duration = 86400.0
+    fail_mode: Literal["closed", "open"] = "closed"
+    record: Annotated[RecordPolicy, BeforeValidator(_record_policy)] = RecordPolicy()
+    scope: tuple[str, ...] = ("Authorization",)
+    fingerprint: Fingerprint = Fingerprint()
+    max_request_body: Size = 1 << 20
+    inline_max: Size = 64 << 10
+    max_recorded_body: Size = 100 << 20
+    timeouts: Timeouts = Timeouts()
+    on_unknown_outcome: Literal["release", "keep", "record"] = "release"
+    on_in_flight: Literal["reject", "wait"] = "reject"
+    in_flight_wait: Duration = 10.0
+    # shadow: decide and record as usual, but forward every request and answer what the
+    # upstream answers; what enforce would have done is only counted and logged.
+    mode: Literal["enforce", "shadow"] = "enforce"
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        upper = tuple(m.upper() for m in value)
+        for method in upper:
+            if method not in HTTP_METHODS:
+                raise ValueError(f"{method!r} is not an HTTP method")
+        return upper
+
+    @field_validator("key_header")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9-]+", value):
+            raise ValueError(f"{value!r} is not a header name")
+        return value
+
+
+class Route(Policy):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    path_prefix: str = Field(pattern=r"^/")
+    upstream: HttpUrl

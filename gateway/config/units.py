@@ -1,0 +1,83 @@
+"""Durations, sizes and addresses as the config writes them, read into plain values."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$")
+_SIZE_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "KiB": 1024,
+    "MB": 10**6,
+    "MiB": 2**20,
+    "GB": 10**9,
+    "GiB": 2**30,
+}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``1.5``, ``500ms``, ``30s``, ``5m``, ``24h`` or ``7d``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration (like 500ms, 30s, 5m, 24h)")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration (like 500ms, 30s, 5m, 24h)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"{value!r} must be a positive duration")
+    return seconds
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from ``1024``, ``64KiB``, ``1MiB`` or ``1GB``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size (like 512B, 64KiB, 1MiB)")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a size (like 512B, 64KiB, 1MiB)")
+        size = int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+    if size < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return size
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+def _http_url(value: Any) -> Any:
+    parts = urlsplit(str(value))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ValueError(f"{value!r} has a bad port") from exc
+    return str(value).rstrip("/")
+
+
+HttpUrl = Annotated[str, BeforeValidator(_http_url)]
+
+
+def _host_port(value: Any) -> Any:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not host:port")
+    return str(value)
+
+
+HostPort = Annotated[str, BeforeValidator(_host_port)]

@@ -1,0 +1,23 @@
+"""What the claim script answers: the key's state as the request found it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from gateway.core.record import Record
+
+
+class Claim(Enum):
+    CLAIMED = "CLAIMED"  # absent before: this request owns the key now
+    IN_FLIGHT = "IN_FLIGHT"  # another request owns it
+    MISMATCH = "MISMATCH"  # the key was used with another payload
+    DONE = "DONE"  # completed: the record is here
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    outcome: Claim
+    pttl_ms: int = 0  # the lease left (IN_FLIGHT) or the retention left (DONE)
+    record: Record | None = None
+    body: bytes = b""  # the inline body of a DONE record

@@ -1,0 +1,78 @@
+"""Writing answers to the client: streamed heads and bodies, cut connections, upstream errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from aiohttp import web
+
+from gateway.core.decision import Failure
+from gateway.http.problems import problem
+
+
+class _HeadWithBody(web.StreamResponse):
+    """Sends the head with the first body bytes, in one write, as web.Response does. A
+    private attribute of aiohttp: tests/test_private_apis.py fails when it stops working."""
+
+    _send_headers_immediately = False
+
+
+def start_response(
+    status: int,
+    reason: str | None,
+    headers: Iterable[tuple[str, str]],
+    length: int | None,
+    extra: Mapping[str, str] | None = None,
+) -> web.StreamResponse:
+    """A streamed answer carrying exactly the given headers (plus `extra`)."""
+    response = _HeadWithBody(status=status, reason=reason)
+    for name, value in headers:
+        response.headers.add(name, value)
+    for name, value in (extra or {}).items():
+        response.headers[name] = value
+    if length is not None:
+        response.content_length = length
+    return response
+
+
+async def prepare_quietly(response: web.StreamResponse, request: web.Request) -> bool:
+    """Send the head; False when the client has gone away."""
+    try:
+        await response.prepare(request)
+    except (ConnectionError, RuntimeError):
+        return False
+    return True
+
+
+async def write_quietly(response: web.StreamResponse, chunk: bytes) -> bool:
+    """Write to the client; False when it has gone away (the caller carries on without it)."""
+    try:
+        await response.write(chunk)
+    except (ConnectionError, RuntimeError):
+        return False
+    return True
+
+
+async def send(response: web.StreamResponse, request: web.Request, chunk: bytes) -> bool:
+    """Write to the client, sending the head first; False once it has gone away."""
+    if not response.prepared and not await prepare_quietly(response, request):
+        return False
+    return await write_quietly(response, chunk) if chunk else True
+
+
+def abort(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """The answer is cut after its head was sent: close the connection so the client sees it."""
+    if request.transport is not None:
+        request.transport.close()
+    return response
+
+
+def upstream_failure(
+    kind: Failure, detail: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """502 for an unreachable or broken upstream, 504 for one that did not answer in time."""
+    if kind is Failure.TIMEOUT:
+        return problem(504, "upstream-timeout", "Upstream timed out", detail, headers)
+    if kind is Failure.UNSENT:
+        return problem(502, "upstream-unreachable", "Upstream unreachable", detail, headers)
+    return problem(502, "upstream-broken", "Upstream connection broken", detail, headers)

@@ -1,0 +1,63 @@
+"""Requests forwarded untouched: unprotected methods and paths, shadow mode, fail-open."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Mapping
+from typing import cast
+
+from aiohttp import web
+
+from gateway.config.policy import Timeouts
+from gateway.core.headers import answer_headers
+from gateway.http.answers import abort, start_response, upstream_failure, write_quietly
+from gateway.http.outgoing import forward_headers, target
+from gateway.upstream.base import UpstreamError, forget_frames
+from gateway.upstream.upstreams import Upstreams
+
+# Methods whose requests carry no Content-Length when they have no body (as in aiohttp).
+_NO_BODY_EXPECTED = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+
+
+async def pass_through(
+    request: web.Request,
+    upstreams: Upstreams,
+    origin: str,
+    timeouts: Timeouts,
+    extra: Mapping[str, str] | None = None,
+    body: bytes | None = None,
+) -> web.StreamResponse:
+    """Forward a request untouched, streaming the body both ways (or sending `body`, when
+    the caller has read it already)."""
+    headers = forward_headers(request)
+    response: web.StreamResponse | None = None
+    sent: bytes | AsyncIterable[bytes] | None = body
+    if body is None and request.body_exists:  # it streams in as the client sends it
+        if request.content_length is not None:
+            headers["Content-Length"] = str(request.content_length)
+        sent = cast(AsyncIterable[bytes], request.content)
+    elif body is None and request.method not in _NO_BODY_EXPECTED:
+        sent = b""  # Content-Length: 0, as aiohttp sends for such a method
+    try:
+        upstream = await upstreams.send(
+            origin, request.method, target(request), headers, sent, timeouts
+        )
+        async with upstream:
+            response = start_response(
+                upstream.status,
+                upstream.reason,
+                answer_headers(upstream.raw_headers),
+                upstream.content_length,
+                extra,
+            )
+            await response.prepare(request)
+            limit = timeouts.read or timeouts.total
+            while chunk := await upstream.read_chunk(limit):
+                if not await write_quietly(response, chunk):
+                    break
+            await response.write_eof()
+            return response
+    except UpstreamError as exc:
+        forget_frames(exc)
+        if response is not None and response.prepared:
+            return abort(request, response)
+        return upstream_failure(exc.failure, str(exc) or type(exc).__name__)

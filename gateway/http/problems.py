@@ -1,0 +1,29 @@
+"""problem+json (RFC 9457) answers: the gateway's own errors, one `type` per reason."""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+PROBLEM_TYPE = "application/problem+json"
+
+
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    """A problem+json response; `slug` names the problem type."""
+    body = orjson.dumps(
+        {
+            "type": f"urn:idem-gateway:problem:{slug}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+        }
+    )
+    response = web.Response(status=status, body=body, headers=headers)
+    response.content_type = PROBLEM_TYPE
+    return response

@@ -1,0 +1,232 @@
+"""The lean client's connection: an asyncio protocol that writes one request and parses its
+answer with httptools (llhttp, aiohttp's parser, with aiohttp's leniencies), streaming the body
+into the answer with back-pressure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, cast
+
+import httptools
+
+from gateway.core.headers import header_text
+from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
+
+if TYPE_CHECKING:
+    from gateway.upstream.lean import LeanAnswer
+
+# Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
+HIGH_WATER = 256 * 1024
+LOW_WATER = 64 * 1024
+# Bodies past this size are written after the head rather than copied onto it.
+_JOIN_MAX = 64 * 1024
+# Statuses whose answers never carry a body (RFC 9110 6.4.1).
+_BODYLESS = frozenset({204, 304})
+
+
+class _Unsolicited(Exception):
+    """A second answer began on a connection that carries one request at a time."""
+
+
+class Connection(asyncio.Protocol):
+    """One keep-alive connection: an asyncio protocol feeding httptools, one exchange at a
+    time. The parser's callbacks fill the current `LeanAnswer`."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._closed_here = False
+        self._parser = self._new_parser()
+        self._answer: LeanAnswer | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self.idle_since = 0.0
+
+    def _new_parser(self) -> httptools.HttpResponseParser:
+        """llhttp as aiohttp sets it up for answers: lenient where real servers stray (a
+        control byte in a header value, a bare LF, spaces after a chunk size)."""
+        parser = httptools.HttpResponseParser(self)
+        parser.set_dangerous_leniencies(
+            lenient_headers=True,
+            lenient_optional_cr_before_lf=True,
+            lenient_spaces_after_chunk_size=True,
+        )
+        return parser
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        answer = self._answer
+        if answer is None or answer.complete:
+            if data.strip(b"\r\n"):  # nobody asked: whatever it is, the connection is unusable
+                self.abort()
+            return  # a stray CRLF after an answer is tolerated, as by aiohttp
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not answer.complete:
+                self._wake(UpstreamBroken(f"malformed answer: {exc!r}"))
+            self.abort()
+
+    def eof_received(self) -> bool:
+        return False  # a half-closed connection is closed: the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        answer = self._answer
+        if answer is None or answer.complete:
+            return
+        if exc is None and answer.until_close and answer.head_done and not self._closed_here:
+            self._message_complete()  # a body without length ends where the upstream closes
+        else:
+            why = f": {exc!r}" if exc is not None else ""
+            self._wake(UpstreamBroken(f"the upstream closed the connection mid-answer{why}"))
+
+    # httptools callbacks (a callback's exception stops the parser)
+
+    def on_message_begin(self) -> None:
+        answer = self._answer
+        if answer is not None and answer.complete:
+            raise _Unsolicited
+
+    def on_status(self, status: bytes) -> None:
+        cast("LeanAnswer", self._answer).reason_bytes += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        answer = cast("LeanAnswer", self._answer)
+        if answer.head_done:
+            return  # a chunked body's trailer: not forwarded, as by aiohttp
+        if b"\x00" in value:  # refused by aiohttp too, which the lenient parser lets through
+            raise ValueError("a NUL byte in a header value")
+        # llhttp strips the whitespace before a value, not after it (RFC 9110 5.5)
+        answer.raw_headers.append((name, value.rstrip(b" \t")))
+
+    def on_headers_complete(self) -> None:
+        answer = cast("LeanAnswer", self._answer)
+        status = self._parser.get_status_code()
+        if status < 200:  # informational (100 Continue, 103 Early Hints): the answer follows
+            answer.reason_bytes = b""
+            answer.raw_headers = []
+            return
+        answer.status = status
+        answer.reason = header_text(answer.reason_bytes)
+        length = chunked = False
+        for name, value in answer.raw_headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                answer.content_length = int(value)
+                length = True
+            elif lowered == b"transfer-encoding":  # chunked only when it is the last coding
+                chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+        # RFC 9112 6.3: a body with neither ends where the connection does.
+        answer.until_close = not (length or chunked) and status not in _BODYLESS
+        answer.keep_alive = self._parser.should_keep_alive() and not answer.until_close
+        answer.head_done = True
+        self._wake(None)
+
+    def on_body(self, body: bytes) -> None:
+        answer = cast("LeanAnswer", self._answer)
+        if not answer.head_done:
+            return  # an informational answer may not have a body: dropped, as by aiohttp
+        answer.buffer.append(body)
+        answer.buffered += len(body)
+        if answer.buffered > HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake(None)
+
+    def on_message_complete(self) -> None:
+        answer = self._answer
+        if answer is not None and answer.head_done:  # not the end of an informational one
+            self._message_complete()
+
+    # the exchange
+
+    def _message_complete(self) -> None:
+        answer = cast("LeanAnswer", self._answer)
+        if answer.error is None:  # an answer that failed stays failed
+            answer.complete = True
+        self._wake(None)
+
+    def _wake(self, exc: BaseException | None) -> None:
+        """Tell a waiting reader there is news: more of the answer, or `exc` (kept for
+        a reader that comes later)."""
+        if exc is not None and self._answer is not None:
+            self._answer.error = exc
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+
+    def _time_out(self, waiter: asyncio.Future[None]) -> None:
+        if waiter.done():  # the bytes came in the same loop pass: the wait is over
+            return
+        self._wake(UpstreamTimeout("the upstream sent nothing more in time"))
+        self.abort()
+
+    async def wait(self, deadline: float) -> None:
+        """Until the parser has more of the answer; at `deadline` the connection dies."""
+        answer = cast("LeanAnswer", self._answer)
+        if answer.error is not None:
+            raise answer.error
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_at(deadline, self._time_out, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+
+    def clock(self) -> float:
+        return self._loop.time()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def send(self, answer: LeanAnswer, head: bytes, body: bytes) -> None:
+        transport = cast(asyncio.Transport, self.transport)
+        self._answer = answer
+        if len(body) <= _JOIN_MAX:
+            transport.write(head + body)
+        else:
+            transport.writelines((head, body))
+
+    def finish(self) -> bool:
+        """End the exchange; True when the connection can carry another one: its answer
+        was read to the end, and all of its request was written (an upstream may answer
+        before it has read the whole body; the next request would queue behind the rest)."""
+        answer, self._answer = cast("LeanAnswer", self._answer), None
+        self._waiter = None
+        unsent = self.transport.get_write_buffer_size() if self.transport is not None else 0
+        if answer.complete and answer.keep_alive and not unsent and self.usable():
+            self.resume()
+            self._parser = self._new_parser()
+            return True
+        if answer.complete and not unsent:
+            self.close()
+        else:
+            self.abort()  # a failed or half-sent exchange: what is unsent is dropped
+        return False
+
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        self.closed = True
+        self._closed_here = True  # so the close is never read as the end of an unframed body
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, dropping whatever is still to be written (a failed exchange)."""
+        self.closed = True
+        self._closed_here = True
+        if self.transport is not None:
+            self.transport.abort()
