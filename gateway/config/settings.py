@@ -6,6 +6,7 @@ A wrong field is reported with its path and what was expected, e.g.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -121,6 +122,16 @@ class RedisSettings(_Model):
         return "embedded" if self.url == "embedded" else "single"
 
 
+def default_state_dir() -> str:
+    """Where a gateway keeps its own files (journal, embedded Redis data, blobs) unless
+    `state_dir` says otherwise: $IDEM_STATE_DIR, else $XDG_STATE_HOME/idem-gateway, else
+    ~/.local/state/idem-gateway. Per user, so no other user of the machine shares it."""
+    if os.environ.get("IDEM_STATE_DIR"):
+        return os.environ["IDEM_STATE_DIR"]
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "idem-gateway")
+
+
 def _default_blob_url() -> str:
     return "file://" + str(Path(tempfile.gettempdir()) / "idem-gateway-blobs")
 
@@ -160,6 +171,7 @@ class BlobSettings(_Model):
 
 
 class Settings(_Model):
+    state_dir: str = Field(default_factory=default_state_dir)  # the gateway's own files
     listen: Listen = Listen()
     redis: RedisSettings = RedisSettings()
     blob: BlobSettings = BlobSettings()
