@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from gateway.config.policy import Fingerprint
-
 _NO_FINGERPRINT = "-"
+
+
+class Spec(Protocol):
+    """What a route says identifies a payload (the config's `fingerprint:`)."""
+
+    @property
+    def mode(self) -> str: ...  # "body", "json" or "none"
+    @property
+    def headers(self) -> tuple[str, ...]: ...
+    @property
+    def ignore(self) -> tuple[str, ...]: ...  # JSON Pointers left out in json mode
 
 
 def _without(document: Any, pointer: str) -> None:
@@ -43,7 +52,7 @@ def _canonical_json(body: bytes, ignore: tuple[str, ...]) -> bytes:
 
 
 def fingerprint(
-    spec: Fingerprint,
+    spec: Spec,
     method: str,
     path: str,
     query: str,

@@ -15,66 +15,14 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Iterable
-from types import TracebackType
 from urllib.parse import urlsplit
 
 from gateway.upstream.base import UpstreamUnsent
-from gateway.upstream.lean_conn import LOW_WATER, Connection
+from gateway.upstream.lean_conn import Connection, LeanAnswer
 
 # Idle connections older than this are closed rather than used, as aiohttp does: the
 # older one is, the likelier the upstream is closing it just as a request goes out.
 KEEPALIVE_SECONDS = 15.0
-
-
-class LeanAnswer:
-    """The upstream's answer: its head under the names aiohttp's ClientResponse uses, and
-    its body as it arrives. Leaving `async with` gives the connection back, or closes it
-    when the answer was not read to its end."""
-
-    def __init__(self, connection: Connection, pool: UpstreamPool) -> None:
-        self._connection = connection
-        self._pool = pool
-        self.status = 0
-        self.reason = ""
-        self.reason_bytes = b""
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.content_length: int | None = None
-        self.head_done = False
-        self.complete = False
-        self.keep_alive = False
-        self.until_close = False
-        self.buffer: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
-        self.error: BaseException | None = None
-        self._released = False
-
-    async def read_chunk(self, timeout: float) -> bytes:
-        """The next body bytes, or b"" at the end; waits at most `timeout` for them."""
-        while not self.buffer:
-            if self.complete:
-                return b""
-            await self._connection.wait(self._connection.clock() + timeout)
-        chunk = self.buffer.popleft()
-        self.buffered -= len(chunk)
-        if self.buffered < LOW_WATER:
-            self._connection.resume()
-        return chunk
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._pool.give_back(self._connection)
-
-    async def __aenter__(self) -> LeanAnswer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 class UpstreamPool:
@@ -113,7 +61,7 @@ class UpstreamPool:
         except ValueError as exc:
             raise UpstreamUnsent(str(exc)) from None
         connection = await self._connection(connect_timeout)
-        answer = LeanAnswer(connection, self)
+        answer = LeanAnswer(connection, self.give_back)
         try:
             connection.send(answer, head, body or b"")
             deadline = connection.clock() + head_timeout

@@ -5,15 +5,15 @@ into the answer with back-pressure."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+import collections
+from collections.abc import Callable
+from types import TracebackType
+from typing import cast
 
 import httptools
 
 from gateway.core.headers import header_text
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
-
-if TYPE_CHECKING:
-    from gateway.upstream.lean import LeanAnswer
 
 # Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
 HIGH_WATER = 256 * 1024
@@ -94,10 +94,10 @@ class Connection(asyncio.Protocol):
             raise _Unsolicited
 
     def on_status(self, status: bytes) -> None:
-        cast("LeanAnswer", self._answer).reason_bytes += status
+        cast(LeanAnswer, self._answer).reason_bytes += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        answer = cast("LeanAnswer", self._answer)
+        answer = cast(LeanAnswer, self._answer)
         if answer.head_done:
             return  # a chunked body's trailer: not forwarded, as by aiohttp
         if b"\x00" in value:  # refused by aiohttp too, which the lenient parser lets through
@@ -106,7 +106,7 @@ class Connection(asyncio.Protocol):
         answer.raw_headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
-        answer = cast("LeanAnswer", self._answer)
+        answer = cast(LeanAnswer, self._answer)
         status = self._parser.get_status_code()
         if status < 200:  # informational (100 Continue, 103 Early Hints): the answer follows
             answer.reason_bytes = b""
@@ -129,7 +129,7 @@ class Connection(asyncio.Protocol):
         self._wake(None)
 
     def on_body(self, body: bytes) -> None:
-        answer = cast("LeanAnswer", self._answer)
+        answer = cast(LeanAnswer, self._answer)
         if not answer.head_done:
             return  # an informational answer may not have a body: dropped, as by aiohttp
         answer.buffer.append(body)
@@ -147,7 +147,7 @@ class Connection(asyncio.Protocol):
     # the exchange
 
     def _message_complete(self) -> None:
-        answer = cast("LeanAnswer", self._answer)
+        answer = cast(LeanAnswer, self._answer)
         if answer.error is None:  # an answer that failed stays failed
             answer.complete = True
         self._wake(None)
@@ -172,7 +172,7 @@ class Connection(asyncio.Protocol):
 
     async def wait(self, deadline: float) -> None:
         """Until the parser has more of the answer; at `deadline` the connection dies."""
-        answer = cast("LeanAnswer", self._answer)
+        answer = cast(LeanAnswer, self._answer)
         if answer.error is not None:
             raise answer.error
         waiter = self._waiter = self._loop.create_future()
@@ -202,7 +202,7 @@ class Connection(asyncio.Protocol):
         """End the exchange; True when the connection can carry another one: its answer
         was read to the end, and all of its request was written (an upstream may answer
         before it has read the whole body; the next request would queue behind the rest)."""
-        answer, self._answer = cast("LeanAnswer", self._answer), None
+        answer, self._answer = cast(LeanAnswer, self._answer), None
         self._waiter = None
         unsent = self.transport.get_write_buffer_size() if self.transport is not None else 0
         if answer.complete and answer.keep_alive and not unsent and self.usable():
@@ -230,3 +230,54 @@ class Connection(asyncio.Protocol):
         self._closed_here = True
         if self.transport is not None:
             self.transport.abort()
+
+
+class LeanAnswer:
+    """The upstream's answer: its head under the names aiohttp's ClientResponse uses, and
+    its body as it arrives. Leaving `async with` gives the connection back, or closes it
+    when the answer was not read to its end."""
+
+    def __init__(self, connection: Connection, give_back: Callable[[Connection], None]) -> None:
+        self._connection = connection
+        self._give_back = give_back
+        self.status = 0
+        self.reason = ""
+        self.reason_bytes = b""
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.content_length: int | None = None
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.until_close = False
+        self.buffer: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.error: BaseException | None = None
+        self._released = False
+
+    async def read_chunk(self, timeout: float) -> bytes:
+        """The next body bytes, or b"" at the end; waits at most `timeout` for them."""
+        while not self.buffer:
+            if self.complete:
+                return b""
+            await self._connection.wait(self._connection.clock() + timeout)
+        chunk = self.buffer.popleft()
+        self.buffered -= len(chunk)
+        if self.buffered < LOW_WATER:
+            self._connection.resume()
+        return chunk
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._give_back(self._connection)
+
+    async def __aenter__(self) -> LeanAnswer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,141 @@
+"""The package's shape, read from its files: layers import only downwards, the decision core
+imports no I/O, there is no import cycle, and modules stay small."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+
+# Each layer and the layers it may import (besides itself). `gateway` is the top level.
+_IO = {"core", "config", "errors", "store", "blobs", "upstream", "telemetry"}
+LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "errors": set(),
+    "config": {"core", "errors"},
+    "store": {"core", "config", "errors", "lifeline", "ports"},
+    "blobs": {"core", "config", "errors"},
+    "upstream": {"core", "config", "errors"},
+    "telemetry": {"core", "config", "errors", "store"},
+    "http": _IO,
+    "ops": _IO | {"http", "lifeline"},
+    "cli": _IO | {"http", "ops"},
+    "lifeline": set(),
+    "ports": set(),
+    "demo_upstream": set(),
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+# Third-party and standard modules the decision core must never import: it works on plain
+# values, with no event loop, network, Redis, HTTP or config parsing behind it.
+CORE_FORBIDDEN = {
+    *("aiohttp", "redis", "asyncio", "hiredis", "httptools", "pydantic", "yaml"),
+    *("multidict", "yarl", "aiobotocore", "socket", "uvloop", "ssl", "subprocess"),
+}
+MAX_LINES = 300
+MAX_TOP_LEVEL_MODULES = 12
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module `path` imports, relative imports resolved, at any depth of the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {
+        name: {imp for imp in _imports(path, name) if imp in modules and imp != name}
+        for name, path in modules.items()
+    }
+
+
+def _layer(module: str) -> str:
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def test_the_decision_core_imports_no_io_and_no_other_layer() -> None:
+    bad = []
+    for name, path in _modules().items():
+        if _layer(name) != "core":
+            continue
+        for imported in _imports(path, name):
+            root = imported.split(".")[0]
+            if root in CORE_FORBIDDEN:
+                bad.append(f"{name} imports {imported}")
+            if root == "gateway" and imported.count(".") >= 1 and _layer(imported) != "core":
+                bad.append(f"{name} imports {imported}")
+    assert bad == []
+
+
+def test_layers_import_only_the_layers_below_them() -> None:
+    bad = []
+    for name, imported in _graph().items():
+        layer = _layer(name)
+        allowed = LAYERS[layer] | {layer}
+        for other in imported:
+            if other.count(".") and _layer(other) not in allowed:
+                bad.append(f"{name} ({layer}) imports {other}")
+    assert bad == []
+
+
+def test_there_is_no_import_cycle() -> None:
+    graph = _graph()
+    # Only the modules themselves count: importing a package's __init__ alone is no edge.
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt) :], nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []
+
+
+def test_the_core_check_sees_a_forbidden_import(tmp_path: Path) -> None:
+    """The checks read real files: a core module importing asyncio is caught."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import asyncio\nfrom gateway.store.store import Store\n")
+    assert {"asyncio", "gateway.store.store"} <= _imports(probe, "gateway.core.probe")
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_modules_stay_small(name: str) -> None:
+    lines = len(_modules()[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines"
+
+
+def test_few_modules_sit_directly_in_the_package() -> None:
+    top = [p.name for p in PACKAGE.glob("*.py")]
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
