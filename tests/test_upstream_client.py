@@ -4,11 +4,9 @@ every kind of answer, and which failures can and cannot have reached the upstrea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -24,68 +22,7 @@ from gateway.upstream.lean import UpstreamPool, lean_enough
 from gateway.upstream.lean_conn import HIGH_WATER
 
 from .conftest import GatewayFactory, gateway_settings
-
-Respond = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
-
-
-class Scripted:
-    """A raw HTTP/1.1 server: reads each request (head and Content-Length body), keeps
-    it, and lets `respond(n, writer)` write whatever it likes; False drops the connection."""
-
-    def __init__(self, respond: Respond) -> None:
-        self.respond = respond
-        self.requests: list[tuple[bytes, bytes]] = []  # (head, body)
-        self.connections = 0
-        self.closed = 0
-        self._closes = asyncio.Condition()
-
-    async def closed_at_least(self, count: int) -> None:
-        async with self._closes:
-            await self._closes.wait_for(lambda: self.closed >= count)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                     if line.lower().startswith(b"content-length:")),
-                    0,
-                )  # fmt: skip
-                self.requests.append((head, await reader.readexactly(length)))
-                if not await self.respond(len(self.requests), writer):
-                    return
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the client went, or the test ended with the connection still open
-        finally:
-            writer.close()
-            async with self._closes:
-                self.closed += 1
-                self._closes.notify_all()
-
-
-@contextlib.asynccontextmanager
-async def scripted(respond: Respond) -> AsyncIterator[tuple[Scripted, str]]:
-    upstream = Scripted(respond)
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    try:
-        yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
-
-
-def answering(*chunks: bytes, keep: bool = True) -> Respond:
-    """Writes `chunks` as the answer to every request."""
-
-    async def respond(n: int, writer: asyncio.StreamWriter) -> bool:
-        for chunk in chunks:
-            writer.write(chunk)
-            await writer.drain()
-        return keep
-
-    return respond
+from .scripted import answering, scripted
 
 
 async def read_all(pool: UpstreamPool, target: str = "/pay", body: bytes = b"x") -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, Iterable
+from typing import TypeGuard
 
 import aiohttp
 from multidict import CIMultiDict
@@ -47,14 +48,23 @@ class Upstreams:
         `origin`; the answer's head must arrive within `timeouts.total`. A `body` of None
         sends none; an async iterable streams as it comes (aiohttp's client)."""
         pool = self._pools.get(origin)
-        if pool is None or method == "HEAD" or not (body is None or isinstance(body, bytes)):
-            session = self._sessions[origin]
-            return await aio.send(session, method, origin + target, headers, body, timeouts)
-        return await pool.request(
-            method, target, headers.items(), body, timeouts.connect, timeouts.total
-        )
+        if pool is not None and method != "HEAD" and _in_hand(body):
+            return await pool.request(
+                method, target, headers.items(), body, timeouts.connect, timeouts.total
+            )
+        session = self._sessions[origin]
+        return await aio.send(session, method, origin + target, headers, body, timeouts)
+
+    def lean_for(self, origin: str, method: str, body: object) -> bool:
+        """Whether `send` gives this request to the lean client: a plain http origin, a body
+        in hand (or none), and not HEAD (whose answer announces a body it does not send)."""
+        return origin in self._pools and method != "HEAD" and _in_hand(body)
 
     async def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
         await asyncio.gather(*(session.close() for session in self._sessions.values()))
+
+
+def _in_hand(body: object) -> TypeGuard[bytes | None]:
+    return body is None or isinstance(body, bytes)
