@@ -35,7 +35,15 @@ def cpu_seconds(pid: int) -> float:
 class Child:
     """A Python module run as a child process listening on `port`; its output in `log`."""
 
-    def __init__(self, name: str, module: str, port: int, args: list[str], workdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        port: int,
+        args: list[str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.port = port
         self.admin_url: str | None = None  # a gateway's admin listener, when it has one
@@ -44,6 +52,7 @@ class Child:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=None if env is None else {**os.environ, **env},
             )  # fmt: skip
         try:
             wait_for_port(port, self.process)

@@ -1,0 +1,100 @@
+"""Two source trees of the gateway side by side: CPU per request on new keys and replays.
+
+`python -m loadtest.compare --tree before=/path/to/old/checkout --tree after=.` starts on
+loopback a counting upstream, a redis-server and one gateway process per tree (the tree put
+first on PYTHONPATH), pins each gateway to the last core, and drives them in turns with the
+new-key and replay scenarios (`--rounds` times, so a noisy spell of a shared machine hits all
+of them alike). It prints CPU per request, min and median over the rounds, and each tree's
+ratio to the first one. It stops by itself and stops its children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import yaml
+
+from gateway.ports import free_port
+from gateway.store.embedded import RedisServer
+
+from .procs import Child
+from .run import SCENARIOS, _get, ensure_wrk, gateway_config, run_wrk, settle
+
+MEASURED = ("new-key", "replay")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    trees = dict(item.split("=", 1) for item in args.tree)
+    wrk = ensure_wrk()
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = len(cores) >= 2
+    if pinned:
+        os.sched_setaffinity(0, cores[:-1])  # inherited by every child started below
+    cpu: dict[tuple[str, str], list[float]] = {}
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-compare-")))
+        redis = RedisServer()
+        redis.start()
+        stack.callback(redis.close)
+        port = free_port()
+        upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
+        stack.callback(upstream.stop)
+        gateways: dict[str, Child] = {}
+        for name, path in trees.items():
+            port = free_port()
+            config = workdir / f"gateway-{name}.yaml"
+            raw = gateway_config(port, upstream.url, redis.url, "uvloop", True, free_port())
+            config.write_text(yaml.safe_dump(raw))
+            args_ = ["--config", str(config), "--workers", "1"]
+            env = {"PYTHONPATH": str(Path(path).resolve())}
+            gateways[name] = Child(f"gateway-{name}", "gateway", port, args_, workdir, env)
+            stack.callback(gateways[name].stop)
+            if pinned:
+                os.sched_setaffinity(gateways[name].process.pid, cores[-1:])
+        for round_ in range(args.rounds):
+            for scenario in (s for s in SCENARIOS if s.name in MEASURED):
+                for name, gateway in gateways.items():
+                    _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
+                    before = gateway.cpu()
+                    result = run_wrk(
+                        wrk, gateway.url, scenario, f"cmp{round_}-{time.monotonic_ns()}",
+                        args.seconds, scenario.connections,
+                    )  # fmt: skip
+                    used = gateway.cpu() - before
+                    settle(upstream.url)
+                    per = used * 1e6 / max(1, result["requests"])
+                    cpu.setdefault((scenario.name, name), []).append(per)
+                    print(f"round {round_ + 1} {scenario.name:8} {name:10} {per:6.0f} µs/req")
+    print()
+    print(report(cpu, list(trees)))
+    return 0
+
+
+def report(cpu: dict[tuple[str, str], list[float]], names: list[str]) -> str:
+    lines = [f"{'scenario':9} {'tree':10} {'min µs':>7} {'median':>7} {'vs ' + names[0]:>12}"]
+    lines.append("-" * len(lines[0]))
+    for scenario in MEASURED:
+        first = statistics.median(cpu[(scenario, names[0])])
+        for name in names:
+            values = cpu[(scenario, name)]
+            ratio = statistics.median(values) / first
+            lines.append(
+                f"{scenario:9} {name:10} {min(values):7.0f} {statistics.median(values):7.0f} "
+                f"{ratio:11.3f}x"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
