@@ -23,7 +23,7 @@ from gateway.ports import free_port
 from gateway.store.embedded import RedisServer
 
 from .procs import Child
-from .run import SCENARIOS, _get, ensure_wrk, gateway_config, run_wrk, settle
+from .run import SCENARIOS, Scenario, _get, ensure_wrk, gateway_config, run_wrk, settle
 
 VARIANTS = (
     ("bare proxy", None),
@@ -87,19 +87,26 @@ def main(argv: list[str] | None = None) -> int:
                 os.sched_setaffinity(target.process.pid, cores[-1:])
         for round_ in range(args.rounds):
             for name, target in targets.items():
-                _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
-                before = target.cpu()
-                result = run_wrk(
-                    wrk, target.url, scenario, f"ab{round_}-{time.monotonic_ns()}",
-                    args.seconds, scenario.connections,
-                )  # fmt: skip
-                used = target.cpu() - before
-                settle(upstream.url)
-                cpu[name].append(used * 1e6 / max(1, result["requests"]))
+                tag = f"ab{round_}-{time.monotonic_ns()}"
+                cpu[name].append(
+                    cpu_per_request(wrk, target, upstream, scenario, tag, args.seconds)
+                )
                 print(f"round {round_ + 1} {name:28} {cpu[name][-1]:6.0f} µs/req", flush=True)
     print()
     print(report(cpu))
     return 0
+
+
+def cpu_per_request(
+    wrk: str, target: Child, upstream: Child, scenario: Scenario, tag: str, seconds: float
+) -> float:
+    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request."""
+    _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
+    before = target.cpu()
+    result = run_wrk(wrk, target.url, scenario, tag, seconds, scenario.connections)
+    used = target.cpu() - before
+    settle(upstream.url)
+    return used * 1e6 / max(1, result["requests"])
 
 
 def report(cpu: dict[str, list[float]]) -> str:

@@ -23,8 +23,9 @@ import yaml
 from gateway.ports import free_port
 from gateway.store.embedded import RedisServer
 
+from .ablate import cpu_per_request
 from .procs import Child
-from .run import SCENARIOS, _get, ensure_wrk, gateway_config, run_wrk, settle
+from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
 
@@ -65,15 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for scenario in (s for s in SCENARIOS if s.name in MEASURED):
                 for name, gateway in gateways.items():
-                    _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
-                    before = gateway.cpu()
-                    result = run_wrk(
-                        wrk, gateway.url, scenario, f"cmp{round_}-{time.monotonic_ns()}",
-                        args.seconds, scenario.connections,
-                    )  # fmt: skip
-                    used = gateway.cpu() - before
-                    settle(upstream.url)
-                    per = used * 1e6 / max(1, result["requests"])
+                    tag = f"cmp{round_}-{time.monotonic_ns()}"
+                    per = cpu_per_request(wrk, gateway, upstream, scenario, tag, args.seconds)
                     cpu.setdefault((scenario.name, name), []).append(per)
                     print(f"round {round_ + 1} {scenario.name:8} {name:10} {per:6.0f} µs/req")
     print()
