@@ -1,0 +1,110 @@
+"""nginx as a load-run target: Debian's nginx, one worker, a keep-alive pool to the upstream.
+
+It answers how far a Python gateway stands from a C proxy doing the same hop. Started with a
+config and prefix of its own in the run's folder; CPU time is the master's and the worker's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from gateway.ports import wait_for_port
+
+from .procs import cpu_seconds
+
+CONFIG = """\
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream app {{
+        server {upstream};
+        keepalive 1024;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location / {{
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def find_nginx() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+class Nginx:
+    """The same interface as `procs.Child`: url, cpu(), stop(), process."""
+
+    def __init__(self, binary: str, name: str, port: int, upstream_url: str, workdir: Path):
+        self.name = name
+        self.port = port
+        self.admin_url: str | None = None
+        folder = workdir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "nginx.conf"
+        upstream = upstream_url.removeprefix("http://")
+        config.write_text(CONFIG.format(dir=folder, upstream=upstream, port=port))
+        self.log = folder / "error.log"
+        self.process = subprocess.Popen(
+            [binary, "-p", str(folder), "-c", str(config)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_for_port(port, self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _pids(self) -> list[int]:
+        """The master and its workers."""
+        pids = [self.process.pid]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(stat[1]) == self.process.pid:
+                    pids.append(int(entry.name))
+        return pids
+
+    def cpu(self) -> float:
+        total = 0.0
+        for pid in self._pids():
+            try:
+                total += cpu_seconds(pid)
+            except OSError:
+                continue
+        return total
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # nginx: fast shutdown
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
