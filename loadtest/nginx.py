@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gateway.ports import wait_for_port
 
-from .procs import cpu_seconds
+from .procs import cpu_seconds, stop_process
 
 CONFIG = """\
 worker_processes 1;
@@ -101,10 +101,4 @@ class Nginx:
         return total
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()  # nginx: fast shutdown
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)  # SIGTERM: nginx's fast shutdown
