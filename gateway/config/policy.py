@@ -77,6 +77,7 @@ class Policy(_Model):
     fail_mode: Literal["closed", "open"] = "closed"
     record: Annotated[RecordPolicy, BeforeValidator(_record_policy)] = RecordPolicy()
     scope: tuple[str, ...] = ("Authorization",)
+    require_scope: bool = False  # True: a request without any scope value gets 400
     fingerprint: Fingerprint = Fingerprint()
     max_request_body: Size = 1 << 20
     inline_max: Size = 64 << 10

@@ -21,9 +21,11 @@ from gateway.core.headers import undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, parse_key, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
+from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.http.context import Services
 from gateway.http.forward import OUTCOME_UNKNOWN, Claimed, forward
+from gateway.http.incoming import SCOPE_TITLES, BodyTooLarge, read_body, scope_of
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
 from gateway.http.replay import REPLAYED, replay
@@ -44,24 +46,6 @@ WOULD = {
     Action.CONFLICT: m.CONFLICT,
     Action.WAIT: m.CONFLICT,
 }
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body, refusing more than `limit` bytes before reading them."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 class Gateway:
@@ -97,6 +81,13 @@ class Gateway:
                 detail = f"this route requires an {route.key_header} header"
                 return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
             return await self._unprotected(request, route.name, route.upstream, route)
+        try:
+            tenant = tenant_id(scope_of(request, route))
+        except BadScope as exc:
+            if route.mode == "shadow":
+                return await self._shadow(request, route, None, m.REJECTED)
+            title = SCOPE_TITLES[exc.problem]
+            return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
         key_hash = digest(key)
         note_key_hash(key_hash)
         try:
@@ -104,7 +95,8 @@ class Gateway:
         except BodyTooLarge:
             detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
             return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
-        return await self._idempotent(request, route, settings.redis.key_prefix, key_hash, body)
+        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant, key_hash)
+        return await self._idempotent(request, route, rkey, body)
 
     async def _unprotected(
         self, request: web.Request, name: str, origin: str, policy: Policy
@@ -119,7 +111,7 @@ class Gateway:
         return problem(status, slug, title, detail)
 
     async def _idempotent(
-        self, request: web.Request, route: Route, prefix: str, key_hash: str, body: bytes
+        self, request: web.Request, route: Route, rkey: str, body: bytes
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
@@ -127,8 +119,6 @@ class Gateway:
             route.fingerprint, request.method, url.raw_path, url.raw_query_string,
             request.headers, body,
         )  # fmt: skip
-        tenant = tenant_id(request.headers.get(name) for name in route.scope)
-        rkey = hashed_record_key(prefix, route.name, tenant, key_hash)
         token = secrets.token_hex(16)
         shadow = route.mode == "shadow"
         try:

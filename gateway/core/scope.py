@@ -1,0 +1,57 @@
+"""The tenant scope of a request, read from exactly the headers that reach the upstream.
+
+A scope header that `Connection` names would be dropped as hop-by-hop after the scope was
+computed from it, and a repeated one reaches the upstream as two values while the scope holds
+one: either lets a client be recorded under a tenant the upstream never saw. Both are refused,
+as is a missing scope on a route that requires one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+
+from gateway.core.headers import connection_tokens
+
+
+class ScopeProblem(StrEnum):
+    """Why the scope (or the key header) cannot be trusted; each value is a problem type."""
+
+    REPEATED = "repeated-scope-header"
+    HOP_BY_HOP = "hop-by-hop-scope-header"
+    MISSING = "missing-scope"
+
+
+class BadScope(ValueError):
+    def __init__(self, problem: ScopeProblem, detail: str) -> None:
+        super().__init__(detail)
+        self.problem = problem
+
+
+def scope_values(
+    getall: Callable[[str], list[str]],
+    scope: Iterable[str],
+    key_header: str,
+    required: bool,
+) -> list[str]:
+    """The value of each scope header, in the route's order ("" where absent).
+
+    `getall(name)` returns every value the request carries for a header name (any case).
+    """
+    named = connection_tokens(getall("Connection"))
+    for name in (*scope, key_header):
+        if name.lower() in named:
+            raise BadScope(
+                ScopeProblem.HOP_BY_HOP,
+                f"the Connection header names {name}, which the gateway reads and forwards",
+            )
+    values = []
+    for name in scope:
+        found = getall(name)
+        if len(found) > 1:
+            raise BadScope(ScopeProblem.REPEATED, f"the {name} header is sent more than once")
+        values.append(found[0].strip() if found else "")
+    if required and not any(values):
+        names = " or ".join(scope)
+        raise BadScope(ScopeProblem.MISSING, f"this route requires a tenant scope ({names})")
+    return values

@@ -1,0 +1,125 @@
+"""The tenant scope comes from exactly the headers the upstream receives: raw-socket attacks
+that would record an answer under one tenant and hand it to another are refused, and a route
+may require a scope instead of using the shared anonymous one."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from .conftest import GatewayFactory
+from .faultkit import redis_keys
+from .test_faults_input import exchange, status_of
+from .upstream import CountingUpstream
+
+HEAD = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 1\r\n"
+
+
+def request(*headers: bytes) -> bytes:
+    return HEAD + b"".join(h + b"\r\n" for h in headers) + b"\r\nx"
+
+
+def problem_type(reply: bytes) -> str:
+    body = reply.split(b"\r\n\r\n", 1)[1]
+    return str(orjson.loads(body)["type"]).rsplit(":", 1)[1]
+
+
+ATTACKS = {
+    "connection strips the tenant": (
+        ["X-Tenant-Id"],
+        [b"Idempotency-Key: k", b"X-Tenant-Id: tenant-A", b"Connection: close, X-Tenant-Id"],
+        "hop-by-hop-scope-header",
+    ),
+    "connection strips authorization": (
+        ["Authorization"],
+        [b"Idempotency-Key: k", b"Authorization: Bearer a", b"Connection: Authorization"],
+        "hop-by-hop-scope-header",
+    ),
+    "connection strips the key": (
+        ["X-Tenant-Id"],
+        [b"Idempotency-Key: k", b"X-Tenant-Id: tenant-A", b"Connection: idempotency-key"],
+        "hop-by-hop-scope-header",
+    ),
+    "two tenants, A first": (
+        ["X-Tenant-Id"],
+        [b"Idempotency-Key: k", b"X-Tenant-Id: tenant-A", b"X-Tenant-Id: tenant-B"],
+        "repeated-scope-header",
+    ),
+    "two tenants, B first": (
+        ["X-Tenant-Id"],
+        [b"Idempotency-Key: k", b"X-Tenant-Id: tenant-B", b"x-tenant-id: tenant-A"],
+        "repeated-scope-header",
+    ),
+    "two authorizations": (
+        ["Authorization"],
+        [b"Idempotency-Key: k", b"Authorization: Bearer a", b"Authorization: Bearer b"],
+        "repeated-scope-header",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+async def test_a_scope_the_upstream_would_not_see_is_refused(
+    name: str,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+) -> None:
+    counting, _ = upstream
+    scope, headers, expected = ATTACKS[name]
+    client = await make_gateway(scope=scope)
+    reply = await exchange(client.port, request(*headers))
+    assert status_of(reply) == 400
+    assert problem_type(reply) == expected
+    assert counting.count("/pay") == 0
+    assert redis_keys(redis_url) == []
+
+
+async def test_a_refused_split_leaves_the_tenant_its_own_answer(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str]
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(scope=["X-Tenant-Id"])
+    hostile = [b"Idempotency-Key: k", b"X-Tenant-Id: tenant-A", b"Connection: X-Tenant-Id"]
+    assert status_of(await exchange(client.port, request(*hostile))) == 400
+    plain = await exchange(client.port, request(b"Idempotency-Key: k", b"X-Tenant-Id: tenant-A"))
+    assert status_of(plain) == 201
+    assert b"Idempotent-Replayed" not in plain
+    assert counting.count("/pay", "k") == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([b"Idempotency-Key: k"], 400),
+        ([b"Idempotency-Key: k", b"X-Tenant-Id: "], 400),
+        ([b"Idempotency-Key: k", b"X-Tenant-Id: t"], 201),
+    ],
+)
+async def test_require_scope_refuses_the_anonymous_scope(
+    headers: list[bytes],
+    status: int,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(scope=["X-Tenant-Id"], require_scope=True)
+    reply = await exchange(client.port, request(*headers))
+    assert status_of(reply) == status
+    if status == 400:
+        assert problem_type(reply) == "missing-scope"
+        assert counting.count("/pay") == 0
+        assert redis_keys(redis_url) == []
+
+
+async def test_without_require_scope_the_anonymous_scope_is_shared(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str]
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway(scope=["X-Tenant-Id"])
+    first = await exchange(client.port, request(b"Idempotency-Key: k"))
+    again = await exchange(client.port, request(b"Idempotency-Key: k", b"X-Tenant-Id: "))
+    assert status_of(first) == status_of(again) == 201
+    assert b"Idempotent-Replayed: true" in again
+    assert counting.count("/pay", "k") == 1
