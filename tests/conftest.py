@@ -23,6 +23,14 @@ from .s3 import MotoServer
 from .upstream import CountingUpstream
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's gateways, in process or not, keep their own files in its tmp_path."""
+    folder = tmp_path / "state"
+    monkeypatch.setenv("IDEM_STATE_DIR", str(folder))
+    return folder
+
+
 def running_redis() -> Iterator[RedisServer]:
     """A real redis-server on a free loopback port, closed (and its data dir removed) after."""
     server = RedisServer()

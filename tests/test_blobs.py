@@ -279,7 +279,8 @@ async def test_blob_of_an_outcome_that_could_not_be_stored_is_deleted(
     pending = asyncio.ensure_future(client.post("/blob?size=200000&gate=1", headers=key("lost")))
     await counting.entered.wait()
     plain = redis.Redis.from_url(redis_url)
-    plain.flushall()  # the claim is gone: complete will find another owner (none)
+    [record] = plain.keys()
+    plain.hset(record, "t", "newer-owner")  # a newer claim holds the key: ours is fenced off
     plain.close()
     counting.release.set()
     resp = await pending
@@ -289,6 +290,7 @@ async def test_blob_of_an_outcome_that_could_not_be_stored_is_deleted(
     await wait_until(
         lambda: registry.get_sample_value("idem_lease_lost_total", {"route": "api"}) == 1
     )
+    assert registry.get_sample_value("idem_fenced_completions_total", {"route": "api"}) == 1
 
 
 async def test_blob_store_failure_still_answers_and_is_not_replayed(

@@ -71,8 +71,10 @@ async def test_lost_lease_does_not_overwrite_the_new_owner(
     new_token = records(redis_url)[0][b"t"]
     counting.release.set()
     old_answer, new_answer = await old, await new
-    # Both clients get their own answers ...
+    # Both clients get their own answers, the old owner's marked as not the record ...
     assert (old_answer.status, new_answer.status) == (201, 201)
+    assert old_answer.headers["Idempotency-Outcome"] == "fenced"
+    assert "Idempotency-Outcome" not in new_answer.headers
     old_body, new_body = await old_answer.read(), await new_answer.read()
     assert old_body != new_body
     # ... the record is the new owner's, and replays serve it.
@@ -84,6 +86,7 @@ async def test_lost_lease_does_not_overwrite_the_new_owner(
     assert await replay.read() == new_body
     # The loss is counted once and logged.
     assert value(metrics, "idem_lease_lost_total", route="api") == 1
+    assert value(metrics, "idem_fenced_completions_total", route="api") == 1
     assert any("lease lost" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
 
 

@@ -7,12 +7,14 @@ import itertools
 import signal
 import time
 
+import pytest
 import redis
 
 from gateway.store.embedded import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, until, value
+from .test_store import fill_to_maxmemory
 from .upstream import CountingUpstream
 
 REDIS = {"breaker": {"failures": 2, "reset": "200ms"}, "socket_timeout": "300ms",
@@ -102,38 +104,74 @@ async def test_script_flush_is_handled(
     assert counting.count("/pay") == 2
 
 
-async def test_answer_completes_only_once_its_outcome_is_stored(
+async def test_a_pause_shorter_than_the_lease_runs_nothing_twice(
     make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], own_redis: RedisServer
 ) -> None:
-    """Redis hangs between the upstream's answer and its recording: the client's answer is
-    held until the outcome is stored, while other requests get bounded 503s."""
+    """Redis hangs for 2 s, longer than the breaker's patience, between the upstream's answer
+    and its recording (lease 3 s): the outcome is journaled, the client gets its answer, the
+    breaker refuses new claims but not the storing, and once Redis is back the outcome is
+    stored before any retry can claim the key."""
     counting, origin = upstream
-    settings = gateway_settings(origin, redis=REDIS, lease="30s")
+    settings = gateway_settings(origin, redis=REDIS, lease="3s")
     client = await make_gateway(settings=settings, url=own_redis.url)
     metrics = metrics_of(client)
     assert own_redis.process is not None
     first = asyncio.ensure_future(client.post("/gate", data=b"x", headers={"Idempotency-Key": "a"}))
     await counting.entered.wait()
+    paused = time.monotonic()
     own_redis.process.send_signal(signal.SIGSTOP)
     try:
         counting.release.set()
-        # The gateway has the answer and fails to store it (no renewal is due for 10 s) ...
-        await until(lambda: value(metrics, "idem_redis_errors_total") > 0, timeout=10)
-        assert not first.done()
-        # ... and meanwhile other requests are answered 503 in bounded time.
+        answer = await asyncio.wait_for(first, timeout=5)  # durable in the journal, answered
+        assert answer.status == 201
+        body = await answer.read()
+        assert value(metrics, "idem_outcomes_unstored_total", route="api") == 1
+        assert value(metrics, "idem_journal_depth") == 1
+        # Meanwhile retries and other requests are answered 503 in bounded time.
         started = time.monotonic()
-        other = await client.post("/pay", data=b"x", headers={"Idempotency-Key": "b"})
-        assert other.status == 503
+        retry = await client.post("/gate", data=b"x", headers={"Idempotency-Key": "a"})
+        assert retry.status == 503
         assert time.monotonic() - started < 3.0
-        assert not first.done()
+        await asyncio.sleep(max(0.0, 2.0 - (time.monotonic() - paused)))  # the pause itself
     finally:
         own_redis.process.send_signal(signal.SIGCONT)
-    answer = await first
-    assert answer.status == 201
-    body = await answer.read()
+    await until(lambda: value(metrics, "idem_journal_depth") == 0, timeout=10)
     [record] = [r for r in records(own_redis.url) if r.get(b"s") == b"C"]
     assert record[b"b"] == body
     replay = await client.post("/gate", data=b"x", headers={"Idempotency-Key": "a"})
     assert replay.headers["Idempotent-Replayed"] == "true"
     assert await replay.read() == body
     assert counting.count("/gate") == 1
+
+
+@pytest.mark.parametrize("path", ["/gate", "/blob?size=100000&gate=1"])
+async def test_an_answer_is_stored_on_a_full_redis_and_never_run_again(
+    path: str,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    own_redis: RedisServer,
+) -> None:
+    """`noeviction` Redis at maxmemory while the answer is stored (inline and in the blob
+    store): the outcome is stored all the same, new claims get 503, the retry is a replay."""
+    counting, origin = upstream
+    client = await make_gateway(settings=gateway_settings(origin, redis=REDIS), url=own_redis.url)
+    metrics = metrics_of(client)
+    first = asyncio.ensure_future(client.post(path, data=b"x", headers={"Idempotency-Key": "f"}))
+    await counting.entered.wait()
+    plain = redis.Redis.from_url(own_redis.url)
+    try:
+        fill_to_maxmemory(plain)
+        counting.release.set()
+        answer = await first
+        assert answer.status == (200 if path.startswith("/blob") else 201)
+        body = await answer.read()
+        other = await client.post("/pay", data=b"x", headers={"Idempotency-Key": "new"})
+        assert other.status == 503
+        retry = await client.post(path, data=b"x", headers={"Idempotency-Key": "f"})
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        assert await retry.read() == body
+    finally:
+        plain.config_set("maxmemory", 0)
+        plain.close()
+    assert value(metrics, "idem_outcomes_unstored_total", route="api") in (None, 0)
+    assert counting.count(path.split("?")[0]) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import zipfile
@@ -9,11 +10,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import redis
 from redis.asyncio import Redis
 
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.core.record import Record
+from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
@@ -35,7 +38,7 @@ async def test_claim_complete_replay(store: Store) -> None:
     busy = await store.claim(KEY, "fp", "other", 5)
     assert busy.outcome is Claim.IN_FLIGHT and 0 < busy.pttl_ms <= 5000
     assert (await store.claim(KEY, "fp2", "other", 5)).outcome is Claim.MISMATCH
-    assert await store.complete(KEY, "tok", RECORD, b"abc", 60)
+    assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
     done = await store.claim(KEY, "fp", "other", 5)
     assert done.outcome is Claim.DONE
     assert done.record == RECORD and done.body == b"abc"
@@ -45,26 +48,28 @@ async def test_claim_complete_replay(store: Store) -> None:
 async def test_a_repeated_claim_by_its_owner_is_still_claimed(store: Store) -> None:
     assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
     assert (await store.claim(KEY, "fp", "tok", 5)).outcome is Claim.CLAIMED
-    assert await store.complete(KEY, "tok", RECORD, b"abc", 60)
-    assert await store.complete(KEY, "tok", RECORD, b"abc", 60), "a repeated complete is a no-op"
+    assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
+    assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60), (
+        "a repeated complete is a no-op"
+    )
 
 
 async def test_fencing_other_tokens_change_nothing(store: Store) -> None:
     await store.claim(KEY, "fp", "tok", 5)
-    assert not await store.complete(KEY, "thief", RECORD, b"abc", 60)
+    assert not await store.complete(KEY, "thief", "fp", RECORD, b"abc", 60)
     assert not await store.release(KEY, "thief")
     assert not await store.extend(KEY, "thief", 5)
     assert (await store.claim(KEY, "fp", "x", 5)).outcome is Claim.IN_FLIGHT
     assert await store.release(KEY, "tok")
     assert (await store.claim(KEY, "fp", "new", 5)).outcome is Claim.CLAIMED
-    assert not await store.complete(KEY, "tok", RECORD, b"abc", 60), "the old owner is fenced"
+    assert not await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60), "the old owner is fenced"
 
 
 async def test_extend_renews_only_a_pending_claim(store: Store, redis_url: str) -> None:
     await store.claim(KEY, "fp", "tok", 0.2)
     assert await store.extend(KEY, "tok", 30)
     assert (await store.claim(KEY, "fp", "x", 5)).pttl_ms > 20_000
-    await store.complete(KEY, "tok", RECORD, b"abc", 60)
+    await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
     assert not await store.extend(KEY, "tok", 1), "a completed record is not a lease"
 
 
@@ -72,7 +77,7 @@ async def test_resolve_touches_only_unknown_outcomes(store: Store) -> None:
     await store.claim(KEY, "fp", "tok", 5)
     assert not await store.resolve(KEY, RECORD, b"abc", 60)
     unknown = Record(502, [], 0, "", unknown=True)
-    assert await store.complete(KEY, "tok", unknown, b"", 60)
+    assert await store.complete(KEY, "tok", "fp", unknown, b"", 60)
     assert (await store.claim(KEY, "fp", "x", 5)).record.unknown
     assert await store.resolve(KEY, RECORD, b"abc", 60)
     done = await store.claim(KEY, "fp", "x", 5)
@@ -118,3 +123,73 @@ async def test_a_repeated_release_is_not_a_lost_lease(store: Store) -> None:
     assert await store.release(KEY, "tok"), "the first reply may have been lost"
     await store.claim(KEY, "fp", "new", 5)
     assert not await store.release(KEY, "tok"), "a new owner's claim is not ours to drop"
+
+
+async def test_a_stalled_owner_stores_its_outcome_when_nobody_claimed_since(
+    store: Store, redis_url: str
+) -> None:
+    await store.claim(KEY, "fp", "tok", 0.05)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        await until_gone(plain)  # the lease ended while the owner stalled
+    finally:
+        plain.close()
+    assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
+    done = await store.claim(KEY, "fp", "retry", 5)
+    assert done.outcome is Claim.DONE and done.body == b"abc"
+    assert (await store.claim(KEY, "other-fp", "retry", 5)).outcome is Claim.MISMATCH
+
+
+async def test_a_full_noeviction_redis_still_takes_an_outcome_but_no_new_claim(
+    store: Store, redis_url: str
+) -> None:
+    assert (await store.claim(KEY, "fp", "tok", 30)).outcome is Claim.CLAIMED
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        fill_to_maxmemory(plain)
+        with pytest.raises(StoreUnavailable):
+            await store.claim("idem:{api:t:other}", "fp", "tok2", 30)
+        assert await store.extend(KEY, "tok", 30), "a lease is renewed on a full Redis"
+        assert await store.complete(KEY, "tok", "fp", RECORD, b"abc" * 1000, 60)
+    finally:
+        plain.config_set("maxmemory", 0)
+        plain.close()
+    done = await store.claim(KEY, "fp", "retry", 5)
+    assert done.outcome is Claim.DONE and done.body == b"abc" * 1000
+
+
+async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url: str) -> None:
+    breaker = CircuitBreaker(1, 60.0)
+    store = Store(make_client(RedisSettings(url=redis_url), redis_url), breaker)
+    try:
+        assert (await store.claim(KEY, "fp", "tok", 30)).outcome is Claim.CLAIMED
+        breaker.failure()  # as after a Redis error: open for a minute
+        with pytest.raises(StoreUnavailable):
+            await store.claim("idem:{api:t:other}", "fp", "tok2", 30)
+        assert await store.extend(KEY, "tok", 30)
+        assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
+    finally:
+        await store.close()
+
+
+async def until_gone(plain: redis.Redis) -> None:
+    deadline = asyncio.get_running_loop().time() + 5
+    while plain.exists(KEY):
+        assert asyncio.get_running_loop().time() < deadline, "the lease did not end"
+        await asyncio.sleep(0.01)
+
+
+def fill_to_maxmemory(plain: redis.Redis) -> None:
+    """`noeviction` at the memory in use now, then filled until Redis refuses even a tiny
+    write (large values first: a refused command's own buffer no longer counts after it)."""
+    plain.config_set("maxmemory-policy", "noeviction")
+    plain.config_set("maxmemory", int(plain.info("memory")["used_memory"]) + 256 * 1024)
+    count = 0
+    for size in (16 * 1024, 1024, 64, 1):
+        while True:
+            count += 1
+            assert count < 100_000, "Redis never refused a write"
+            try:
+                plain.set(f"filler:{count}", b"x" * size)
+            except redis.exceptions.OutOfMemoryError:
+                break

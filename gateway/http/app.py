@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from aiohttp import web
 
@@ -14,9 +15,11 @@ from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.handler import Gateway
 from gateway.http.quiet import quiet_malformed_requests
+from gateway.http.settle import replay_journal
 from gateway.http.tasks import TaskSet
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
+from gateway.store.journal import Journal
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
@@ -53,14 +56,18 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
             replicas_timeout=redis.claim_replicas_timeout,
         )
         upstreams = Upstreams(settings.upstreams())
+        journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.breaker)
-        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs)
+        app[METRICS].watch_journal(lambda: journal.depth)
+        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
+        await replay_journal(services)  # before the first request is served
         try:
             yield
         finally:
             await app[TASKS].drain(DRAIN_SECONDS)
+            journal.close()
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper

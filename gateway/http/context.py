@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiohttp import web
+
 from gateway.blobs.base import BlobStore
+from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.http.tasks import TaskSet
+from gateway.store.journal import Journal
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
@@ -28,7 +32,20 @@ class Services:
     metrics: Metrics
     tasks: TaskSet
     blobs: BlobStore
+    journal: Journal
 
     @property
     def settings(self) -> Settings:
         return self.live.settings
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A request that owns its key and is being forwarded."""
+
+    request: web.Request
+    route: Route
+    key: str
+    token: str
+    fingerprint: str
+    body: bytes

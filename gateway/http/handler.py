@@ -23,12 +23,13 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.context import Services
-from gateway.http.forward import OUTCOME_UNKNOWN, Claimed, forward
+from gateway.http.context import Claimed, Services
+from gateway.http.forward import forward
 from gateway.http.incoming import SCOPE_TITLES, BodyTooLarge, read_body, scope_of
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
 from gateway.http.replay import REPLAYED, replay
+from gateway.http.settle import OUTCOME_UNKNOWN
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
@@ -135,7 +136,7 @@ class Gateway:
             detail = "the stored record for this key cannot be read; the request is not run again"
             return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
         return await self._act(
-            request, route, action, result, Claimed(request, route, rkey, token, body)
+            request, route, action, result, Claimed(request, route, rkey, token, fp, body)
         )
 
     async def _act(

@@ -83,11 +83,19 @@ class Store:
         return self.client.register_script(load_script(name))
 
     async def _guarded(
-        self, send: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[T]],
-        script: AsyncScript, key: str, args: tuple[Any, ...],
-    ) -> T:  # fmt: skip
-        """`send` the call through the circuit breaker; Redis failures as StoreUnavailable."""
-        if not self.breaker.allow():
+        self,
+        send: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[T]],
+        script: AsyncScript,
+        key: str,
+        args: tuple[Any, ...],
+        settles: bool = False,
+    ) -> T:
+        """`send` the call through the circuit breaker; Redis failures as StoreUnavailable.
+
+        The breaker only stops new work: a call that `settles` a claim whose upstream call
+        already ran (extend, complete, release) is always tried, so that an outcome is
+        stored the moment Redis can take it."""
+        if not settles and not self.breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         try:
             result = await send(script, key, args)
@@ -97,9 +105,9 @@ class Store:
         self.breaker.success()
         return result
 
-    async def _call(self, script: AsyncScript, key: str, *args: Any) -> Any:
+    async def _call(self, script: AsyncScript, key: str, *args: Any, settles: bool = False) -> Any:
         send = self._batch.call if self._batch is not None else self._evalsha
-        return await self._guarded(send, script, key, args)
+        return await self._guarded(send, script, key, args, settles)
 
     async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
         if self._cluster:
@@ -126,9 +134,11 @@ class Store:
                 await self.client.script_load(each.script)
             self._loads += 1
 
-    async def _call_replicated(self, script: AsyncScript, key: str, *args: Any) -> tuple[Any, int]:
+    async def _call_replicated(
+        self, script: AsyncScript, key: str, *args: Any, settles: bool = False
+    ) -> tuple[Any, int]:
         """Run a script, then WAIT for the replicas: its reply and how many acknowledged."""
-        return await self._guarded(self._eval_and_wait, script, key, args)
+        return await self._guarded(self._eval_and_wait, script, key, args, settles)
 
     async def _eval_and_wait(
         self, script: AsyncScript, key: str, args: tuple[Any, ...]
@@ -185,16 +195,23 @@ class Store:
         return ClaimResult(outcome)
 
     async def extend(self, key: str, token: str, lease: float) -> bool:
-        return bool(await self._call(self._extend, key, token, _ms(lease)))
+        return bool(await self._call(self._extend, key, token, _ms(lease), settles=True))
 
     async def complete(
-        self, key: str, token: str, record: Record, body: bytes, retention: float
+        self,
+        key: str,
+        token: str,
+        fingerprint: str,
+        record: Record,
+        body: bytes,
+        retention: float,
     ) -> bool:
+        """Store the outcome; False when a newer claim holds the key (nothing written)."""
         state = STATE_UNKNOWN if record.unknown else "C"
-        args = (token, state, record.encode(), body, _ms(retention))
+        args = (token, state, record.encode(), body, _ms(retention), fingerprint)
         if not self.replicas:
-            return bool(await self._call(self._complete, key, *args))
-        reply, acked = await self._call_replicated(self._complete, key, *args)
+            return bool(await self._call(self._complete, key, *args, settles=True))
+        reply, acked = await self._call_replicated(self._complete, key, *args, settles=True)
         if reply and acked < self.replicas:
             # A failover now would lose the record while the replica keeps the claim: once
             # its lease ended, a retry would run again. The caller repeats the call (the
@@ -205,7 +222,7 @@ class Store:
         return bool(reply)
 
     async def release(self, key: str, token: str) -> bool:
-        return bool(await self._call(self._release, key, token))
+        return bool(await self._call(self._release, key, token, settles=True))
 
     async def resolve(self, key: str, record: Record, body: bytes, retention: float) -> bool:
         """Replace an UNKNOWN outcome with a result an operator gives."""

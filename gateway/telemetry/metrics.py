@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -72,6 +73,21 @@ class Metrics:
             "idem_circuit_state", "Redis circuit breaker: 0 closed, 1 half-open, 2 open",
             registry=r,
         )  # fmt: skip
+        self.outcomes_unstored = Counter(
+            "idem_outcomes_unstored", "Outcomes that ran upstream that Redis did not take at "
+            "once: journaled and stored in the background", ["route"], registry=r,
+        )  # fmt: skip
+        self.fenced = Counter(
+            "idem_fenced_completions", "Outcomes not stored because a newer claim holds the key",
+            ["route"], registry=r,
+        )  # fmt: skip
+        self.journal_depth = Gauge(
+            "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
+        )
+        self.journal_replayed = Counter(
+            "idem_journal_replayed", "Outcomes replayed from the journals of earlier gateways",
+            registry=r,
+        )  # fmt: skip
         self.blob_written = Counter(
             "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
         )
@@ -104,6 +120,10 @@ class Metrics:
     def watch_circuit(self, breaker: b.CircuitBreaker) -> None:
         """Read the breaker's state at each scrape."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
+
+    def watch_journal(self, depth: Callable[[], int]) -> None:
+        """Read the journal's depth at each scrape."""
+        self.journal_depth.set_function(depth)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         # labels() takes a lock and builds a key on every call: keep the children it gives.

@@ -1,0 +1,182 @@
+"""Settling a claimed key once its upstream call is over: store the outcome, release the key,
+or record an unknown outcome.
+
+An outcome that ran upstream is never given up while the gateway lives. When Redis cannot
+take it at once, it is written to the local journal (fsynced) before the client is answered,
+and a background task keeps storing it, renewing the lease meanwhile so that retries get 409
+rather than a second run; a restart replays the journal (`replay_journal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from aiohttp import web
+
+from gateway.blobs.recorder import RecordedBody
+from gateway.config.policy import Route
+from gateway.core.decision import Failure, Settle, failure_status, on_failure
+from gateway.core.record import Record
+from gateway.errors import StoreUnavailable
+from gateway.http.answers import upstream_failure
+from gateway.http.context import Claimed, Services
+from gateway.http.problems import problem
+from gateway.store.journal import Unstored, orphans
+from gateway.telemetry import metrics as m
+
+log = logging.getLogger(__name__)
+
+OUTCOME_UNKNOWN = {"Idempotency-Outcome": "unknown"}
+# The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
+# record (and every replay) is the newer claim's answer.
+FENCED = {"Idempotency-Outcome": "fenced"}
+# How often an outcome Redis did not take is tried again: from the first pause, doubling.
+STORE_BACKOFF = (0.01, 0.5)
+# The lease renewed for an outcome replayed from a journal, whose route may be gone.
+REPLAY_LEASE = 30.0
+
+
+async def record_answer(
+    s: Services,
+    c: Claimed,
+    status: int,
+    headers: list[tuple[str, str]],
+    body: RecordedBody,
+    lease_lost: bool,
+) -> bool | None:
+    """Store an upstream answer. True: stored; False: fenced (a newer claim holds the key);
+    None: kept in the journal until Redis takes it."""
+    record = Record(
+        status=status,
+        headers=headers,
+        size=body.size,
+        sha256=body.sha256,
+        blob=body.blob,
+        completed_at=time.time(),
+        extra={"body": body.not_recorded} if body.not_recorded else {},
+    )
+    stored = await store_outcome(s, c, record, body.inline)
+    if stored is False or lease_lost:
+        s.metrics.lease_lost.labels(c.route.name).inc()
+    return stored
+
+
+async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) -> bool | None:
+    """Complete the claim now, or journal the outcome and keep completing it in the
+    background. True: stored. False: fenced, nothing written. None: journaled."""
+    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, c.route.retention)
+    try:
+        stored = await s.store.complete(
+            c.key, c.token, c.fingerprint, record, body, c.route.retention
+        )
+    except StoreUnavailable as exc:
+        s.metrics.redis_errors.inc()
+        s.metrics.outcomes_unstored.labels(c.route.name).inc()
+        log.error("route %s: outcome not stored yet, journaled: %s", c.route.name, exc)
+    else:
+        if not stored:
+            await _fenced(s, c.route.name, outcome)
+        return stored
+    entry = await _journal(s, outcome)
+    s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
+    return None
+
+
+async def _journal(s: Services, outcome: Unstored) -> int | None:
+    try:
+        return await asyncio.to_thread(s.journal.add, outcome)
+    except OSError as exc:  # a full or read-only disk: the outcome lives in memory only
+        log.error("journal write failed, the outcome is kept in memory only: %s", exc)
+        return None
+
+
+async def keep_storing(
+    s: Services, route: str, lease: float, outcome: Unstored, entry: int | None
+) -> None:
+    """Complete `outcome` as soon as Redis takes it; renew its lease while it cannot."""
+    pause, longest = STORE_BACKOFF
+    while True:
+        try:
+            stored = await s.store.complete(
+                outcome.key, outcome.token, outcome.fingerprint, outcome.record, outcome.body,
+                outcome.retention,
+            )  # fmt: skip
+        except StoreUnavailable:
+            s.metrics.redis_errors.inc()
+            with contextlib.suppress(StoreUnavailable):
+                await s.store.extend(outcome.key, outcome.token, lease)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
+            continue
+        if entry is not None:
+            s.journal.stored(entry)
+        if stored:
+            log.info("route %s: a journaled outcome is stored now", route)
+        else:
+            await _fenced(s, route, outcome)
+        return
+
+
+async def _fenced(s: Services, route: str, outcome: Unstored) -> None:
+    s.metrics.fenced.labels(route).inc()
+    log.error("route %s: lease lost, a newer claim holds the key: outcome not stored", route)
+    if outcome.record.blob is not None:
+        await s.blobs.delete(outcome.record.blob)  # no record points at it
+
+
+async def replay_journal(s: Services) -> None:
+    """Store the outcomes that gateways gone before left in their journals; those Redis does
+    not take now are adopted into this process's journal and kept storing."""
+    for path, outcomes in orphans(s.journal.folder):
+        for outcome in outcomes:
+            s.metrics.journal_replayed.inc()
+            try:
+                stored = await s.store.complete(
+                    outcome.key, outcome.token, outcome.fingerprint, outcome.record,
+                    outcome.body, outcome.retention,
+                )  # fmt: skip
+            except StoreUnavailable:
+                entry = await _journal(s, outcome)
+                s.tasks.spawn(keep_storing(s, "-", REPLAY_LEASE, outcome, entry))
+                continue
+            if not stored:
+                await _fenced(s, "-", outcome)
+        path.unlink(missing_ok=True)
+        log.warning("journal %s replayed: %d outcomes", path.name, len(outcomes))
+
+
+async def release(s: Services, route: Route, key: str, token: str) -> None:
+    try:
+        if not await s.store.release(key, token):
+            s.metrics.lease_lost.labels(route.name).inc()
+            log.warning("release on route %s: the key has another owner now", route.name)
+    except StoreUnavailable as exc:
+        # The lease ends by itself; until then retries get 409.
+        s.metrics.redis_errors.inc()
+        log.error("release failed on route %s: %s", route.name, exc)
+
+
+async def settle_failure(
+    s: Services, c: Claimed, kind: Failure, exc: BaseException
+) -> web.Response:
+    route = c.route
+    settle = on_failure(kind, route)
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    s.metrics.request(route.name, c.request.method, m.ERROR)
+    if kind is not Failure.UNSENT:
+        s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
+        log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
+    if settle is Settle.RELEASE:
+        await release(s, route, c.key, c.token)
+    elif settle is Settle.RECORD_UNKNOWN:
+        status = failure_status(kind)
+        record = Record(
+            status=502, headers=[], size=0, sha256="", completed_at=time.time(),
+            unknown=True, extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
+        )  # fmt: skip
+        await store_outcome(s, c, record, b"")
+        return problem(502, "outcome-unknown", "Outcome unknown", detail, dict(OUTCOME_UNKNOWN))
+    return upstream_failure(kind, detail)
