@@ -88,7 +88,12 @@ async def test_healthz_and_readyz_follow_redis(
     admin = await make_admin(gw)
     ready = await admin.get("/readyz")
     assert ready.status == 200
-    assert await ready.json() == {"ready": True, "redis": True, "draining": False}
+    assert await ready.json() == {
+        "ready": True,
+        "redis": True,
+        "draining": False,
+        "eviction_risk": False,
+    }
 
     own_redis.stop()
     down = await admin.get("/readyz")
@@ -123,6 +128,7 @@ async def test_readyz_fails_while_draining(redis_url: str, upstream) -> None:
                     if resp.status == 503:
                         assert await resp.json() == {
                             "ready": False, "redis": True, "draining": True,
+                            "eviction_risk": False,
                         }  # fmt: skip
                         break
                 assert time.monotonic() < deadline, "readyz never reported draining"

@@ -86,6 +86,9 @@ class RedisSettings(_Model):
     # Replicas that must acknowledge a claim (WAIT) before the request is forwarded.
     claim_replicas: int = Field(default=0, ge=0)
     claim_replicas_timeout: Duration = 0.5
+    # Start even when maxmemory-policy may evict keys (records and leases lost: keys run
+    # again). Off: such a Redis is refused at start and /readyz fails.
+    accept_eviction: bool = False
 
     @field_validator("url")
     @classmethod

@@ -91,3 +91,9 @@ def on_failure(kind: Failure, policy: Policy) -> Settle:
 
 def failure_status(kind: Failure) -> int:
     return 504 if kind is Failure.TIMEOUT else 502
+
+
+def may_evict(policies: set[str]) -> bool:
+    """Whether a Redis with these `maxmemory-policy` values may drop our keys: anything but
+    `noeviction`. The `volatile-*` policies count too: every record and lease has a TTL."""
+    return any(policy != "noeviction" for policy in policies)

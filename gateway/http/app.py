@@ -13,6 +13,7 @@ from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodical
 from gateway.config.settings import Settings
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
+from gateway.http.eviction import refuse_evicting
 from gateway.http.handler import Gateway
 from gateway.http.quiet import quiet_malformed_requests
 from gateway.http.settle import replay_journal
@@ -62,8 +63,9 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
         services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
-        await replay_journal(services)  # before the first request is served
         try:
+            await refuse_evicting(services)
+            await replay_journal(services)  # before the first request is served
             yield
         finally:
             await app[TASKS].drain(DRAIN_SECONDS)

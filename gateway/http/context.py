@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -24,7 +24,7 @@ class Live:
     settings: Settings
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Services:
     live: Live
     store: Store
@@ -33,6 +33,7 @@ class Services:
     tasks: TaskSet
     blobs: BlobStore
     journal: Journal
+    eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
 
     @property
     def settings(self) -> Settings:

@@ -24,6 +24,7 @@ from gateway.config.policy import Route
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
 from gateway.http.app import METRICS, SERVICES
+from gateway.http.eviction import eviction_risk
 from gateway.http.problems import problem
 from gateway.ops import keyops
 from gateway.store.store import Store
@@ -82,10 +83,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     draining = request.app[STATE].draining
-    store = request.app[PUBLIC][SERVICES].store
-    redis_ok = await store.ready()
-    ready = redis_ok and not draining
-    body = {"ready": ready, "redis": redis_ok, "draining": draining}
+    services = request.app[PUBLIC][SERVICES]
+    redis_ok = await services.store.ready()
+    risk = await eviction_risk(services) if redis_ok else None
+    refused = bool(risk) and not services.settings.redis.accept_eviction
+    ready = redis_ok and not draining and not refused
+    body = {"ready": ready, "redis": redis_ok, "draining": draining, "eviction_risk": risk}
     return web.json_response(body, status=200 if ready else 503)
 
 

@@ -257,6 +257,22 @@ class Store:
             return False
         return True
 
+    async def eviction_policies(self) -> set[str] | None:
+        """Every data node's `maxmemory-policy`; None when Redis does not say (unreachable,
+        or CONFIG refused, as on some managed services)."""
+        try:
+            if isinstance(self.client, RedisCluster):
+                replies: Any = await self.client.config_get(
+                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                )
+                # One reply per node, keyed by node name; or one, when a single node answered.
+                per_node = replies.values() if "maxmemory-policy" not in replies else [replies]
+                return {str(reply.get("maxmemory-policy", "")) for reply in per_node}
+            reply: Any = await self.client.config_get("maxmemory-policy")
+        except _FAILURES:
+            return None
+        return {str(reply.get("maxmemory-policy", ""))}
+
     async def ping(self) -> bool:
         try:
             return bool(await self.client.ping())

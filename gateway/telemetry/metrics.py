@@ -88,6 +88,10 @@ class Metrics:
             "idem_journal_replayed", "Outcomes replayed from the journals of earlier gateways",
             registry=r,
         )  # fmt: skip
+        self.eviction_risk = Gauge(
+            "idem_redis_eviction_risk", "1 when Redis's maxmemory-policy may evict our keys",
+            registry=r,
+        )  # fmt: skip
         self.blob_written = Counter(
             "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
         )

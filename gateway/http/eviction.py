@@ -1,0 +1,43 @@
+"""The eviction guard: a Redis whose `maxmemory-policy` may drop keys loses records and leases,
+and the keys they held run again. Such a Redis is refused at start, unless the operator
+accepts the risk (`redis.accept_eviction`), and reported by /readyz and a metric."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.core.decision import may_evict
+from gateway.errors import ConfigError
+from gateway.http.context import Services
+
+log = logging.getLogger(__name__)
+
+
+async def eviction_risk(s: Services) -> bool | None:
+    """Whether Redis may evict our keys now (None: it does not say); sets the metric."""
+    policies = await s.store.eviction_policies()
+    if policies is None:
+        return None
+    risk = may_evict(policies)
+    s.metrics.eviction_risk.set(1 if risk else 0)
+    if risk:
+        s.eviction_policies = policies
+    return risk
+
+
+async def refuse_evicting(s: Services) -> None:
+    """At start: ConfigError for an evicting Redis, unless accepted (then a warning)."""
+    risk = await eviction_risk(s)
+    if risk is None:
+        log.warning("redis: maxmemory-policy unknown (unreachable, or CONFIG refused)")
+        return
+    if not risk:
+        return
+    policies = ", ".join(sorted(s.eviction_policies))
+    if s.settings.redis.accept_eviction:
+        log.warning("redis: maxmemory-policy %s may evict records and leases (accepted)", policies)
+        return
+    raise ConfigError(
+        f"redis: maxmemory-policy {policies} may evict idempotency records and leases, and "
+        "their keys would run again; set it to noeviction (or redis.accept_eviction: true)"
+    )
