@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -17,12 +18,17 @@ from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
+from gateway.ops.listener import ListenError, bind
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import RedisServer
 from gateway.telemetry import logs
 
 log = logging.getLogger("gateway")
+
+# Exit codes of a gateway that cannot start (docs/operations.md).
+EXIT_CONFIG = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
+EXIT_LISTEN = 3  # the listen address is in use or not allowed
 
 
 def new_loop(kind: str) -> asyncio.AbstractEventLoop:
@@ -40,13 +46,19 @@ def serve(
     settings: Settings,
     config_path: str | None = None,
     redis_url: str | None = None,
-    worker: bool = False,
+    listen_fd: int | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
-    SIGHUP reloads `config_path`. A worker (`--workers N`) shares its port with its
-    siblings and uses the Redis its parent resolved.
+    SIGHUP reloads `config_path`. A worker (`--workers N`) serves the socket its parent
+    bound (`listen_fd`) and uses the Redis its parent resolved.
     """
+    listen = settings.listen
+    worker = listen_fd is not None
+    if listen_fd is not None:
+        sock = socket.socket(fileno=listen_fd)
+    else:
+        sock = bind(listen.host, listen.port, listen.reuse_port)
     embedded: RedisServer | None = None
     url = redis_url or settings.redis.url
     if redis_url is None and settings.redis.topology == "embedded":
@@ -57,11 +69,15 @@ def serve(
             "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
         )
     try:
-        listen = settings.listen
-        log.info(
-            "idem-gateway listening on http://%s:%d (%d routes, %s loop)",
-            listen.host, listen.port, len(settings.routes), settings.loop,
-        )  # fmt: skip
+        host, port = sock.getsockname()[:2]
+        routes = len(settings.routes)
+
+        def listening(_: str) -> None:  # run_app calls it once the server accepts
+            log.info(
+                "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
+                host, port, routes, "" if routes == 1 else "s", settings.loop,
+            )  # fmt: skip
+
         app = create_app(settings, url)
         if settings.admin is not None:
             attach_admin(app, settings.admin, worker=worker)
@@ -72,22 +88,25 @@ def serve(
         app.on_startup.append(tune_collector)  # last: after the resources are up
         web.run_app(
             app,
-            host=listen.host,
-            port=listen.port,
+            sock=sock,
             backlog=listen.backlog,
-            reuse_port=worker,
             access_log=None,
-            print=None,
+            print=listening,
             shutdown_timeout=DRAIN_SECONDS,
             loop=new_loop(settings.loop),
         )
     finally:
+        sock.close()
         if embedded is not None:
             embedded.close()
 
 
 def supervise(settings: Settings, config: str | None, workers: int) -> int:
-    """Run `workers` gateway processes on one port, sharing one embedded Redis if needed."""
+    """Run `workers` gateway processes on the one socket bound here, sharing one embedded
+    Redis if needed."""
+    listen = settings.listen
+    sock = bind(listen.host, listen.port, listen.reuse_port)
+    sock.set_inheritable(True)
     embedded: RedisServer | None = None
     url: str | None = None  # the workers' Redis when the parent starts it
     if settings.redis.topology == "embedded":
@@ -95,11 +114,13 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         embedded.start()
         url = embedded.url
         log.info("embedded redis-server started for %d workers at %s", workers, url)
-    listen = settings.listen
-    log.info("idem-gateway: %d workers on http://%s:%d", workers, listen.host, listen.port)
+    host, port = sock.getsockname()[:2]
+    log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
     try:
-        return Supervisor(worker_command(config, url), workers).run()
+        command = worker_command(config, url, sock.fileno())
+        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run()
     finally:
+        sock.close()
         if embedded is not None:
             embedded.close()
 
@@ -118,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Set by the --workers parent for its children.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     keyscli.add_parser(parser.add_subparsers(dest="command", metavar="keys"))
     args = parser.parse_args(argv)
     if args.workers < 1:
@@ -127,24 +149,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(path) if path else Settings()
     except ConfigError as exc:
-        print(f"idem-gateway: invalid config {path}:\n{exc}", file=sys.stderr)
-        return 2
+        print(f"idem-gateway: invalid config {path}: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.check:
         print(f"{path}: OK ({len(settings.routes)} routes)")
         return 0
     if args.command == "keys":
         return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
-    if args.workers > 1 and not args.worker:
-        if settings.listen.port == 0:
-            parser.error("--workers needs a fixed listen.port (not 0)")
-        return supervise(settings, args.config, args.workers)
     try:
-        serve(settings, path, args.redis_url, worker=args.worker)
+        if args.workers > 1 and not args.worker:
+            return supervise(settings, args.config, args.workers)
+        serve(settings, path, args.redis_url, args.listen_fd)
+    except ListenError as exc:
+        print(f"idem-gateway: {exc}", file=sys.stderr)
+        return EXIT_LISTEN
     except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
-        print(f"idem-gateway: cannot start:\n{exc}", file=sys.stderr)
-        return 2
+        print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
+
+
+def one_line(message: str) -> str:
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
 if __name__ == "__main__":

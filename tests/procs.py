@@ -39,14 +39,24 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> GatewayProcess:
+        self._launch()
+        assert self.process is not None
+        wait_for_port(self.port, self.process, timeout)
+        return self
+
+    def exits(self, timeout: float = 30.0) -> int:
+        """Run it where it should refuse to start: its exit code, once it has stopped."""
+        self._launch()
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def _launch(self) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "--config", str(self.config_path), *self.args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
-        wait_for_port(self.port, self.process, timeout)
-        return self
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.process is not None

@@ -23,6 +23,9 @@ class Listen(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     backlog: int = Field(default=4096, ge=1)
+    # SO_REUSEPORT: independent gateways may share the port. Only for gateways that all use
+    # the same external Redis (each embedded Redis would hold its own records).
+    reuse_port: bool = False
 
 
 class Admin(_Model):
@@ -185,6 +188,15 @@ class Settings(_Model):
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
+
+    @model_validator(mode="after")
+    def _shared_port_needs_shared_redis(self) -> Settings:
+        if self.listen.reuse_port and self.redis.topology == "embedded":
+            raise ValueError(
+                "listen.reuse_port shares the port with other gateways, which must all use one "
+                "external Redis; the embedded Redis is each gateway's own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import errno
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +26,7 @@ from gateway.http.app import METRICS, SERVICES
 from gateway.http.eviction import eviction_risk
 from gateway.http.problems import problem
 from gateway.ops import keyops
+from gateway.ops.listener import ListenError, bind_first_free
 from gateway.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,14 @@ def attach_admin(public: web.Application, settings: Admin, worker: bool = False)
         runner = web.AppRunner(create_admin_app(app, settings.token, state), access_log=None)
         await runner.setup()
         try:
-            state.port = await _bind(runner, settings, MAX_WORKERS if worker else 1)
+            try:
+                sock = bind_first_free(settings.host, settings.port, MAX_WORKERS if worker else 1)
+            except ListenError as exc:
+                raise ConfigError(f"admin.port: {exc}") from None
+            # A site on a socket bound here: a port lost to a sibling worker is skipped before
+            # aiohttp registers a site for it (a failed TCPSite stays in the runner's sites).
+            await web.SockSite(runner, sock).start()
+            state.port = int(sock.getsockname()[1])
             log.info("admin listener on http://%s:%d", settings.host, state.port)
             yield
         finally:
@@ -206,20 +213,3 @@ def attach_admin(public: web.Application, settings: Admin, worker: bool = False)
     public.on_shutdown.append(draining)
     public.cleanup_ctx.append(listener)
     return state
-
-
-async def _bind(runner: web.AppRunner, settings: Admin, tries: int) -> int:
-    """Listen on the first free port of `settings.port` and the `tries - 1` above it."""
-    for offset in range(tries):
-        port = settings.port + offset if settings.port else 0
-        try:
-            await web.TCPSite(runner, settings.host, port).start()
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE or offset == tries - 1:
-                busy = exc.errno == errno.EADDRINUSE
-                reason = "the address is in use" if busy else exc.strerror
-                where = f"{settings.host}:{port}"
-                raise ConfigError(f"admin.port: cannot listen on {where}: {reason}") from exc
-            continue
-        return int(runner.addresses[-1][1])
-    raise AssertionError("unreachable")

@@ -26,6 +26,8 @@ log = logging.getLogger("gateway.ops.workers")
 # A child that dies sooner than this after its start counts as a failed start.
 STARTUP_GRACE = 5.0
 MAX_FAILED_STARTS = 3
+# How often the supervisor looks for an exited worker.
+REAP_TICK = 0.1
 
 
 def default_workers() -> int:
@@ -60,15 +62,18 @@ def count_requests(app: web.Application) -> None:
 class Supervisor:
     """Starts `count` children running `command`, and keeps them running until told to stop."""
 
-    def __init__(self, command: list[str], count: int) -> None:
+    def __init__(self, command: list[str], count: int, keep_fds: tuple[int, ...] = ()) -> None:
         self.command = command
         self.count = count
+        self.keep_fds = keep_fds  # passed to each child (the listening socket)
         self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
         self.stopping = False
         self.failed_starts = 0
 
     def _spawn(self) -> None:
-        child = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+        child = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=self.keep_fds
+        )
         self.children[child.pid] = (child, time.monotonic())
         log.info("worker pid %d started", child.pid)
 
@@ -96,14 +101,8 @@ class Supervisor:
             self._spawn()
         code = 0
         while self.children:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            if pid not in self.children:
-                continue
+            pid = self._reap()
             child, started = self.children.pop(pid)
-            child.returncode = os.waitstatus_to_exitcode(status)
             if self.stopping:
                 code = code or (child.returncode if child.returncode > 0 else 0)
                 continue
@@ -119,12 +118,24 @@ class Supervisor:
             self._spawn()
         return code
 
+    def _reap(self) -> int:
+        """Wait until one of our own workers has exited; its pid. Only the workers are
+        polled, so another child of this process (the embedded redis-server) is never
+        reaped here, which would hide its exit from its owner."""
+        while True:
+            for pid, (child, _) in self.children.items():
+                if child.poll() is not None:
+                    return pid
+            time.sleep(REAP_TICK)  # signal handlers run meanwhile
 
-def worker_command(config: str | None, redis_url: str | None) -> list[str]:
-    """How the parent runs one child: this gateway, as a worker (on the parent's Redis)."""
-    command = [sys.executable, "-m", "gateway", "--worker"]
+
+def worker_command(config: str | None, redis_url: str | None, listen_fd: int) -> list[str]:
+    """How the parent runs one child: this gateway, as a worker on the parent's socket (and
+    Redis). `-P`: the working folder is not searched for modules, so a `gateway/` folder
+    there cannot shadow the installed package."""
+    command = [sys.executable, "-P", "-m", "gateway", "--worker", "--listen-fd", str(listen_fd)]
     if redis_url:
         command += ["--redis-url", redis_url]
     if config:
-        command += ["--config", config]
+        command += ["--config", os.path.abspath(config)]
     return command

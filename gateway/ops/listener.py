@@ -1,0 +1,44 @@
+"""Listening sockets, bound by the gateway itself so that a busy or forbidden port is a
+one-line refusal before anything says "listening", and so that the workers of one gateway
+share the socket their parent bound (no SO_REUSEPORT: a second, independent gateway cannot
+join the port and split its connections between two Redis)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+
+class ListenError(Exception):
+    """The address cannot be listened on; the message names it and says why."""
+
+
+def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to host:port. The server listens on it once it is ready to serve
+    (until then, connections are refused rather than queued behind a start that may fail).
+    `reuse_port` lets independent gateways share the port (SO_REUSEPORT), for the documented
+    case of several gateways on one external Redis."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # Rebinding over connections in TIME_WAIT; on Linux it never lets two sockets listen.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "the address is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ListenError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
+def bind_first_free(host: str, port: int, tries: int) -> socket.socket:
+    """The first of `port`, `port + 1`, ... (`tries` of them) that is free; 0: any port."""
+    for offset in range(tries):
+        try:
+            return bind(host, port + offset if port else 0)
+        except ListenError:
+            if offset == tries - 1:
+                raise
+    raise AssertionError("unreachable")

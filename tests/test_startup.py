@@ -1,0 +1,96 @@
+"""Starting safely: one gateway per port, busy ports refused with one line, workers that reap
+only their own children."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from gateway.ops.workers import Supervisor
+
+from .procs import GatewayProcess
+from .upstream import CountingUpstream
+
+
+@pytest.fixture
+def started() -> Iterator[list[GatewayProcess]]:
+    gateways: list[GatewayProcess] = []
+    yield gateways
+    for gateway in gateways:
+        gateway.stop()
+
+
+def run_second(config: dict[str, object], folder: Path) -> subprocess.CompletedProcess[str]:
+    folder.mkdir()
+    path = folder / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "2"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def test_a_second_gateway_on_a_served_port_exits_with_one_line(
+    upstream: tuple[CountingUpstream, str], tmp_path: Path, started: list[GatewayProcess]
+) -> None:
+    """Both with the embedded Redis, the default: were the second to join the port, the same
+    key would run once per gateway."""
+    counting, origin = upstream
+    config = {"routes": [{"name": "api", "path_prefix": "/", "upstream": origin}]}
+    (tmp_path / "first").mkdir()
+    first = GatewayProcess(dict(config), tmp_path / "first", ["--workers", "2"])
+    await asyncio.to_thread(first.start)
+    started.append(first)
+    second = await asyncio.to_thread(
+        run_second, {**config, "listen": {"host": "127.0.0.1", "port": first.port}}, tmp_path / "b"
+    )
+    assert second.returncode == 3
+    lines = second.stderr.strip().splitlines()
+    assert (
+        lines[-1] == f"idem-gateway: cannot listen on 127.0.0.1:{first.port}: the address is in use"
+    )
+    assert "Traceback" not in second.stderr and "listening on" not in second.stderr
+    async with aiohttp.ClientSession() as http:
+        for _ in range(20):
+            async with http.post(f"{first.url}/pay", headers={"Idempotency-Key": "one"}) as resp:
+                assert resp.status == 201
+    assert counting.count("/pay", "one") == 1
+
+
+def test_sharing_a_port_is_refused_with_the_embedded_redis(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({"listen": {"reuse_port": True}}))
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "--check", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "listen.reuse_port shares the port" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_supervisor_reaps_only_its_own_workers() -> None:
+    """A child of the supervising process that is not a worker (as the embedded redis-server
+    is) keeps its exit status for its owner."""
+    bystander = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])
+    os.waitid(os.P_PID, bystander.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        supervisor = Supervisor([sys.executable, "-c", "pass"], 1)
+        supervisor.stopping = True  # a worker that exits is not replaced
+        assert supervisor.run() == 0
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert bystander.wait(timeout=5) == 7
