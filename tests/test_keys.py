@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
+from gateway.core.keys import BadKey, KeyProblem, parse_key, record_key, tenant_id
 
 
 @pytest.mark.parametrize(
@@ -24,12 +24,41 @@ def test_parse_key(values: list[str], key: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "values",
-    [[""], ['""'], ["x" * 256], ["a b"], ["ctl\x01"], ["é"], ['"open'], ['"a"b'], ["a", "b"]],
+    ("values", "problem"),
+    [
+        ([""], KeyProblem.EMPTY),
+        (['""'], KeyProblem.EMPTY),
+        (["x" * 256], KeyProblem.TOO_LONG),
+        (['"' + "x" * 256 + '"'], KeyProblem.TOO_LONG),
+        (["a b"], KeyProblem.MALFORMED),
+        (["ctl\x01"], KeyProblem.MALFORMED),
+        (['"ctl\x01"'], KeyProblem.MALFORMED),
+        (["é"], KeyProblem.MALFORMED),
+        (['"open'], KeyProblem.MALFORMED),
+        (['"a"b'], KeyProblem.MALFORMED),
+        (['"k";X=1'], KeyProblem.MALFORMED),  # parameter names are lower case
+        (["a", "b"], KeyProblem.SEVERAL),
+    ],
 )
-def test_parse_key_rejects(values: list[str]) -> None:
-    with pytest.raises(BadKey):
+def test_parse_key_rejects(values: list[str], problem: KeyProblem) -> None:
+    with pytest.raises(BadKey) as raised:
         parse_key(values)
+    assert raised.value.problem is problem
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        ('"a b"', "a b"),  # spaces are allowed inside an sf-string
+        ('"8e03 978e"', "8e03 978e"),
+        ('"k";x=1', "k"),  # an Item's parameters are accepted and ignored
+        ('"k";x=1;y', "k"),
+        ('"k";note="a;b"', "k"),
+        ('"~!#$%&()*+,-./:;<=>?@[]^_`{|}"', "~!#$%&()*+,-./:;<=>?@[]^_`{|}"),
+    ],
+)
+def test_keys_are_rfc_8941_items(value: str, key: str) -> None:
+    assert parse_key([value]) == key
 
 
 def test_record_key_has_one_hash_tag_and_no_raw_parts() -> None:

@@ -67,12 +67,24 @@ def abort(request: web.Request, response: web.StreamResponse) -> web.StreamRespo
     return response
 
 
-def upstream_failure(
-    kind: Failure, detail: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    """502 for an unreachable or broken upstream, 504 for one that did not answer in time."""
-    if kind is Failure.TIMEOUT:
-        return problem(504, "upstream-timeout", "Upstream timed out", detail, headers)
-    if kind is Failure.UNSENT:
-        return problem(502, "upstream-unreachable", "Upstream unreachable", detail, headers)
-    return problem(502, "upstream-broken", "Upstream connection broken", detail, headers)
+_FAILED = {
+    Failure.UNSENT: (
+        502, "upstream-unreachable", "Upstream unreachable",
+        "the upstream could not be reached; the request was not sent",
+    ),
+    Failure.TIMEOUT: (
+        504, "upstream-timeout", "Upstream timed out",
+        "the upstream did not answer in time; whether it ran the request is unknown",
+    ),
+    Failure.BROKEN: (
+        502, "upstream-broken", "Upstream connection broken",
+        "the connection to the upstream broke; whether it ran the request is unknown",
+    ),
+}  # fmt: skip
+
+
+def upstream_failure(kind: Failure, headers: dict[str, str] | None = None) -> web.Response:
+    """502 for an unreachable or broken upstream, 504 for one that did not answer in time.
+    The body says what happened, never where or in which class (that is in the log)."""
+    status, slug, title, detail = _FAILED[kind]
+    return problem(status, slug, title, detail, headers)

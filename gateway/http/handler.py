@@ -25,7 +25,7 @@ from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.http.context import Claimed, Services
 from gateway.http.forward import forward
-from gateway.http.incoming import SCOPE_TITLES, BodyTooLarge, read_body, scope_of
+from gateway.http.incoming import KEY_TITLES, SCOPE_TITLES, BodyTooLarge, read_body, scope_of
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
 from gateway.http.replay import REPLAYED, replay
@@ -74,7 +74,8 @@ class Gateway:
         except BadKey as exc:
             if route.mode == "shadow":
                 return await self._shadow(request, route, None, m.REJECTED)
-            return self._rejected(route, request, 400, "bad-key", "Bad idempotency key", str(exc))
+            title = KEY_TITLES[exc.problem]
+            return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
         if key is None:
             if route.require_key and route.mode == "shadow":
                 return await self._shadow(request, route, None, m.REJECTED)

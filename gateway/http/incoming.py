@@ -6,8 +6,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config.policy import Route
+from gateway.core.keys import KeyProblem
 from gateway.core.scope import ScopeProblem, scope_values
 
+KEY_TITLES = {
+    KeyProblem.EMPTY: "Empty idempotency key",
+    KeyProblem.TOO_LONG: "Idempotency key too long",
+    KeyProblem.MALFORMED: "Malformed idempotency key",
+    KeyProblem.SEVERAL: "Several idempotency keys",
+}
 SCOPE_TITLES = {
     ScopeProblem.REPEATED: "Repeated scope header",
     ScopeProblem.HOP_BY_HOP: "Scope or key header named by Connection",

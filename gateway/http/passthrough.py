@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterable, Mapping
 from typing import cast
 
@@ -13,6 +14,8 @@ from gateway.http.answers import abort, start_response, upstream_failure, write_
 from gateway.http.outgoing import forward_headers, target
 from gateway.upstream.base import UpstreamError, forget_frames
 from gateway.upstream.upstreams import Upstreams
+
+log = logging.getLogger(__name__)
 
 # Methods whose requests carry no Content-Length when they have no body (as in aiohttp).
 _NO_BODY_EXPECTED = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -57,7 +60,8 @@ async def pass_through(
             await response.write_eof()
             return response
     except UpstreamError as exc:
+        log.warning("pass-through to %s failed (%s): %s", origin, exc.failure, exc)
         forget_frames(exc)
         if response is not None and response.prepared:
             return abort(request, response)
-        return upstream_failure(exc.failure, str(exc) or type(exc).__name__)
+        return upstream_failure(exc.failure)

@@ -15,13 +15,16 @@ def problem(
     detail: str,
     headers: dict[str, str] | None = None,
 ) -> web.Response:
-    """A problem+json response; `slug` names the problem type."""
+    """A problem+json response; `slug` names the problem type and is its stable `code`.
+    `detail` is for people and never names internal classes or addresses (those go to the
+    log, under the request id)."""
     body = orjson.dumps(
         {
             "type": f"urn:idem-gateway:problem:{slug}",
             "title": title,
             "status": status,
             "detail": detail,
+            "code": slug,
         }
     )
     response = web.Response(status=status, body=body, headers=headers)

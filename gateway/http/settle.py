@@ -178,5 +178,8 @@ async def settle_failure(
             unknown=True, extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
         )  # fmt: skip
         await store_outcome(s, c, record, b"")
-        return problem(502, "outcome-unknown", "Outcome unknown", detail, dict(OUTCOME_UNKNOWN))
-    return upstream_failure(kind, detail)
+        public = "the upstream was called but its outcome is unknown; an operator must resolve it"
+        return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
+    if kind is Failure.UNSENT:
+        log.warning("route %s: upstream unreachable: %s", route.name, detail)
+    return upstream_failure(kind)
