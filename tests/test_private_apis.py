@@ -136,3 +136,23 @@ async def test_a_streamed_answer_holds_its_head_until_the_first_body_bytes(
     written = head_probe.server.app[WRITTEN]
     assert written["held"] == 0  # nothing on the wire after prepare(): head goes with body
     assert written["plain"] > 0  # aiohttp's default sends the head at once
+
+
+async def test_a_streamed_answer_carries_no_server_header_the_upstream_did_not_send() -> None:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        server = request.query.get("server")
+        headers = [("Server", server)] if server else []
+        response = start_response(201, "Order Accepted", headers, 2)
+        await response.prepare(request)
+        await response.write(b"ok")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", answer)
+    async with TestClient(TestServer(app)) as client:
+        async with client.get("/") as bare:
+            assert "Server" not in bare.headers
+            assert bare.reason == "Order Accepted"
+        async with client.get("/?server=legacy/1.0") as kept:
+            assert kept.headers.getall("Server") == ["legacy/1.0"]

@@ -26,6 +26,7 @@ class Record:
     completed_at: float = 0.0
     unknown: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None  # the upstream's reason phrase; None: the status's usual one
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -38,6 +39,7 @@ class Record:
                 "at": self.completed_at,
                 "u": self.unknown,
                 "x": self.extra,
+                "r": self.reason,
             }
         )
 
@@ -53,4 +55,5 @@ class Record:
             completed_at=raw.get("at", 0.0),
             unknown=raw.get("u", False),
             extra=raw.get("x") or {},
+            reason=raw.get("r"),  # absent in records written before reasons were kept
         )

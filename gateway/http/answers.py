@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from gateway.core.decision import Failure
 from gateway.http.problems import problem
 
 
 class _HeadWithBody(web.StreamResponse):
-    """Sends the head with the first body bytes, in one write, as web.Response does. A
-    private attribute of aiohttp: tests/test_private_apis.py fails when it stops working."""
+    """The upstream's head as it sent it, with the first body bytes, in one write.
+
+    aiohttp adds a `Server` header of its own to every answer: it is taken out again, so an
+    upstream that sends none is not given one. Both rely on private parts of aiohttp:
+    tests/test_private_apis.py fails when they stop working."""
 
     _send_headers_immediately = False
+    _upstream_server = False  # whether the upstream's headers carry a Server header
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        if not self._upstream_server:
+            self.headers.popall(hdrs.SERVER, None)
 
 
 def start_response(
@@ -28,6 +37,7 @@ def start_response(
     response = _HeadWithBody(status=status, reason=reason)
     for name, value in headers:
         response.headers.add(name, value)
+    response._upstream_server = hdrs.SERVER in response.headers
     for name, value in (extra or {}).items():
         response.headers[name] = value
     if length is not None:

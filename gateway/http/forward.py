@@ -75,8 +75,9 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                     elif recorded.blob is not None:
                         s.metrics.blob_written.inc(recorded.size)
                     stored = await record_answer(
-                        s, c, upstream.status, recorded_headers, recorded, beat.lost
-                    )
+                        s, c, upstream.status, upstream.reason, recorded_headers, recorded,
+                        beat.lost,
+                    )  # fmt: skip
                     if stored is False and not response.prepared:
                         response.headers.update(FENCED)  # another claim's answer is the record
                     if client_here:

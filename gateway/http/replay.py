@@ -47,7 +47,7 @@ async def replay(
         check_inline(result.body, record.size, record.sha256)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
-    response = start_response(record.status, None, record.headers, record.size, extra)
+    response = start_response(record.status, record.reason, record.headers, record.size, extra)
     await response.prepare(request)
     await write_quietly(response, result.body)
     await response.write_eof()
@@ -68,7 +68,7 @@ async def _replay_blob(
         if reader.size != record.size:
             detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
             return _blob_failed(s, route, BlobError(BlobError.CORRUPT, detail))
-        response = start_response(record.status, None, record.headers, record.size, extra)
+        response = start_response(record.status, record.reason, record.headers, record.size, extra)
         if not await prepare_quietly(response, request):
             return response
         try:

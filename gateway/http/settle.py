@@ -43,6 +43,7 @@ async def record_answer(
     s: Services,
     c: Claimed,
     status: int,
+    reason: str,
     headers: list[tuple[str, str]],
     body: RecordedBody,
     lease_lost: bool,
@@ -57,6 +58,7 @@ async def record_answer(
         blob=body.blob,
         completed_at=time.time(),
         extra={"body": body.not_recorded} if body.not_recorded else {},
+        reason=reason,
     )
     stored = await store_outcome(s, c, record, body.inline)
     if stored is False or lease_lost:
