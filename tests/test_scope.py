@@ -4,6 +4,9 @@ may require a scope instead of using the shared anonymous one."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import orjson
 import pytest
 
@@ -123,3 +126,33 @@ async def test_without_require_scope_the_anonymous_scope_is_shared(
     assert status_of(first) == status_of(again) == 201
     assert b"Idempotent-Replayed: true" in again
     assert counting.count("/pay", "k") == 1
+
+
+@pytest.mark.parametrize("key", [b"", b"Idempotency-Key: k\r\n"])
+async def test_a_client_hanging_up_mid_body_is_logged_as_499_without_a_traceback(
+    key: bytes,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counting, _ = upstream
+    caplog.set_level(logging.DEBUG)
+    client = await make_gateway()
+    _, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(
+        b"POST /pay HTTP/1.1\r\nHost: gw\r\n" + key + b"Content-Length: 100\r\n\r\nonly 10 b"
+    )
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+
+    def logged() -> list[dict[str, object]]:
+        return [r.fields for r in caplog.records if r.name == "gateway.http.access"]  # type: ignore[attr-defined]
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not logged():
+        assert asyncio.get_running_loop().time() < deadline, "no access log line"
+        await asyncio.sleep(0.01)
+    assert [line["status"] for line in logged()] == [499]
+    assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
+    assert counting.count("/pay") == 0

@@ -15,6 +15,8 @@ from gateway.telemetry.requestlog import REQUEST_ID, RequestInfo, begin, end
 
 REQUEST_INFO = web.RequestKey("idem_request_info", RequestInfo)
 MAX_REQUEST_ID = 128
+# The access log's status for a request whose client closed the connection first (nginx's).
+CLIENT_CLOSED = 499
 
 access_log = logging.getLogger("gateway.http.access")
 
@@ -45,6 +47,10 @@ def observed(handle: Handler, metrics: Metrics) -> Handler:
         except web.HTTPException as exc:
             status = exc.status
             raise
+        except BaseException:
+            if _client_gone(request):  # it hung up mid-request: nothing was sent to it
+                status = CLIENT_CLOSED
+            raise
         finally:
             end(token)
             elapsed = time.monotonic() - started
@@ -55,6 +61,11 @@ def observed(handle: Handler, metrics: Metrics) -> Handler:
                 _log(request, info, status, elapsed)
 
     return observe
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _log(request: web.Request, info: RequestInfo, status: int, elapsed: float) -> None:
