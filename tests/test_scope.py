@@ -156,3 +156,20 @@ async def test_a_client_hanging_up_mid_body_is_logged_as_499_without_a_traceback
     assert [line["status"] for line in logged()] == [499]
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
     assert counting.count("/pay") == 0
+
+
+async def test_an_http_1_0_chunked_request_closes_its_connection(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str]
+) -> None:
+    counting, _ = upstream
+    client = await make_gateway()
+    smuggled = (
+        b"POST /pay HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: second\r\nContent-Length: 1\r\n\r\nx"
+    )
+    reply = await exchange(
+        client.port,
+        b"POST /pay HTTP/1.0\r\nHost: gw\r\nConnection: keep-alive\r\nIdempotency-Key: first\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n" + smuggled,
+    )
+    assert reply.count(b"HTTP/1.") == 1  # one answer, then the connection was closed
+    assert counting.count("/pay", "second") == 0

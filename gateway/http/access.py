@@ -6,7 +6,7 @@ import logging
 import os
 import time
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.typedefs import Handler
 
 from gateway.telemetry.logs import FIELDS
@@ -86,7 +86,13 @@ def _log(request: web.Request, info: RequestInfo, status: int, elapsed: float) -
 
 
 async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare: every answer names its request id (a replay's own, too)."""
+    """on_response_prepare: every answer names its request id (a replay's own, too), and an
+    HTTP/1.0 request whose body came chunked closes its connection (RFC 9112 6.1): where the
+    two ends may read its framing differently, nothing more is read from it."""
     info = request.get(REQUEST_INFO)
     if info is not None:
         response.headers[REQUEST_ID] = info.request_id
+    if request.version < HttpVersion11 and "chunked" in request.headers.get(
+        "Transfer-Encoding", ""
+    ):
+        response.force_close()
