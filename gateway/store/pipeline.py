@@ -15,7 +15,7 @@ import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, DataError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, DataError, ResponseError
 
 _Call = tuple[AsyncScript, str, tuple[Any, ...], "asyncio.Future[Any]"]
 
@@ -27,8 +27,9 @@ LANES = 2
 class Coalescer:
     """Queues EVALSHA calls and sends them as non-transactional pipelines.
 
-    A script that Redis has forgotten (a restart, SCRIPT FLUSH) is loaded again and the calls
-    that failed with NOSCRIPT are sent once more. A broken connection is replaced and the
+    A call whose script Redis has forgotten (a restart, SCRIPT FLUSH) fails with NOSCRIPT like
+    any other error of its own; the Store loads the scripts again and repeats it, as it does
+    for unpipelined calls. A broken connection is replaced and the
     batch sent once more, as the client's own retry does for a single call (the scripts
     recognise a repeated call by its token). A failure of the whole batch (Redis down, no
     answer within the socket timeout) is raised to every call in it.
@@ -109,16 +110,6 @@ class Coalescer:
             raise  # a hung Redis: waiting twice as long would not help
         except (ConnectionError, OSError):
             replies = await self._round_trip(connection, commands)  # on a fresh connection
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:
-            scripts = list({id(batch[i][0]): batch[i][0] for i in missing}.values())
-            again = await self._round_trip(
-                connection,
-                [("SCRIPT", "LOAD", script.script) for script in scripts]
-                + [commands[i] for i in missing],
-            )
-            for i, reply in zip(missing, again[len(scripts) :], strict=True):
-                replies[i] = reply
         return replies
 
     async def _round_trip(

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.core.claims import Claim, ClaimResult
@@ -97,8 +98,13 @@ class Store:
         stored the moment Redis can take it."""
         if not settles and not self.breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
+        loads = self._loads
         try:
-            result = await send(script, key, args)
+            try:
+                result = await send(script, key, args)
+            except NoScriptError:  # Redis forgot the scripts (a restart, SCRIPT FLUSH)
+                await self._reload(loads)
+                result = await send(script, key, args)
         except _FAILURES as exc:
             self.breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
@@ -114,12 +120,7 @@ class Store:
             # redis-py sends a keyed command to a random node while its Cluster client has no
             # slot map yet (at start, after a reset); MOVED storms then reset its connections.
             await self.client.initialize()
-        loads = self._loads
-        try:
-            return await self.client.evalsha(script.sha, 1, key, *args)
-        except NoScriptError:
-            await self._reload(loads)
-            return await self.client.evalsha(script.sha, 1, key, *args)
+        return await self.client.evalsha(script.sha, 1, key, *args)
 
     async def _reload(self, loads_before: int) -> None:
         """Load the scripts Redis forgot, once for a burst of NOSCRIPT answers.
@@ -131,7 +132,10 @@ class Store:
             if self._loads != loads_before:
                 return  # reloaded by another call meanwhile
             for each in (self._claim, self._extend, self._complete, self._release, self._resolve):
-                await self.client.script_load(each.script)
+                try:
+                    await self.client.script_load(each.script)
+                except RedisConnectionError:  # a pooled connection that the restart broke
+                    await self.client.script_load(each.script)
             self._loads += 1
 
     async def _call_replicated(
@@ -149,19 +153,14 @@ class Store:
         if isinstance(self.client, RedisCluster):
             await self.client.initialize()  # see _evalsha
             wait["target_nodes"] = self.client.get_node_from_key(key)
-        for attempt in range(2):
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
-                pipe.execute_command("WAIT", self.replicas, self._wait_ms, **wait)
-                reply, acked = await pipe.execute(raise_on_error=False)
-            if isinstance(reply, NoScriptError) and attempt == 0:
-                await self._reload(self._loads)
-                continue
-            for item in (reply, acked):
-                if isinstance(item, Exception):
-                    raise item
-            return reply, int(acked)
-        raise AssertionError("unreachable")
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
+            pipe.execute_command("WAIT", self.replicas, self._wait_ms, **wait)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        for item in (reply, acked):
+            if isinstance(item, Exception):
+                raise item  # NoScriptError included: `_guarded` reloads and calls again
+        return reply, int(acked)
 
     async def _claim_reply(self, key: str, *args: Any) -> Any:
         if not self.replicas:
