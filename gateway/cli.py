@@ -21,7 +21,7 @@ from gateway.ops.collector import tune_collector
 from gateway.ops.listener import ListenError, bind
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
-from gateway.store.embedded import RedisServer
+from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
 
 log = logging.getLogger("gateway")
@@ -59,10 +59,10 @@ def serve(
         sock = socket.socket(fileno=listen_fd)
     else:
         sock = bind(listen.host, listen.port, listen.reuse_port)
-    embedded: RedisServer | None = None
+    embedded: EmbeddedRedis | None = None
     url = redis_url or settings.redis.url
     if redis_url is None and settings.redis.topology == "embedded":
-        embedded = RedisServer(unix_socket=True, embedded=True)
+        embedded = EmbeddedRedis()
         embedded.start()
         url = embedded.url
         log.info(
@@ -107,10 +107,10 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
     listen = settings.listen
     sock = bind(listen.host, listen.port, listen.reuse_port)
     sock.set_inheritable(True)
-    embedded: RedisServer | None = None
+    embedded: EmbeddedRedis | None = None
     url: str | None = None  # the workers' Redis when the parent starts it
     if settings.redis.topology == "embedded":
-        embedded = RedisServer(unix_socket=True, embedded=True)
+        embedded = EmbeddedRedis()
         embedded.start()
         url = embedded.url
         log.info("embedded redis-server started for %d workers at %s", workers, url)

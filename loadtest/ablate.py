@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.ports import free_port
-from gateway.store.embedded import RedisServer
+from testkit.ports import free_port
+from testkit.redis_server import RedisServer
 
 from .procs import Child
 from .run import SCENARIOS, Scenario, _get, ensure_wrk, gateway_config, run_wrk, settle

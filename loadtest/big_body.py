@@ -28,8 +28,8 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from gateway.ports import free_port
-from gateway.store.embedded import RedisServer
+from testkit.ports import free_port
+from testkit.redis_server import RedisServer
 
 from .procs import Child, cpu_seconds
 

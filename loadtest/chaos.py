@@ -35,8 +35,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.store.embedded import RedisServer, free_port
-from tests.procs import GatewayProcess
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
+from testkit.redis_server import RedisServer
 
 LEASE = "3s"
 

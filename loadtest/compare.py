@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.ports import free_port
-from gateway.store.embedded import RedisServer
+from testkit.ports import free_port
+from testkit.redis_server import RedisServer
 
 from .ablate import cpu_per_request
 from .procs import Child

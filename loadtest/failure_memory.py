@@ -24,8 +24,8 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from gateway.ports import free_port, wait_for_port
-from gateway.store.embedded import RedisServer
+from testkit.ports import free_port, wait_for_port
+from testkit.redis_server import RedisServer
 
 from .run import gateway_config
 

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gateway.ports import wait_for_port
+from testkit.ports import wait_for_port
 
 from .procs import cpu_seconds, stop_process
 

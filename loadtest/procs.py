@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli import new_loop
-from gateway.ports import wait_for_port
+from testkit.ports import wait_for_port
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -21,8 +21,8 @@ from gateway.core.keys import digest, record_key
 from gateway.core.record import Record
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.embedded import RedisServer
 from gateway.store.store import Store
+from testkit.redis_server import RedisServer
 
 SIZES = (0, 100, 1024, 10 * 1024, 64 * 1024)  # 64 KiB is the default inline_max
 HEADERS = [

@@ -23,8 +23,8 @@ import redis
 from gateway.config.settings import RedisSettings
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.embedded import RedisServer
 from gateway.store.store import Store
+from testkit.redis_server import RedisServer
 
 MODES = {"none": (0, False), "none+pipeline": (0, True), "wait-1": (1, False)}
 

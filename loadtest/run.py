@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from gateway.ports import free_port
-from gateway.store.embedded import RedisServer
+from testkit.ports import free_port
+from testkit.redis_server import RedisServer
 
 from .nginx import Nginx, find_nginx
 from .procs import Child

@@ -15,8 +15,8 @@ from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
 from gateway.ops.admin import AdminState, create_admin_app
-from gateway.store.embedded import RedisServer
 from gateway.telemetry.metrics import Metrics
+from testkit.redis_server import RedisServer
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .s3 import MotoServer

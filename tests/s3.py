@@ -13,8 +13,7 @@ import boto3
 import orjson
 from botocore.config import Config
 
-from gateway.ports import wait_for_port
-from gateway.store.embedded import free_port
+from testkit.ports import free_port, wait_for_port
 
 REGION = "us-east-1"
 ALLOW_S3 = {

@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 
 from gateway.ops.admin import MAX_WORKERS
-from gateway.store.embedded import free_port
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
 
-from .procs import GatewayProcess
 from .scrape import sample
 from .upstream import CountingUpstream
 

@@ -8,7 +8,7 @@ import orjson
 import pytest
 import redis
 
-from gateway.store.embedded import free_port
+from testkit.ports import free_port
 
 from .conftest import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream

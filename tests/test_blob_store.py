@@ -16,9 +16,9 @@ from gateway.blobs.file import FileBlobStore
 from gateway.config.loading import settings_from_dict
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
+from testkit.procs import GatewayProcess
 
 from .conftest import gateway_settings
-from .procs import GatewayProcess
 from .s3 import MotoServer
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .procs import GatewayProcess
+from testkit.procs import GatewayProcess
+
 from .topologies import ClusterServers
 from .upstream import CountingUpstream
 

@@ -15,8 +15,8 @@ from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.embedded import RedisServer
 from gateway.store.store import Store
+from testkit.redis_server import RedisServer
 
 
 def pipelined_store(url: str, pipeline: bool = True) -> Store:

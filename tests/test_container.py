@@ -17,8 +17,7 @@ import aiohttp
 import yaml
 
 from gateway.config.loading import load_settings
-from gateway.ports import wait_for_port
-from gateway.store.embedded import free_port
+from testkit.ports import free_port, wait_for_port
 
 from .s3 import MotoServer
 

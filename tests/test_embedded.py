@@ -9,7 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from .procs import GatewayProcess
+from testkit.procs import GatewayProcess
 
 
 def children(pid: int, name: str) -> list[int]:

@@ -11,9 +11,10 @@ import aiohttp
 import pytest
 import redis
 
-from gateway.store.embedded import RedisServer, free_port
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
+from testkit.redis_server import RedisServer
 
-from .procs import GatewayProcess
 from .upstream import CountingUpstream
 
 

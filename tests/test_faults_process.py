@@ -13,10 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.store.embedded import RedisServer
+from testkit.procs import GatewayProcess
+from testkit.redis_server import RedisServer
 
 from .faultkit import records, until
-from .procs import GatewayProcess
 from .upstream import CountingUpstream
 
 LEASE = 2.0

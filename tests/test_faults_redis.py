@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 
-from gateway.store.embedded import RedisServer
+from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, until, value

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from gateway.store.embedded import free_port
+from testkit.ports import free_port
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, redis_keys, state, value

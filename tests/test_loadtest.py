@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.ports import free_port, wait_for_port
 from loadtest.run import find_duplicates, gateway_config
+from testkit.ports import free_port, wait_for_port
 
 from .upstream import CountingUpstream
 

@@ -21,9 +21,10 @@ from gateway.errors import ConfigError
 from gateway.http import handler
 from gateway.http.app import create_app
 from gateway.ops.admin import MAX_WORKERS, attach_admin
-from gateway.store.embedded import RedisServer, free_port
 from gateway.telemetry.logs import JsonFormatter
 from gateway.telemetry.metrics import Metrics
+from testkit.ports import free_port
+from testkit.redis_server import RedisServer
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .scrape import sample, scrape

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.ports import free_port, wait_for_port
+from testkit.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

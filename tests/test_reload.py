@@ -13,9 +13,9 @@ import aiohttp
 import yaml
 from aiohttp.test_utils import TestServer
 
-from gateway.store.embedded import free_port
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
 
-from .procs import GatewayProcess
 from .upstream import CountingUpstream
 
 

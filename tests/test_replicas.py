@@ -12,7 +12,7 @@ import redis
 from gateway.config.loading import load_settings, settings_from_dict
 from gateway.errors import ConfigError
 from gateway.store.client import tls_options
-from gateway.store.embedded import RedisServer
+from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory
 from .topologies import SentinelServers, start_all, wait_until

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import aiohttp
 
-from .procs import GatewayProcess
+from testkit.procs import GatewayProcess
 
 # Headers each answer carries for itself, replays included.
 PER_ANSWER = ("date", "server", "x-request-id", "idempotency-expires")

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gateway.ops.reload import apply
-from gateway.store.embedded import RedisServer
+from testkit.redis_server import RedisServer
 
 from .conftest import AdminFactory, GatewayFactory
 from .scrape import sample, scrape

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from gateway.ops.workers import Supervisor
+from testkit.procs import GatewayProcess
 
-from .procs import GatewayProcess
 from .upstream import CountingUpstream
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
-from .procs import GatewayProcess
+from testkit.procs import GatewayProcess
+
 from .topologies import wait_until
 from .upstream import CountingUpstream
 

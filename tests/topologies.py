@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from gateway.store.embedded import RedisServer
+from testkit.redis_server import RedisServer
 
 SLOTS = 16384
 SERVICE = "idem-master"

@@ -1,4 +1,5 @@
-"""Run a local redis-server: the embedded default, and the test suite's real Redis."""
+"""The embedded default: a redis-server of the gateway's own, on a private unix socket, that
+stops with the gateway."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from pathlib import Path
 import redis
 
 from gateway.lifeline import die_with_parent
-from gateway.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -36,69 +36,38 @@ def find_redis_server() -> tuple[str, str]:
     )
 
 
-class RedisServer:
-    """A redis-server child process on a loopback port or a unix socket in its own temp dir.
+class EmbeddedRedis:
+    """A redis-server child on a unix socket in its own private temp dir, in a session of its
+    own (a terminal's Ctrl-C reaches the gateway, which drains and then stops it), that also
+    stops when the gateway dies."""
 
-    It can be stopped, killed and started again on the same address with the same data dir.
-    """
-
-    def __init__(
-        self,
-        port: int | None = None,
-        unix_socket: bool = False,
-        extra: list[str] | None = None,
-        config: str | None = None,
-        embedded: bool = False,
-    ) -> None:
+    def __init__(self) -> None:
         self.binary, self.source = find_redis_server()
         self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
         self.dir = Path(self._dir.name)
-        self.unix_socket = str(self.dir / "redis.sock") if unix_socket else None
-        self.port = 0 if unix_socket else (port or free_port())
-        self.extra = extra or []
-        # A config file (Sentinel needs one it can rewrite); command-line options override it.
-        self.config_file = self.dir / "redis.conf" if config is not None else None
-        if self.config_file is not None:
-            self.config_file.write_text(config or "")
-        self.embedded = embedded  # the gateway's own: tied to the gateway process
+        self.socket = str(self.dir / "redis.sock")
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        if self.unix_socket:
-            return f"unix://{self.unix_socket}"
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"unix://{self.socket}"
 
     def start(self, timeout: float = 10.0) -> None:
-        self.launch()
-        self.wait_ready(timeout)
+        args = [
+            self.binary, "--port", "0", "--unixsocket", self.socket, "--unixsocketperm", "700",
+            "--dir", str(self.dir), "--save", "", "--appendonly", "no", "--daemonize", "no",
+            "--loglevel", "warning", "--logfile", str(self.dir / "redis.log"),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
+        )  # fmt: skip
+        self._wait_ready(timeout)
         log.info(
             "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
         )
 
-    def launch(self) -> None:
-        """Start the process without waiting for it (start several, then `wait_ready` each)."""
-        config = [str(self.config_file)] if self.config_file is not None else []
-        args = [
-            self.binary, *config, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.dir),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-            "--logfile", str(self.dir / "redis.log"),
-        ]  # fmt: skip
-        if self.unix_socket:
-            args += ["--unixsocket", self.unix_socket, "--unixsocketperm", "700"]
-        args += self.extra
-        if self.embedded:
-            # Its own session: a terminal's Ctrl-C reaches the gateway, which drains its
-            # requests and then stops this Redis; and it stops when the gateway dies.
-            self.process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
-            )  # fmt: skip
-        else:
-            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
-
-    def wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.5)
         try:
@@ -117,21 +86,14 @@ class RedisServer:
         finally:
             client.close()
 
-    def stop(self, kill: bool = False) -> None:
-        """Terminate (or SIGKILL) the process and wait for it."""
-        if self.process is None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
-
     def close(self) -> None:
-        self.stop()
+        """Stop the server and remove its folder."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
         self._dir.cleanup()

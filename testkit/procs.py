@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from gateway.ports import free_port, wait_for_port
+from testkit.ports import free_port, wait_for_port
 
 
 class GatewayProcess:

@@ -1,0 +1,108 @@
+"""A real redis-server for tests and load runs: on a free loopback port (or a unix socket),
+with extra options or a config file, that a test can stop, kill and start again."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from gateway.store.embedded import find_redis_server
+from testkit.ports import free_port
+
+log = logging.getLogger(__name__)
+
+
+class RedisServer:
+    """A redis-server child process on a loopback port or a unix socket in its own temp dir.
+
+    It can be stopped, killed and started again on the same address with the same data dir.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        unix_socket: bool = False,
+        extra: list[str] | None = None,
+        config: str | None = None,
+    ) -> None:
+        self.binary, self.source = find_redis_server()
+        self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
+        self.dir = Path(self._dir.name)
+        self.unix_socket = str(self.dir / "redis.sock") if unix_socket else None
+        self.port = 0 if unix_socket else (port or free_port())
+        self.extra = extra or []
+        # A config file (Sentinel needs one it can rewrite); command-line options override it.
+        self.config_file = self.dir / "redis.conf" if config is not None else None
+        if self.config_file is not None:
+            self.config_file.write_text(config or "")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        if self.unix_socket:
+            return f"unix://{self.unix_socket}"
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+        log.info(
+            "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
+        )
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (start several, then `wait_ready` each)."""
+        config = [str(self.config_file)] if self.config_file is not None else []
+        args = [
+            self.binary, *config, "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.dir),
+            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+            "--logfile", str(self.dir / "redis.log"),
+        ]  # fmt: skip
+        if self.unix_socket:
+            args += ["--unixsocket", self.unix_socket, "--unixsocketperm", "700"]
+        args += self.extra
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.5)
+        try:
+            while True:
+                if self.process is not None and self.process.poll() is not None:
+                    log_text = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"redis-server exited at start: {log_text}")
+                try:
+                    if client.ping():
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"redis-server at {self.url} not ready in {timeout}s")
+                time.sleep(0.01)
+        finally:
+            client.close()
+
+    def stop(self, kill: bool = False) -> None:
+        """Terminate (or SIGKILL) the process and wait for it."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def close(self) -> None:
+        self.stop()
+        self._dir.cleanup()
