@@ -75,8 +75,12 @@ def serve(
         def listening(_: str) -> None:  # run_app calls it once the server accepts
             log.info(
                 "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
-                host, port, routes, "" if routes == 1 else "s", settings.loop,
-            )  # fmt: skip
+                host,
+                port,
+                routes,
+                "" if routes == 1 else "s",
+                settings.loop,
+            )
 
         app = create_app(settings, url)
         if settings.admin is not None:
@@ -133,9 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-c", "--config", metavar="FILE", help="YAML config (default: built-in)")
     parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
     parser.add_argument(
-        "--workers", type=int, metavar="N", default=default_workers(),
+        "--workers",
+        type=int,
+        metavar="N",
+        default=default_workers(),
         help="gateway processes sharing the port (default: one per core, here %(default)s)",
-    )  # fmt: skip
+    )
     # Set by the --workers parent for its children.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)

@@ -45,9 +45,12 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                 enforced = settle is Settle.RECORD and route.mode == "enforce"
                 recorded_headers = answer_headers(upstream.raw_headers)
                 response = start_response(
-                    upstream.status, upstream.reason, recorded_headers,
-                    upstream.content_length, expires(route.retention) if enforced else None,
-                )  # fmt: skip
+                    upstream.status,
+                    upstream.reason,
+                    recorded_headers,
+                    upstream.content_length,
+                    expires(route.retention) if enforced else None,
+                )
                 # A recorded answer's last bytes (its head, when the body is empty) are held
                 # back until the outcome is stored: no client sees a complete answer that a
                 # crash could leave unrecorded, to be run again by a retry.
@@ -75,9 +78,14 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                     elif recorded.blob is not None:
                         s.metrics.blob_written.inc(recorded.size)
                     stored = await record_answer(
-                        s, c, upstream.status, upstream.reason, recorded_headers, recorded,
+                        s,
+                        c,
+                        upstream.status,
+                        upstream.reason,
+                        recorded_headers,
+                        recorded,
                         beat.lost,
-                    )  # fmt: skip
+                    )
                     if stored is False and not response.prepared:
                         response.headers.update(FENCED)  # another claim's answer is the record
                     if client_here:

@@ -118,9 +118,13 @@ class Gateway:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
         fp = fingerprint(
-            route.fingerprint, request.method, url.raw_path, url.raw_query_string,
-            request.headers, body,
-        )  # fmt: skip
+            route.fingerprint,
+            request.method,
+            url.raw_path,
+            url.raw_query_string,
+            request.headers,
+            body,
+        )
         token = secrets.token_hex(16)
         shadow = route.mode == "shadow"
         try:
@@ -208,9 +212,12 @@ class Gateway:
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.s.metrics.request(route.name, request.method, m.ERROR)
         return problem(
-            503, "store-unavailable", "Idempotency store unavailable",
-            "the request was not forwarded; retry later", {"Retry-After": RETRY_AFTER},
-        )  # fmt: skip
+            503,
+            "store-unavailable",
+            "Idempotency store unavailable",
+            "the request was not forwarded; retry later",
+            {"Retry-After": RETRY_AFTER},
+        )
 
     async def _shadow(
         self, request: web.Request, route: Route, body: bytes | None, would: str

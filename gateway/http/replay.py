@@ -32,9 +32,10 @@ async def replay(
     not_recorded = record.extra.get("body")
     if not_recorded:
         why = (
-            "over max_recorded_body" if not_recorded == TOO_LARGE
+            "over max_recorded_body"
+            if not_recorded == TOO_LARGE
             else "which the blob store failed to keep"
-        )  # fmt: skip
+        )
         detail = (
             f"the upstream answered {record.status} with a body of {record.size} bytes, "
             f"{why}, so it cannot be replayed; the request is not run again"
@@ -88,9 +89,12 @@ def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
     s.metrics.blob_errors.labels(route.name, exc.reason).inc()
     log.error("route %s: recorded body not replayable: %s", route.name, exc)
     return problem(
-        502, "recorded-body-unavailable", "Recorded answer unavailable",
-        f"the recorded body is {exc.reason}; the request is not run again", REPLAYED,
-    )  # fmt: skip
+        502,
+        "recorded-body-unavailable",
+        "Recorded answer unavailable",
+        f"the recorded body is {exc.reason}; the request is not run again",
+        REPLAYED,
+    )
 
 
 def check_inline(body: bytes, size: int, sha256: str) -> None:

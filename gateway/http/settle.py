@@ -103,9 +103,13 @@ async def keep_storing(
     while True:
         try:
             stored = await s.store.complete(
-                outcome.key, outcome.token, outcome.fingerprint, outcome.record, outcome.body,
+                outcome.key,
+                outcome.token,
+                outcome.fingerprint,
+                outcome.record,
+                outcome.body,
                 outcome.retention,
-            )  # fmt: skip
+            )
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
@@ -137,9 +141,13 @@ async def replay_journal(s: Services) -> None:
             s.metrics.journal_replayed.inc()
             try:
                 stored = await s.store.complete(
-                    outcome.key, outcome.token, outcome.fingerprint, outcome.record,
-                    outcome.body, outcome.retention,
-                )  # fmt: skip
+                    outcome.key,
+                    outcome.token,
+                    outcome.fingerprint,
+                    outcome.record,
+                    outcome.body,
+                    outcome.retention,
+                )
             except StoreUnavailable:
                 entry = await _journal(s, outcome)
                 s.tasks.spawn(keep_storing(s, "-", REPLAY_LEASE, outcome, entry))
@@ -176,9 +184,14 @@ async def settle_failure(
     elif settle is Settle.RECORD_UNKNOWN:
         status = failure_status(kind)
         record = Record(
-            status=502, headers=[], size=0, sha256="", completed_at=time.time(),
-            unknown=True, extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
-        )  # fmt: skip
+            status=502,
+            headers=[],
+            size=0,
+            sha256="",
+            completed_at=time.time(),
+            unknown=True,
+            extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
+        )
         await store_outcome(s, c, record, b"")
         public = "the upstream was called but its outcome is unknown; an operator must resolve it"
         return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))

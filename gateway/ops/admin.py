@@ -110,12 +110,21 @@ def _keys_endpoint(
     async def endpoint(request: web.Request) -> web.Response:
         token = request.app.get(TOKEN)
         if token is None:
-            return problem(403, "admin-token-unset", "Key endpoints disabled",
-                           "set admin.token to use the /keys endpoints")  # fmt: skip
+            return problem(
+                403,
+                "admin-token-unset",
+                "Key endpoints disabled",
+                "set admin.token to use the /keys endpoints",
+            )
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return problem(401, "unauthorized", "Unauthorized", "a valid bearer token is required",
-                           {"WWW-Authenticate": 'Bearer realm="idem-gateway admin"'})  # fmt: skip
+            return problem(
+                401,
+                "unauthorized",
+                "Unauthorized",
+                "a valid bearer token is required",
+                {"WWW-Authenticate": 'Bearer realm="idem-gateway admin"'},
+            )
         try:
             body = model.model_validate_json(await request.read())
         except ValidationError as exc:
@@ -157,8 +166,9 @@ async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
         await keyops.resolve_by_purge(store, rkey)
     else:
         assert body.status is not None
-        await keyops.resolve_with(store, route, rkey, body.status, body.body_bytes(),
-                                  body.content_type)  # fmt: skip
+        await keyops.resolve_with(
+            store, route, rkey, body.status, body.body_bytes(), body.content_type
+        )
     log.warning("admin: resolved an unknown outcome on route %s", body.route)
     return web.json_response({"resolved": True, "purged": body.purge})
 

@@ -41,9 +41,10 @@ def locate(
         raise KeyOpError(404, f"no route named {route_name!r} (routes: {names})")
     if len(tenant) > len(route.scope):
         raise KeyOpError(
-            400, f"route {route.name!r} has {len(route.scope)} scope header(s) "
+            400,
+            f"route {route.name!r} has {len(route.scope)} scope header(s) "
             f"({', '.join(route.scope)}); {len(tenant)} tenant values given",
-        )  # fmt: skip
+        )
     try:
         parsed = parse_key([key])
     except BadKey as exc:

@@ -37,10 +37,13 @@ def add_parser(commands: Any) -> None:
         op = ops.add_parser(name, help=text)
         op.add_argument("--route", required=True, help="route name")
         op.add_argument(
-            "--tenant", action="append", default=[], metavar="VALUE",
+            "--tenant",
+            action="append",
+            default=[],
+            metavar="VALUE",
             help="the value of the route's scope header as clients send it "
             "(repeat for several scope headers, in their order)",
-        )  # fmt: skip
+        )
         op.add_argument("key", help="the Idempotency-Key value")
         if name == "resolve":
             how = op.add_mutually_exclusive_group(required=True)

@@ -54,14 +54,32 @@ class EmbeddedRedis:
 
     def start(self, timeout: float = 10.0) -> None:
         args = [
-            self.binary, "--port", "0", "--unixsocket", self.socket, "--unixsocketperm", "700",
-            "--dir", str(self.dir), "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--loglevel", "warning", "--logfile", str(self.dir / "redis.log"),
-        ]  # fmt: skip
+            self.binary,
+            "--port",
+            "0",
+            "--unixsocket",
+            self.socket,
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(self.dir / "redis.log"),
+        ]
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, start_new_session=True,
+            args,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
-        )  # fmt: skip
+        )
         self._wait_ready(timeout)
         log.info(
             "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url

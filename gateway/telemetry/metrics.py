@@ -35,63 +35,87 @@ class Metrics:
         self._children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         self.requests = Counter(
-            "idem_requests", "Requests by route, method and outcome",
-            ["route", "method", "outcome"], registry=r,
-        )  # fmt: skip
+            "idem_requests",
+            "Requests by route, method and outcome",
+            ["route", "method", "outcome"],
+            registry=r,
+        )
         self.shadow = Counter(
-            "idem_shadow_decisions", "Shadow mode: what enforce mode would have answered",
-            ["route", "would"], registry=r,
-        )  # fmt: skip
+            "idem_shadow_decisions",
+            "Shadow mode: what enforce mode would have answered",
+            ["route", "would"],
+            registry=r,
+        )
         self.lease_lost = Counter(
-            "idem_lease_lost", "Claims whose lease was lost before the outcome was stored",
-            ["route"], registry=r,
-        )  # fmt: skip
+            "idem_lease_lost",
+            "Claims whose lease was lost before the outcome was stored",
+            ["route"],
+            registry=r,
+        )
         self.lease_extensions = Counter(
             "idem_lease_extensions", "Leases renewed while the upstream call ran", registry=r
         )
         self.redis_errors = Counter(
-            "idem_redis_errors", "Redis calls that failed or were refused by the breaker",
+            "idem_redis_errors",
+            "Redis calls that failed or were refused by the breaker",
             registry=r,
-        )  # fmt: skip
+        )
         self.unknown_outcomes = Counter(
-            "idem_unknown_outcomes", "Upstream calls sent whose outcome is unknown",
-            ["route", "mode"], registry=r,
-        )  # fmt: skip
+            "idem_unknown_outcomes",
+            "Upstream calls sent whose outcome is unknown",
+            ["route", "mode"],
+            registry=r,
+        )
         self.blob_errors = Counter(
-            "idem_blob_errors", "Blob-store failures by reason: missing, corrupt, unavailable, "
-            "write", ["route", "reason"], registry=r,
-        )  # fmt: skip
+            "idem_blob_errors",
+            "Blob-store failures by reason: missing, corrupt, unavailable, write",
+            ["route", "reason"],
+            registry=r,
+        )
         self.upstream_seconds = Histogram(
-            "idem_upstream_seconds", "Upstream call time, head to last byte", ["route"],
+            "idem_upstream_seconds",
+            "Upstream call time, head to last byte",
+            ["route"],
             registry=r,
-        )  # fmt: skip
+        )
         self.overhead_seconds = Histogram(
-            "idem_overhead_seconds", "Time spent in the gateway itself: handling minus upstream",
-            ["route"], buckets=OVERHEAD_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.circuit = Gauge(
-            "idem_circuit_state", "Redis circuit breaker: 0 closed, 1 half-open, 2 open",
+            "idem_overhead_seconds",
+            "Time spent in the gateway itself: handling minus upstream",
+            ["route"],
+            buckets=OVERHEAD_BUCKETS,
             registry=r,
-        )  # fmt: skip
+        )
+        self.circuit = Gauge(
+            "idem_circuit_state",
+            "Redis circuit breaker: 0 closed, 1 half-open, 2 open",
+            registry=r,
+        )
         self.outcomes_unstored = Counter(
-            "idem_outcomes_unstored", "Outcomes that ran upstream that Redis did not take at "
-            "once: journaled and stored in the background", ["route"], registry=r,
-        )  # fmt: skip
+            "idem_outcomes_unstored",
+            "Outcomes that ran upstream that Redis did not take at "
+            "once: journaled and stored in the background",
+            ["route"],
+            registry=r,
+        )
         self.fenced = Counter(
-            "idem_fenced_completions", "Outcomes not stored because a newer claim holds the key",
-            ["route"], registry=r,
-        )  # fmt: skip
+            "idem_fenced_completions",
+            "Outcomes not stored because a newer claim holds the key",
+            ["route"],
+            registry=r,
+        )
         self.journal_depth = Gauge(
             "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
         )
         self.journal_replayed = Counter(
-            "idem_journal_replayed", "Outcomes replayed from the journals of earlier gateways",
+            "idem_journal_replayed",
+            "Outcomes replayed from the journals of earlier gateways",
             registry=r,
-        )  # fmt: skip
+        )
         self.eviction_risk = Gauge(
-            "idem_redis_eviction_risk", "1 when Redis's maxmemory-policy may evict our keys",
+            "idem_redis_eviction_risk",
+            "1 when Redis's maxmemory-policy may evict our keys",
             registry=r,
-        )  # fmt: skip
+        )
         self.blob_written = Counter(
             "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
         )

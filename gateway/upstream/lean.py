@@ -142,6 +142,9 @@ def lean_enough(origin: str) -> bool:
     """Whether the lean client can serve `origin`: plain http, no credentials or query."""
     parts = urlsplit(origin)
     return (
-        parts.scheme == "http" and parts.hostname is not None and parts.username is None
-        and not parts.query and not parts.fragment
-    )  # fmt: skip
+        parts.scheme == "http"
+        and parts.hostname is not None
+        and parts.username is None
+        and not parts.query
+        and not parts.fragment
+    )
