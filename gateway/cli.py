@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from gateway.config.loading import load_settings
+from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import DRAIN_SECONDS, create_app
@@ -132,9 +132,12 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="idem-gateway",
+        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ...]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
     )
-    parser.add_argument("-c", "--config", metavar="FILE", help="YAML config (default: built-in)")
+    parser.add_argument(
+        "-c", "--config", metavar="FILE", help="YAML config (e.g. config/gateway.example.yaml)"
+    )
     parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
     parser.add_argument(
         "--workers",
@@ -156,10 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(path) if path else Settings()
     except ConfigError as exc:
-        print(f"idem-gateway: invalid config {path}: {one_line(str(exc))}", file=sys.stderr)
+        message = one_line(str(exc))
+        if not message.startswith(str(path)):  # a read or YAML error names the file itself
+            message = f"{path}: {message}"
+        print(f"idem-gateway: invalid config {message}", file=sys.stderr)
+        return EXIT_CONFIG
+    unprotected = protects_nothing(settings) if args.command != "keys" else None
+    if unprotected is not None:
+        where = path or "the built-in config (give one with --config)"
+        print(f"idem-gateway: invalid config {where}: {unprotected}", file=sys.stderr)
         return EXIT_CONFIG
     if args.check:
-        print(f"{path}: OK ({len(settings.routes)} routes)")
+        routes = len(settings.routes)
+        print(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})")
         return 0
     if args.command == "keys":
         return keyscli.run(args, settings)

@@ -113,6 +113,7 @@ def test_gateway_process_exits_with_a_clear_error_on_a_missing_bucket(
     config = {
         "redis": {"url": redis_url},
         "upstream": "http://127.0.0.1:9",
+        "pass_through": True,
         "blob": moto_server.blob_config("absent-bucket"),
     }
     gateway = GatewayProcess(config, tmp_path)

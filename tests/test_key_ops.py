@@ -185,6 +185,8 @@ async def test_admin_show_purge_and_resolve_over_http(
     assert (replay.status, await replay.read()) == (200, b"settled")
     again = await admin.post("/keys/resolve", json=resolve, headers=AUTH)
     assert again.status == 409
+    absent = await admin.post("/keys/resolve", json={**resolve, "key": "never"}, headers=AUTH)
+    assert absent.status == 404
     both = await admin.post("/keys/resolve", json={**resolve, "purge": True}, headers=AUTH)
     assert both.status == 400
 

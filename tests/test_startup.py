@@ -94,3 +94,32 @@ def test_the_supervisor_reaps_only_its_own_workers() -> None:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     assert bystander.wait(timeout=5) == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("routes: [\n", "{path}:2:1: not valid YAML: "),
+        ("upstream: http://127.0.0.1:9\n", "{path}: no routes: the gateway would protect nothing"),
+    ],
+)
+def test_a_config_error_is_one_line_naming_the_file(tmp_path: Path, text: str, line: str) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    for args in (["--check", str(path)], ["--config", str(path)]):
+        out = subprocess.run(
+            [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 2
+        [only] = out.stderr.strip().splitlines()
+        assert only.startswith("idem-gateway: invalid config " + line.format(path=path)), only
+
+
+def test_pass_through_runs_a_config_without_routes_on_purpose(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("upstream: http://127.0.0.1:9\npass_through: true\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "--check", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (out.returncode, out.stdout.strip()) == (0, f"{path}: OK (0 routes)")

@@ -110,5 +110,26 @@ def load_settings(path: str | Path) -> Settings:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}{_where(exc)}: not valid YAML: {_what(exc)}") from None
     return settings_from_dict(raw)
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    """`:line:column` of a YAML error (both counted from 1), when the parser says."""
+    mark = getattr(exc, "problem_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def _what(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    return " ".join(part for part in (context, problem) if part) or type(exc).__name__
+
+
+def protects_nothing(settings: Settings) -> str | None:
+    """Why a config would start a gateway that protects nothing, or None. A gateway with no
+    routes would forward (or refuse) every request without idempotency: almost always a
+    mistake, so it takes `pass_through: true` to run one on purpose."""
+    if settings.routes or settings.pass_through:
+        return None
+    return "no routes: the gateway would protect nothing (add routes, or pass_through: true)"

@@ -188,6 +188,8 @@ class Settings(_Model):
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
+    # Run with no routes, as a plain proxy to `upstream`; without it such a config is refused.
+    pass_through: bool = False
 
     @model_validator(mode="after")
     def _shared_port_needs_shared_redis(self) -> Settings:

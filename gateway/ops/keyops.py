@@ -92,7 +92,7 @@ async def resolve_by_purge(store: Store, rkey: str) -> None:
     fields, _ = await store.inspect(rkey)
     state = fields.get(b"s", b"").decode() or "absent"
     if state != STATE_UNKNOWN:
-        raise KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+        raise _not_unknown(state)
     await store.purge(rkey)
 
 
@@ -113,7 +113,14 @@ async def resolve_with(
     if not await store.resolve(rkey, record, body, route.retention):
         fields, _ = await store.inspect(rkey)
         state = fields.get(b"s", b"").decode() or "absent"
-        raise KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+        raise _not_unknown(state)
+
+
+def _not_unknown(state: str) -> KeyOpError:
+    """404 for a key with no record at all; 409 for a record in another state."""
+    if state == "absent":
+        return KeyOpError(404, "no record for this key")
+    return KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
 
 
 def _name(state: str) -> str:
