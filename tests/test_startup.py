@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gateway.ops.workers import Supervisor
+from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .upstream import CountingUpstream
@@ -123,3 +124,26 @@ def test_pass_through_runs_a_config_without_routes_on_purpose(tmp_path: Path) ->
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert (out.returncode, out.stdout.strip()) == (0, f"{path}: OK (0 routes)")
+
+
+async def test_an_unreachable_redis_at_start_is_one_loud_line_and_fails_closed(
+    upstream: tuple[CountingUpstream, str], tmp_path: Path, started: list[GatewayProcess]
+) -> None:
+    counting, origin = upstream
+    admin = free_port()
+    config = {
+        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0", "connect_timeout": "200ms"},
+        "admin": {"port": admin},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+    gateway = GatewayProcess(config, tmp_path)
+    await asyncio.to_thread(gateway.start)
+    started.append(gateway)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{gateway.url}/pay", headers={"Idempotency-Key": "k"}) as resp:
+            assert resp.status == 503
+        async with http.get(f"http://127.0.0.1:{admin}/readyz") as resp:
+            assert resp.status == 503
+    loud = [line for line in gateway.log().splitlines() if "redis is unreachable at start" in line]
+    assert len(loud) == 1 and '"level":"error"' in loud[0]
+    assert counting.count("/pay") == 0

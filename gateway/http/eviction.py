@@ -29,7 +29,13 @@ async def refuse_evicting(s: Services) -> None:
     """At start: ConfigError for an evicting Redis, unless accepted (then a warning)."""
     risk = await eviction_risk(s)
     if risk is None:
-        log.warning("redis: maxmemory-policy unknown (unreachable, or CONFIG refused)")
+        if not await s.store.ping():
+            log.error(
+                "redis is unreachable at start: requests to protected routes fail as their "
+                "fail_mode says, /readyz reports not ready, until it answers"
+            )
+        else:
+            log.warning("redis: maxmemory-policy unknown (CONFIG refused); eviction unchecked")
         return
     if not risk:
         return
