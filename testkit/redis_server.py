@@ -6,12 +6,9 @@ from __future__ import annotations
 import logging
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import redis
-
-from gateway.store.embedded import find_redis_server
+from gateway.store.embedded import find_redis_server, stop, wait_ready
 from testkit.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -70,38 +67,14 @@ class RedisServer:
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.5)
-        try:
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    log_text = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"redis-server exited at start: {log_text}")
-                try:
-                    if client.ping():
-                        return
-                except redis.RedisError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"redis-server at {self.url} not ready in {timeout}s")
-                time.sleep(0.01)
-        finally:
-            client.close()
+        assert self.process is not None
+        wait_ready(self.process, self.url, self.dir / "redis.log", timeout)
 
     def stop(self, kill: bool = False) -> None:
         """Terminate (or SIGKILL) the process and wait for it."""
-        if self.process is None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+        if self.process is not None:
+            stop(self.process, kill)
+            self.process = None
 
     def close(self) -> None:
         self.stop()

@@ -71,9 +71,7 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     background. True: stored. False: fenced, nothing written. None: journaled."""
     outcome = Unstored(c.key, c.token, c.fingerprint, record, body, c.route.retention)
     try:
-        stored = await s.store.complete(
-            c.key, c.token, c.fingerprint, record, body, c.route.retention
-        )
+        stored = await _complete(s, outcome)
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         s.metrics.outcomes_unstored.labels(c.route.name).inc()
@@ -85,6 +83,17 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return None
+
+
+async def _complete(s: Services, outcome: Unstored) -> bool:
+    return await s.store.complete(
+        outcome.key,
+        outcome.token,
+        outcome.fingerprint,
+        outcome.record,
+        outcome.body,
+        outcome.retention,
+    )
 
 
 async def _journal(s: Services, outcome: Unstored) -> int | None:
@@ -102,14 +111,7 @@ async def keep_storing(
     pause, longest = STORE_BACKOFF
     while True:
         try:
-            stored = await s.store.complete(
-                outcome.key,
-                outcome.token,
-                outcome.fingerprint,
-                outcome.record,
-                outcome.body,
-                outcome.retention,
-            )
+            stored = await _complete(s, outcome)
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
@@ -140,14 +142,7 @@ async def replay_journal(s: Services) -> None:
         for outcome in outcomes:
             s.metrics.journal_replayed.inc()
             try:
-                stored = await s.store.complete(
-                    outcome.key,
-                    outcome.token,
-                    outcome.fingerprint,
-                    outcome.record,
-                    outcome.body,
-                    outcome.retention,
-                )
+                stored = await _complete(s, outcome)
             except StoreUnavailable:
                 entry = await _journal(s, outcome)
                 s.tasks.spawn(keep_storing(s, "-", REPLAY_LEASE, outcome, entry))

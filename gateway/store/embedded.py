@@ -80,38 +80,48 @@ class EmbeddedRedis:
             start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
         )
-        self._wait_ready(timeout)
+        wait_ready(self.process, self.url, self.dir / "redis.log", timeout)
         log.info(
             "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
         )
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2, socket_timeout=0.5)
-        try:
-            while True:
-                if self.process is not None and self.process.poll() is not None:
-                    log_text = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"redis-server exited at start: {log_text}")
-                try:
-                    if client.ping():
-                        return
-                except redis.RedisError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"redis-server at {self.url} not ready in {timeout}s")
-                time.sleep(0.01)
-        finally:
-            client.close()
-
     def close(self) -> None:
         """Stop the server and remove its folder."""
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop(self.process)
             self.process = None
         self._dir.cleanup()
+
+
+def wait_ready(process: subprocess.Popen[bytes], url: str, log_file: Path, timeout: float) -> None:
+    """Poll until the redis-server at `url` answers PING; fail at once if it exits first."""
+    deadline = time.monotonic() + timeout
+    client = redis.Redis.from_url(url, socket_connect_timeout=0.2, socket_timeout=0.5)
+    try:
+        while True:
+            if process.poll() is not None:
+                log_text = log_file.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited at start: {log_text}")
+            try:
+                if client.ping():
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"redis-server at {url} not ready in {timeout}s")
+            time.sleep(0.01)
+    finally:
+        client.close()
+
+
+def stop(process: subprocess.Popen[bytes], kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL), then SIGKILL after 10 s; waits until it has exited."""
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
