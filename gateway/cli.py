@@ -175,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "keys":
         return keyscli.run(args, settings)
+    missing = tracing_unavailable(settings)
+    if missing is not None:
+        print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
+        return EXIT_CONFIG
     logs.configure(settings.log_level, settings.log_format)
     try:
         if args.workers > 1 and not args.worker:
@@ -187,6 +191,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
+
+
+def tracing_unavailable(settings: Settings) -> str | None:
+    """Why `tracing.enabled` cannot be honoured here (the otel extra is missing), or None."""
+    if not settings.tracing.enabled:
+        return None
+    try:
+        import gateway.telemetry.tracing  # noqa: F401
+    except ImportError as exc:
+        return (
+            f"tracing.enabled needs the otel extra ({exc.name or exc} is not installed): "
+            "pip install 'idem-gateway[otel]'"
+        )
+    return None
 
 
 def one_line(message: str) -> str:

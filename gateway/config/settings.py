@@ -176,6 +176,20 @@ class BlobSettings(_Model):
         return self
 
 
+class TracingSettings(_Model):
+    """OpenTelemetry traces (the `otel` extra), sent to a collector by OTLP over HTTP."""
+
+    enabled: bool = False
+    exporter: Literal["otlp"] = "otlp"
+    # The collector's traces URL; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+    # http://localhost:4318/v1/traces.
+    endpoint: HttpUrl | None = None
+    headers: dict[str, str] = Field(default_factory=dict)  # e.g. a hosted backend's API key
+    timeout: Duration = 10.0  # per export
+    service_name: str = Field(default="idem-gateway", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)  # of traces that start here
+
+
 class Settings(_Model):
     state_dir: str = Field(default_factory=default_state_dir)  # the gateway's own files
     listen: Listen = Listen()
@@ -184,6 +198,7 @@ class Settings(_Model):
     loop: Literal["uvloop", "asyncio"] = "uvloop"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
+    tracing: TracingSettings = TracingSettings()
     admin: Admin | None = None  # no admin listener unless configured
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
     defaults: Policy = Policy()

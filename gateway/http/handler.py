@@ -39,6 +39,7 @@ BYPASSED = {"Idempotency-Bypassed": "store-unavailable"}
 RETRY_AFTER = "1"
 # How often a waiting duplicate asks again: from the first value, growing to the last.
 WAIT_BACKOFF = (0.01, 0.25)
+REPLAY_SPAN = "idempotency.replay"  # tracing's name for answering from a record
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD = {
     Action.REPLAY: m.REPLAYED,
@@ -159,7 +160,8 @@ class Gateway:
             return await asyncio.shield(self.s.tasks.spawn(forward(self.s, claimed)))
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
-            return await replay(self.s, request, route, result)
+            with self.s.span(REPLAY_SPAN):
+                return await replay(self.s, request, route, result)
         if action is Action.REPLAY_UNKNOWN:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             detail = (
