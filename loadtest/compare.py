@@ -6,6 +6,10 @@ first on PYTHONPATH), pins each gateway to the last core, and drives them in tur
 new-key and replay scenarios (`--rounds` times, so a noisy spell of a shared machine hits all
 of them alike). It prints CPU per request, min and median over the rounds, and each tree's
 ratio to the first one. It stops by itself and stops its children.
+
+`--traced NAME` turns tracing on in that tree's gateway (every request sampled), exporting
+by OTLP to a stand-in collector (`loadtest.otlp_sink`); a tree may be named twice, e.g.
+`--tree off=. --tree on=. --traced on`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--traced", action="append", default=[], metavar="NAME")
     args = parser.parse_args(argv)
     trees = dict(item.split("=", 1) for item in args.tree)
     wrk = ensure_wrk()
@@ -51,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
         stack.callback(upstream.stop)
+        sink: Child | None = None
+        if args.traced:
+            port = free_port()
+            sink = Child("otlp-sink", "loadtest.otlp_sink", port, ["--port", str(port)], workdir)
+            stack.callback(sink.stop)
         gateways: dict[str, Child] = {}
         for name, path in trees.items():
             port = free_port()
             config = workdir / f"gateway-{name}.yaml"
             raw = gateway_config(port, upstream.url, redis.url, "uvloop", True, free_port())
+            if name in args.traced and sink is not None:
+                raw["tracing"] = {"enabled": True, "endpoint": f"{sink.url}/v1/traces"}
             config.write_text(yaml.safe_dump(raw))
             args_ = ["--config", str(config), "--workers", "1"]
             env = {"PYTHONPATH": str(Path(path).resolve())}
