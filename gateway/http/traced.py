@@ -69,6 +69,8 @@ class TracedUpstreams(Upstreams):
     ) -> Answer:
         span = self.tracing.upstream(method, origin, target)
         self.tracing.inject(headers, span)  # replaces a traceparent the client sent
+        if not span.is_recording():  # not sampled: only the context goes on
+            return await super().send(origin, method, target, headers, body, timeouts)
         try:
             answer = await super().send(origin, method, target, headers, body, timeouts)
         except BaseException as exc:

@@ -16,8 +16,10 @@ identity or any header value.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, MutableMapping
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,6 +50,7 @@ CLAIM_RESULT = "idempotency.claim.result"  # CLAIMED, IN_FLIGHT, MISMATCH, DONE
 STORED = "idempotency.stored"  # false: fenced off by a newer claim
 ERROR_TYPE = "error.type"
 STATUS_CODE = "http.response.status_code"
+CLIENT_CLOSED = 499  # the access log's status for a client that hung up first (nginx's)
 
 # Methods the semantic conventions name; any other is reported as _OTHER.
 KNOWN_METHODS = frozenset(
@@ -82,10 +85,11 @@ class Tracing:
                 request.method,
                 context=caller,
                 kind=SpanKind.SERVER,
-                attributes=_server_attributes(request),
                 record_exception=False,  # an exception's text is not checked for secrets
                 set_status_on_exception=False,
             ) as span:
+                if span.is_recording():  # a trace not sampled skips the attributes' cost
+                    span.set_attributes(_server_attributes(request))
                 try:
                     response = await handle(request)
                     status = response.status
@@ -93,29 +97,33 @@ class Tracing:
                 except web.HTTPException as exc:
                     status = exc.status
                     raise
+                except asyncio.CancelledError:
+                    status = CLIENT_CLOSED  # the client went away (a forward still finishes)
+                    raise
                 except BaseException as exc:
                     span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
                     raise
                 finally:
-                    _finish_server(span, request.method, status)
+                    if span.is_recording():
+                        _finish_server(span, request.method, status)
 
         return traced
 
-    @contextlib.contextmanager
-    def span(self, name: str) -> Iterator[Span]:
+    def span(self, name: str) -> AbstractContextManager[Span]:
         """A step of the request, as a child of the current span."""
-        with self._step(name, SpanKind.INTERNAL, None) as span:
-            yield span
+        return self._step(name, SpanKind.INTERNAL, None)
 
-    @contextlib.contextmanager
-    def redis(self, name: str) -> Iterator[Span]:
+    def redis(self, name: str) -> AbstractContextManager[Span]:
         """A Redis call (a claim or a completion) as a client span."""
-        with self._step(name, SpanKind.CLIENT, _REDIS) as span:
-            yield span
+        return self._step(name, SpanKind.CLIENT, _REDIS)
 
     def upstream(self, method: str, origin: str, target: str) -> Span:
         """The client span of an upstream call, started and not made current (the caller
-        ends it once the answer's body is read)."""
+        ends it once the answer's body is read). In a trace not sampled: the current span,
+        which records nothing and whose context the upstream still receives."""
+        parent = trace.get_current_span()
+        if not parent.is_recording():
+            return parent
         return self.tracer.start_span(
             method if method in KNOWN_METHODS else "HTTP",
             kind=SpanKind.CLIENT,
@@ -130,6 +138,10 @@ class Tracing:
 
     @contextlib.contextmanager
     def _step(self, name: str, kind: SpanKind, attributes: dict[str, str] | None) -> Iterator[Span]:
+        parent = trace.get_current_span()
+        if not parent.is_recording():  # not sampled: a child would not be kept either
+            yield parent
+            return
         with self.tracer.start_as_current_span(
             name,
             kind=kind,
