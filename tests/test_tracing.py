@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
@@ -29,6 +29,7 @@ from gateway.http.app import SERVICES, create_app
 from gateway.http.traced import TracedStore, TracedUpstreams
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import CLAIM, RECORD, REPLAY, Tracing
+from testkit.ports import free_port
 
 from .upstream import CountingUpstream
 
@@ -267,6 +268,34 @@ async def test_no_span_holds_the_raw_key_or_the_tenants_secret(
         s for s in spans if s.kind is SpanKind.SERVER and s.status.status_code.name == "ERROR"
     ]
     assert [dict(s.attributes or {})["http.response.status_code"] for s in errors] == [500]
+
+
+async def test_an_unreachable_upstream_is_a_failed_client_span_under_a_502(
+    redis_url: str, tmp_path: Path
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    exporter = InMemorySpanExporter()
+    settings = traced_settings(closed, tmp_path / "blobs")
+    tracing = Tracing(settings.tracing, exporter)
+    client = TestClient(
+        TestServer(create_app(settings, redis_url, Metrics(), tracing), host="127.0.0.1")
+    )
+    await client.start_server()
+    try:
+        assert (await client.post("/pay", data=b"a", headers=HEADERS)).status == 502
+        spans = await Traced(client, tracing, exporter).spans(1)
+    finally:
+        await client.close()
+    server = server_of(spans)
+    call = one(spans, lambda s: s.kind is SpanKind.CLIENT and s.name == "POST")
+    assert call.status.status_code is StatusCode.ERROR
+    assert dict(call.attributes or {})["error.type"] == "UpstreamUnsent"
+    assert "http.response.status_code" not in (call.attributes or {})
+    assert server.status.status_code is StatusCode.ERROR
+    attributes = dict(server.attributes or {})
+    assert (attributes["http.response.status_code"], attributes["error.type"]) == (502, "502")
+    assert attributes["idempotency.outcome"] == "error"
+    assert named(spans, RECORD) == []  # released, not recorded: a retry runs again
 
 
 async def test_spans_are_exported_by_otlp_to_the_configured_endpoint(

@@ -82,7 +82,7 @@ class Tracing:
             caller = self.propagator.extract(request.headers)
             status = 500
             with self.tracer.start_as_current_span(
-                request.method,
+                _span_method(request.method),
                 context=caller,
                 kind=SpanKind.SERVER,
                 record_exception=False,  # an exception's text is not checked for secrets
@@ -125,7 +125,7 @@ class Tracing:
         if not parent.is_recording():
             return parent
         return self.tracer.start_span(
-            method if method in KNOWN_METHODS else "HTTP",
+            _span_method(method),
             kind=SpanKind.CLIENT,
             attributes=_client_attributes(method, origin, target),
             record_exception=False,
@@ -164,6 +164,10 @@ def failed(span: Span, exc: BaseException) -> None:
     """Mark `span` failed with the exception's type only: its message may name internals."""
     span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
     span.set_status(Status(StatusCode.ERROR))
+
+
+def _span_method(method: str) -> str:
+    return method if method in KNOWN_METHODS else "HTTP"
 
 
 def _method_attributes(method: str) -> dict[str, Any]:
@@ -214,7 +218,7 @@ def _finish_server(span: Span, method: str, status: int) -> None:
         span.set_attribute(ROUTE, info.route)
     if info.route and info.route != "-":  # "-": no route matched
         # The route's name, not its path: as low in cardinality as the convention's http.route.
-        span.update_name(f"{method} {info.route}")
+        span.update_name(f"{_span_method(method)} {info.route}")
     if info.outcome:
         span.set_attribute(OUTCOME, info.outcome)
     if info.key_hash:
