@@ -68,6 +68,8 @@ SENT_HEAD = [
     b"Set-Cookie: b=\xff",
     b"Content-Length: 2",
 ]
+# In a tenant's scope: cookies are replayed there (never in the shared anonymous scope).
+SCOPED = REQUEST.replace(b"Host: gw\r\n", b"Host: gw\r\nAuthorization: Bearer t\r\n")
 PASSED = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx"
 
 
@@ -76,8 +78,8 @@ async def test_header_bytes_reach_the_client_as_sent_first_replayed_and_passed_t
 ) -> None:
     async with scripted(answering(OBS_TEXT)) as (upstream, origin):
         client = await make_gateway(settings=gateway_settings(origin))
-        first = await exchange(client.port, REQUEST % b"bytes-1")  # the lean client
-        replay = await exchange(client.port, REQUEST % b"bytes-1")
+        first = await exchange(client.port, SCOPED % b"bytes-1")  # the lean client
+        replay = await exchange(client.port, SCOPED % b"bytes-1")
         passed = await exchange(client.port, PASSED)  # streamed: aiohttp's client
     assert len(upstream.requests) == 2
     for reply in (first, replay, passed):

@@ -55,6 +55,34 @@ def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     return [(name, value) for name, value in pairs if name.lower() not in drop]
 
 
+# Answer headers that hand a client's credentials or session to whoever replays the answer.
+CREDENTIALS = frozenset(
+    {"authorization", "www-authenticate", "proxy-authenticate", "authentication-info"}
+)
+
+
+def _withheld(policy: str, anonymous: bool) -> bool:
+    """Whether a replay leaves a header out under `policy` (keep, strip or scoped)."""
+    return policy == "strip" or (policy == "scoped" and anonymous)
+
+
+def replayed_headers(
+    headers: Iterable[tuple[str, str]], set_cookie: str, credentials: str, anonymous: bool
+) -> list[tuple[str, str]]:
+    """A record's headers as a replay sends them: `Set-Cookie` and the credential headers
+    as the route's `replay_set_cookie` and `replay_credentials` say. `scoped` keeps them
+    for a request with a scope value (the record is that scope's own) and leaves them out
+    in the anonymous scope, which every client without one shares."""
+    drop = set()
+    if _withheld(set_cookie, anonymous):
+        drop.add("set-cookie")
+    if _withheld(credentials, anonymous):
+        drop |= CREDENTIALS
+    if not drop:
+        return list(headers)
+    return [(name, value) for name, value in headers if name.lower() not in drop]
+
+
 def undecodable_header(raw_headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The name of the first header whose value is not valid UTF-8, else None.
 
