@@ -200,7 +200,7 @@ async def test_admin_show_purge_and_resolve_over_http(
     bad = await admin.post("/keys/show", json={"route": "api"}, headers=AUTH)
     assert bad.status == 400 and "key" in (await bad.json())["detail"]
     missing = await admin.post("/keys/show", json={**target, "route": "zz"}, headers=AUTH)
-    assert missing.status == 404
+    assert missing.status == 404 and (await missing.json())["code"] == "no-such-route"
 
     assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
     assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
@@ -214,9 +214,9 @@ async def test_admin_show_purge_and_resolve_over_http(
     replay = await gw.post("/stall", headers={"Idempotency-Key": "h-2"})
     assert (replay.status, await replay.read()) == (200, b"settled")
     again = await admin.post("/keys/resolve", json=resolve, headers=AUTH)
-    assert again.status == 409
+    assert again.status == 409 and (await again.json())["code"] == "record-not-unknown"
     absent = await admin.post("/keys/resolve", json={**resolve, "key": "never"}, headers=AUTH)
-    assert absent.status == 404
+    assert absent.status == 404 and (await absent.json())["code"] == "no-record"
     both = await admin.post("/keys/resolve", json={**resolve, "purge": True}, headers=AUTH)
     assert both.status == 400
 
