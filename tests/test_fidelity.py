@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.core.keys import digest, hashed_record_key, tenant_id
+from gateway.http.answers import head_bytes
 
 from .conftest import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
@@ -114,3 +115,12 @@ async def test_a_record_stored_before_header_bytes_were_kept_replays_as_it_did(
     assert lines[0] == b"HTTP/1.1 201 Cr\xc3\xa9\xc3\xa9"
     assert lines[1:3] == [b"X-Name: caf\xc3\xa9", b"X-Euro: \xe2\x82\xac"]
     assert replay.endswith(b"\r\n\r\nok")
+
+
+def test_a_head_written_as_bytes_refuses_line_breaks_in_any_line() -> None:
+    assert head_bytes("HTTP/1.1 200 Tr\xe8s", [("X-A", "caf\xe9")]) == (
+        b"HTTP/1.1 200 Tr\xe8s\r\nX-A: caf\xe9\r\n\r\n"
+    )
+    for headers in ([("X-A", "a\r\nX-Injected: 1")], [("X-A\n", "1")], [("X-A", "\x00")]):
+        with pytest.raises(ValueError):
+            head_bytes("HTTP/1.1 200 OK", headers)

@@ -51,14 +51,13 @@ def _as_sent(text: str) -> bytes:
 
 
 def head_bytes(status_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    """An answer's head as bytes; refuses CR, LF and other control bytes as aiohttp does
-    (obs-text, 0x80-0xFF, is allowed: RFC 9110 5.5)."""
+    """An answer's head as bytes; refuses CR, LF and other control bytes in any line, as
+    aiohttp does (obs-text, 0x80-0xFF, is allowed: RFC 9110 5.5)."""
     lines = [_as_sent(status_line)]
     lines += [_as_sent(name) + b": " + _as_sent(value) for name, value in headers]
-    head = b"\r\n".join(lines)
-    if _FORBIDDEN.search(head.replace(b"\r\n", b"")):
+    if any(_FORBIDDEN.search(line) for line in lines):
         raise ValueError("a control character in an answer's head")
-    return head + b"\r\n\r\n"
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 _FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
