@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
@@ -18,7 +20,7 @@ from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.listener import ListenError, bind
+from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import EmbeddedRedis
@@ -62,7 +64,7 @@ def serve(
     embedded: EmbeddedRedis | None = None
     url = redis_url or settings.redis.url
     if redis_url is None and settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis()
+        embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
         log.info(
@@ -90,15 +92,22 @@ def serve(
         if worker:
             count_requests(app)
         app.on_startup.append(tune_collector)  # last: after the resources are up
-        web.run_app(
-            app,
-            sock=sock,
-            backlog=listen.backlog,
-            access_log=None,
-            print=listening,
-            shutdown_timeout=DRAIN_SECONDS,
-            loop=new_loop(settings.loop),
-        )
+        try:
+            web.run_app(
+                app,
+                sock=sock,
+                backlog=listen.backlog,
+                access_log=None,
+                print=listening,
+                shutdown_timeout=DRAIN_SECONDS,
+                loop=new_loop(settings.loop),
+            )
+        except OSError as exc:
+            # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
+            # one that listens second is refused here, before it has said "listening".
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ListenError(f"cannot listen on {host}:{port}: the address is in use") from None
     finally:
         sock.close()
         if embedded is not None:
@@ -114,10 +123,11 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
     embedded: EmbeddedRedis | None = None
     url: str | None = None  # the workers' Redis when the parent starts it
     if settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis()
+        embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
         log.info("embedded redis-server started for %d workers at %s", workers, url)
+    start_listening(sock, listen.backlog)
     host, port = sock.getsockname()[:2]
     log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
     try:

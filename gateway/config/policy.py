@@ -66,10 +66,24 @@ class Fingerprint(_Model):
         return value
 
 
+def _names(value: Any) -> Any:
+    """One header name or a list of them."""
+    return (value,) if isinstance(value, str) else value
+
+
+HeaderNames = Annotated[tuple[str, ...], BeforeValidator(_names)]
+# Who receives Set-Cookie or credential headers in a replay: `scoped` keeps them where the
+# request has a scope value (the record is that scope's own) and drops them in the shared
+# anonymous scope; `keep` always; `strip` never. The first answer always carries them.
+ReplayCredentials = Literal["scoped", "keep", "strip"]
+
+
 class Policy(_Model):
     """Per-route behaviour; `defaults:` holds the values routes inherit."""
 
     key_header: str = "Idempotency-Key"
+    key_headers: HeaderNames = ()  # aliases read besides key_header (X-Idempotency-Key)
+    key_json_pointer: str | None = None  # a JSON body member that carries the key
     require_key: bool = False
     methods: tuple[str, ...] = ("POST", "PUT", "PATCH")
     lease: Duration = 30.0
@@ -89,6 +103,12 @@ class Policy(_Model):
     # shadow: decide and record as usual, but forward every request and answer what the
     # upstream answers; what enforce would have done is only counted and logged.
     mode: Literal["enforce", "shadow"] = "enforce"
+    replay_header: HeaderNames = ("Idempotent-Replayed",)  # the replay marker's name(s)
+    replay_set_cookie: ReplayCredentials = "scoped"
+    replay_credentials: ReplayCredentials = "scoped"  # Authorization, WWW-Authenticate, ...
+    preserve_host: bool = False  # True: the client's Host; False: the upstream's authority
+    max_replay_body: Size | None = None  # larger answers are replayed without their body
+    degraded_header: str = "Idempotency-Degraded"  # marks answers that skipped protection
 
     @field_validator("methods")
     @classmethod
@@ -99,12 +119,31 @@ class Policy(_Model):
                 raise ValueError(f"{method!r} is not an HTTP method")
         return upper
 
-    @field_validator("key_header")
+    @field_validator("key_header", "degraded_header")
     @classmethod
     def _header_name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9-]+", value):
             raise ValueError(f"{value!r} is not a header name")
         return value
+
+    @field_validator("key_headers", "replay_header")
+    @classmethod
+    def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            cls._header_name(name)
+        return value
+
+    @field_validator("key_json_pointer")
+    @classmethod
+    def _pointer(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not a JSON Pointer (it must start with /)")
+        return value
+
+    @property
+    def key_header_names(self) -> tuple[str, ...]:
+        """Every header that may carry the key, key_header first."""
+        return tuple(dict.fromkeys((self.key_header, *self.key_headers)))
 
 
 class Route(Policy):

@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
 from gateway.config.settings import Settings
+from gateway.config.state import private_folder
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.eviction import refuse_evicting
@@ -49,6 +50,7 @@ def _resources(
     async def resources(app: web.Application) -> AsyncIterator[None]:
         live = app[LIVE]
         settings = live.settings
+        private_folder(Path(settings.state_dir))  # before the journal and blobs go into it
         blobs = open_blob_store(settings.blob)
         await blobs.start()  # an unusable blob store stops the start here, not at a request
         hold = LongestHold(settings.longest_hold(), lambda: live.settings.longest_hold())

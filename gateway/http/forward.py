@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
     """Call the upstream once, stream its answer to the client and settle the key."""
     route, request = c.route, c.request
-    headers = forward_headers(request)
+    headers = forward_headers(request, route.preserve_host)
     response: web.StreamResponse | None = None
     started = time.monotonic()
     async with Heartbeat(s.store, c.key, c.token, route.lease, s.metrics) as beat:
@@ -59,7 +59,11 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                 held = b""
                 limit = route.timeouts.read or route.timeouts.total
                 async with BodyRecorder(
-                    s.blobs, route.inline_max, route.max_recorded_body, upstream.content_length
+                    s.blobs,
+                    route.inline_max,
+                    route.max_recorded_body,
+                    upstream.content_length,
+                    route.max_replay_body,
                 ) as recorder:
                     # Only waits for the upstream count towards `limit`: a slow client holding
                     # up the writing can never make a complete answer look lost.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config.policy import Route
-from gateway.core.keys import KeyProblem
+from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
 from gateway.core.scope import ScopeProblem, scope_values
 
 KEY_TITLES = {
@@ -14,6 +14,7 @@ KEY_TITLES = {
     KeyProblem.TOO_LONG: "Idempotency key too long",
     KeyProblem.MALFORMED: "Malformed idempotency key",
     KeyProblem.SEVERAL: "Several idempotency keys",
+    KeyProblem.CONFLICTING: "Conflicting idempotency keys",
 }
 SCOPE_TITLES = {
     ScopeProblem.REPEATED: "Repeated scope header",
@@ -40,9 +41,22 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def key_of(request: web.Request, route: Route, body: bytes | None) -> str | None:
+    """The request's key from every source the route names (its key headers, a body
+    member); BadKey when one is malformed or two disagree, None when none carries one."""
+    found = [(name, parse_key(request.headers.getall(name, ()))) for name in route.key_header_names]
+    if route.key_json_pointer is not None and body is not None:
+        pointer = route.key_json_pointer
+        found.append((f"the body's {pointer}", json_key(body, pointer)))
+    return agreed_key(found)
+
+
 def scope_of(request: web.Request, route: Route) -> list[str]:
     """The route's scope values as the upstream will receive them; BadScope otherwise."""
     headers = request.headers
     return scope_values(
-        lambda name: headers.getall(name, []), route.scope, route.key_header, route.require_scope
+        lambda name: headers.getall(name, []),
+        route.scope,
+        route.key_header_names,
+        route.require_scope,
     )

@@ -28,10 +28,11 @@ async def pass_through(
     timeouts: Timeouts,
     extra: Mapping[str, str] | None = None,
     body: bytes | None = None,
+    preserve_host: bool = False,
 ) -> web.StreamResponse:
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
     the caller has read it already)."""
-    headers = forward_headers(request)
+    headers = forward_headers(request, preserve_host)
     response: web.StreamResponse | None = None
     sent: bytes | AsyncIterable[bytes] | None = body
     if body is None and request.body_exists:  # it streams in as the client sends it

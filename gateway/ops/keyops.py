@@ -19,12 +19,18 @@ from gateway.store.store import Store
 STATES = {b"P": "pending", b"C": "completed", b"U": "unknown"}
 
 
-class KeyOpError(Exception):
-    """The operation cannot be done; `status` is the HTTP status that says why."""
+# The problem type of a refused key operation, by status, unless it names its own.
+_KEY_OP_PROBLEMS = {400: "bad-key-operation", 404: "no-record", 409: "record-not-unknown"}
 
-    def __init__(self, status: int, message: str) -> None:
+
+class KeyOpError(Exception):
+    """The operation cannot be done; `status` is the HTTP status that says why and `slug`
+    the problem type (docs/problems.md)."""
+
+    def __init__(self, status: int, message: str, slug: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.slug = slug or _KEY_OP_PROBLEMS.get(status, "key-operation")
 
 
 def locate(
@@ -38,7 +44,7 @@ def locate(
     route = next((r for r in settings.routes if r.name == route_name), None)
     if route is None:
         names = ", ".join(r.name for r in settings.routes) or "none"
-        raise KeyOpError(404, f"no route named {route_name!r} (routes: {names})")
+        raise KeyOpError(404, f"no route named {route_name!r} (routes: {names})", "no-such-route")
     if len(tenant) > len(route.scope):
         raise KeyOpError(
             400,
