@@ -7,14 +7,12 @@ clients serve and the request path pays nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
 from types import TracebackType
 from typing import Any
 
 from multidict import CIMultiDict
 from opentelemetry.trace import Span
 
-from gateway.config.policy import Timeouts
 from gateway.core.claims import ClaimResult
 from gateway.store.store import Store
 from gateway.telemetry.tracing import (
@@ -64,15 +62,15 @@ class TracedUpstreams(Upstreams):
         method: str,
         target: str,
         headers: CIMultiDict[str],
-        body: bytes | AsyncIterable[bytes] | None,
-        timeouts: Timeouts,
+        *rest: Any,  # the body, the timeouts and what else the plain client takes
+        **options: Any,
     ) -> Answer:
         span = self.tracing.upstream(method, origin, target)
         self.tracing.inject(headers, span)  # replaces a traceparent the client sent
         if not span.is_recording():  # not sampled: only the context goes on
-            return await super().send(origin, method, target, headers, body, timeouts)
+            return await super().send(origin, method, target, headers, *rest, **options)
         try:
-            answer = await super().send(origin, method, target, headers, body, timeouts)
+            answer = await super().send(origin, method, target, headers, *rest, **options)
         except BaseException as exc:
             failed(span, exc)
             span.end()
