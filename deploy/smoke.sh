@@ -41,6 +41,20 @@ until [ "$(docker inspect --format '{{.State.Health.Status}}' "$container")" = h
     sleep 1
 done
 echo "smoke: gateway healthy ($("${compose[@]}" ps -q | wc -l) containers up)"
-"$PYTHON" -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:$ADMIN/readyz').read().decode())"
+
+# Ready once it reaches Redis on the compose network.
+"$PYTHON" - "$ADMIN" <<'PY'
+import json, sys, time, urllib.error, urllib.request
+deadline, url = time.monotonic() + 60, f"http://127.0.0.1:{sys.argv[1]}/readyz"
+while True:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            print("smoke: /readyz", answer.read().decode())
+            break
+    except urllib.error.HTTPError as exc:
+        if time.monotonic() > deadline:
+            sys.exit(f"smoke: not ready within 60 s: {exc.code} {exc.read().decode()}")
+    time.sleep(1)
+PY
 
 "$PYTHON" -m tests.test_readme "$PORT"

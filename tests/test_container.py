@@ -157,6 +157,8 @@ def test_compose_runs_gateway_redis_with_persistence_and_the_demo() -> None:
     redis = services["redis"]
     command = " ".join(redis["command"])
     assert "--appendonly yes" in command and "--maxmemory-policy noeviction" in command
+    assert "--protected-mode no" in command  # else it refuses the gateway's container
+    assert "ports" not in redis  # so it answers on the compose network only
     data = [v for v in redis["volumes"] if v.endswith(":/data")]
     assert data and data[0].split(":")[0] in spec["volumes"], "a named volume holds the AOF"
     state = [v for v in services["gateway"]["volumes"] if v.endswith(":/var/lib/idem-gateway")]
