@@ -274,3 +274,4 @@ def test_smoke_script_builds_runs_and_walks_through_the_stack() -> None:
     output = (done.stdout + done.stderr).decode()
     assert done.returncode == 0, output
     assert "smoke: README walk-through passed against the compose stack" in output
+    assert "smoke: after restarting redis and the gateway, order-1001 is replayed" in output
