@@ -14,6 +14,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.config.loading import load_settings, protects_nothing
+from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import DRAIN_SECONDS, create_app
@@ -142,7 +143,7 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="idem-gateway",
-        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ...]",
+        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
     )
     parser.add_argument(
@@ -160,10 +161,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
-    keyscli.add_parser(parser.add_subparsers(dest="command", metavar="keys"))
+    commands = parser.add_subparsers(dest="command", metavar="keys|schema")
+    keyscli.add_parser(commands)
+    commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.command == "schema":
+        sys.stdout.write(schema_text())
+        return 0
 
     path = args.check or args.config
     try:

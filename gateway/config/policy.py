@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+)
+from pydantic.json_schema import WithJsonSchema
 
 from gateway.config.units import Duration, HttpUrl, Size
 from gateway.core.decision import records
@@ -27,6 +35,10 @@ class RecordPolicy(_Model):
     def records(self, status: int) -> bool:
         return records(self.rules, status)
 
+    @model_serializer
+    def _as_written(self) -> list[str]:  # as the YAML writes it (and the schema's default)
+        return list(self.rules)
+
 
 def _record_policy(value: Any) -> Any:
     if isinstance(value, RecordPolicy | dict):
@@ -42,6 +54,19 @@ def _record_policy(value: Any) -> Any:
             )
         rules.append(text)
     return {"rules": tuple(rules)}
+
+
+# As the YAML writes it: a list of statuses, classes and exclusions.
+_RECORD_SCHEMA = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "integer", "minimum": 100, "maximum": 599},
+            {"type": "string", "pattern": r"^!?([1-5]xx|[1-5][0-9][0-9])$"},
+        ]
+    },
+    "description": "statuses recorded: classes (2xx), codes (201) and exclusions ('!429')",
+}
 
 
 class Timeouts(_Model):
@@ -89,7 +114,9 @@ class Policy(_Model):
     lease: Duration = 30.0
     retention: Duration = 86400.0
     fail_mode: Literal["closed", "open"] = "closed"
-    record: Annotated[RecordPolicy, BeforeValidator(_record_policy)] = RecordPolicy()
+    record: Annotated[
+        RecordPolicy, BeforeValidator(_record_policy), WithJsonSchema(_RECORD_SCHEMA)
+    ] = RecordPolicy()
     scope: tuple[str, ...] = ("Authorization",)
     require_scope: bool = False  # True: a request without any scope value gets 400
     fingerprint: Fingerprint = Fingerprint()
