@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, HttpUrl, Size
 from gateway.core.decision import records
 
@@ -98,6 +99,9 @@ class Policy(_Model):
     max_recorded_body: Size = 100 << 20
     timeouts: Timeouts = Timeouts()
     on_unknown_outcome: Literal["release", "keep", "record"] = "release"
+    # Ask the upstream whether a call whose outcome is unknown ran (on_unknown_outcome
+    # applies when it cannot tell).
+    reconcile: Reconcile | None = None
     on_in_flight: Literal["reject", "wait"] = "reject"
     in_flight_wait: Duration = 10.0
     # shadow: decide and record as usual, but forward every request and answer what the

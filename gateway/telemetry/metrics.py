@@ -103,6 +103,13 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.reconciled = Counter(
+            "idem_reconciled",
+            "Unknown outcomes the reconcile lookup settled, by what it said: happened "
+            "(recorded), not_happened (released) or unclear (on_unknown_outcome)",
+            ["route", "result"],
+            registry=r,
+        )
         self.journal_depth = Gauge(
             "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
         )
