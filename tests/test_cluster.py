@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,10 +11,25 @@ from typing import Any
 
 import aiohttp
 import pytest
+from redis.cluster import key_slot
 
+from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim
+from gateway.core.record import Record
+from gateway.errors import StoreUnavailable
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
 from testkit.procs import GatewayProcess
 
-from .topologies import ClusterServers
+from .faultkit import until
+from .topologies import (
+    ClusterServers,
+    connections_received,
+    finish_migration,
+    hold_migrating,
+    slot_owner,
+)
 from .upstream import CountingUpstream
 
 KEYS = 1000
@@ -88,3 +104,55 @@ async def test_exactly_once_over_three_masters_through_two_gateways(
     per_node = cluster.keys_per_node()
     assert sum(per_node) == KEYS
     assert all(count > KEYS // 6 for count in per_node), per_node
+
+
+async def test_a_slot_migrating_under_load_is_followed_without_errors_or_connection_churn(
+    cluster: ClusterServers,
+) -> None:
+    """Claims and completions on one slot while it is held MIGRATING/IMPORTING (new keys are
+    ASKed to the importing node), while its keys are moved, and after its owner changed
+    (MOVED): none fails, and the client opens a bounded number of connections."""
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, max_connections=64)
+    store = Store(make_client(settings, ""), CircuitBreaker(1000, 1.0))
+    slot = key_slot(b"idem:{moving}:0")
+    source = slot_owner(cluster.servers, slot)
+    target = next(server for server in cluster.servers if server is not source)
+    done: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    keys = itertools.count()
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            key = f"idem:{{moving}}:{next(keys)}"
+            try:
+                claimed = await store.claim(key, "f", "t", 30.0)
+                assert claimed.outcome is Claim.CLAIMED
+                assert await store.complete(key, "t", "f", Record(201, [], 0, ""), b"", 60.0)
+                done[phase[0]] += 1
+            except StoreUnavailable as exc:
+                errors[str(exc)[:80]] += 1
+
+    phase = ["before"]
+    try:
+        await store.claim("idem:{moving}:warm", "f", "t", 30.0)  # the slot map is read
+        opened = connections_received(cluster.servers)
+        workers = [asyncio.ensure_future(worker()) for _ in range(32)]
+        await until(lambda: done["before"] >= 200)
+        await asyncio.to_thread(hold_migrating, cluster.servers, slot, source, target)
+        phase[0] = "migrating"
+        await until(lambda: done["migrating"] >= 500)
+        await asyncio.to_thread(finish_migration, cluster.servers, slot, source, target)
+        phase[0] = "moved"
+        await until(lambda: done["moved"] >= 500)
+        stop.set()
+        await asyncio.gather(*workers)
+        opened = connections_received(cluster.servers) - opened
+    finally:
+        stop.set()
+        await store.close()
+    assert errors == {}
+    assert slot_owner(cluster.servers, slot) is target
+    # About a connection per worker and node (and this test's own), not one per redirect:
+    # redis-py's own redirects reset every connection every few MOVED answers (thousands).
+    assert opened < 200, opened

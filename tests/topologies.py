@@ -154,3 +154,52 @@ class SentinelServers:
     def close(self) -> None:
         for server in (self.sentinel, self.replica, self.master):
             server.close()
+
+
+def node_id(server: RedisServer) -> str:
+    with client(server) as each:
+        return str(each.execute_command("CLUSTER", "MYID").decode())
+
+
+def slot_owner(servers: list[RedisServer], slot: int) -> RedisServer:
+    """The master that the first server's slot map names for `slot`."""
+    with client(servers[0]) as each:
+        for start, end, (_, port, *_), *_ in each.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return next(server for server in servers if server.port == port)
+    raise LookupError(f"slot {slot} is not served")
+
+
+def hold_migrating(
+    servers: list[RedisServer], slot: int, source: RedisServer, target: RedisServer
+) -> None:
+    """Mark `slot` IMPORTING on `target` and MIGRATING on `source`, as a resharding does."""
+    with client(target) as each:
+        each.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+    with client(source) as each:
+        each.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+
+
+def finish_migration(
+    servers: list[RedisServer], slot: int, source: RedisServer, target: RedisServer
+) -> int:
+    """Move the slot's keys from `source` to `target` with MIGRATE, then give every node the
+    slot's new owner; how many keys moved."""
+    moved = 0
+    with client(source) as each:
+        while keys := each.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            each.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+    owner = node_id(target)
+    for server in (target, source, *servers):
+        with client(server) as each:
+            each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)
+    return moved
+
+
+def connections_received(servers: list[RedisServer]) -> int:
+    total = 0
+    for server in servers:
+        with client(server) as each:
+            total += int(each.info("stats")["total_connections_received"])
+    return total

@@ -18,6 +18,7 @@ from gateway.core.claims import Claim, ClaimResult
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
+from gateway.store.cluster import ClusterScripts
 from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
@@ -63,7 +64,8 @@ class Store:
     ) -> None:
         self.client = client
         self.breaker = breaker
-        self._cluster = isinstance(client, RedisCluster)
+        # A Cluster's scripts run on the node of their key, redirects followed on one connection.
+        self._scripts = ClusterScripts(client) if isinstance(client, RedisCluster) else None
         # A Cluster client's calls go to many nodes: they are sent one by one.
         self._batch = (
             Coalescer(client, timeout)
@@ -116,10 +118,8 @@ class Store:
         return await self._guarded(send, script, key, args, settles)
 
     async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        if self._cluster:
-            # redis-py sends a keyed command to a random node while its Cluster client has no
-            # slot map yet (at start, after a reset); MOVED storms then reset its connections.
-            await self.client.initialize()
+        if self._scripts is not None:
+            return (await self._scripts.run(script.sha, key, args, None))[0]
         return await self.client.evalsha(script.sha, 1, key, *args)
 
     async def _reload(self, loads_before: int) -> None:
@@ -147,19 +147,23 @@ class Store:
     async def _eval_and_wait(
         self, script: AsyncScript, key: str, args: tuple[Any, ...]
     ) -> tuple[Any, int]:
-        # WAIT counts the writes of its own connection, so both go down one pipeline; in a
-        # Cluster the WAIT is sent to the node that owns the key's slot.
-        wait: dict[str, Any] = {}
-        if isinstance(self.client, RedisCluster):
-            await self.client.initialize()  # see _evalsha
-            wait["target_nodes"] = self.client.get_node_from_key(key)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
-            pipe.execute_command("WAIT", self.replicas, self._wait_ms, **wait)
-            reply, acked = await pipe.execute(raise_on_error=False)
-        for item in (reply, acked):
-            if isinstance(item, Exception):
-                raise item  # NoScriptError included: `_guarded` reloads and calls again
+        # WAIT counts the writes of its own connection, so both go down one pipeline (in a
+        # Cluster, on the connection to the node that ran the script, redirects followed).
+        if self._scripts is not None:
+            wait = (self.replicas, self._wait_ms)
+            reply, acked = await self._scripts.run(script.sha, key, args, wait)
+        else:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
+                pipe.execute_command("WAIT", self.replicas, self._wait_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply  # NoScriptError included: `_guarded` reloads and calls again
+        if isinstance(acked, Exception):
+            # The script ran but its WAIT failed ("UNBLOCKED", or this node turned replica):
+            # no replica is known to hold the write, which counts as none.
+            log.warning("WAIT failed after a script ran: %s", acked)
+            return reply, 0
         return reply, int(acked)
 
     async def _claim_reply(self, key: str, *args: Any) -> Any:
