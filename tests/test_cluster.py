@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,3 +157,36 @@ async def test_a_slot_migrating_under_load_is_followed_without_errors_or_connect
     # About a connection per worker and node (and this test's own), not one per redirect:
     # redis-py's own redirects reset every connection every few MOVED answers (thousands).
     assert opened < 200, opened
+
+
+async def test_one_hung_shard_opens_its_own_breaker_and_the_others_serve(
+    cluster: ClusterServers,
+) -> None:
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, socket_timeout=0.3)
+    store = Store(make_client(settings, ""), CircuitBreaker(2, 10.0))
+    by_owner: dict[int, str] = {}
+    for n in itertools.count():  # a key on each master
+        key = f"idem:{{shard-{n}}}"
+        by_owner.setdefault(slot_owner(cluster.servers, key_slot(key.encode())).port, key)
+        if len(by_owner) == len(cluster.servers):
+            break
+    hung, *others = cluster.servers
+    assert hung.process is not None
+    try:
+        for key in by_owner.values():  # every node's connection is open and its slot known
+            assert (await store.claim(f"{key}:warm", "f", "t", 30.0)).outcome is Claim.CLAIMED
+        hung.process.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(2):
+                with pytest.raises(StoreUnavailable, match="Timeout"):
+                    await store.claim(f"{by_owner[hung.port]}:a", "f", "t", 30.0)
+            with pytest.raises(StoreUnavailable, match="circuit is open"):
+                await store.claim(f"{by_owner[hung.port]}:b", "f", "t", 30.0)
+            for server in others:  # their own breakers stay closed
+                claimed = await store.claim(f"{by_owner[server.port]}:c", "f", "t", 30.0)
+                assert claimed.outcome is Claim.CLAIMED
+            assert store.circuit.state == "open"  # the gauge shows the worst node's
+        finally:
+            hung.process.send_signal(signal.SIGCONT)
+    finally:
+        await store.close()

@@ -60,7 +60,7 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
         )
         upstreams = Upstreams(settings.upstreams())
         journal = Journal(Path(settings.state_dir) / "journal")
-        app[METRICS].watch_circuit(store.breaker)
+        app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_journal(lambda: journal.depth)
         services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
         app[SERVICES] = services

@@ -30,6 +30,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.store.breaker import CircuitBreaker, NodeBreakers
+
 log = logging.getLogger(__name__)
 
 # Redirects one call follows before it gives up (a slot moves once; a failover once more).
@@ -41,10 +43,20 @@ TRY_AGAIN_PAUSE = 0.05
 class ClusterScripts:
     """EVALSHA (and WAIT) on the node that owns a key, following redirects on one connection."""
 
-    def __init__(self, client: RedisCluster) -> None:
+    def __init__(self, client: RedisCluster, breaker: CircuitBreaker) -> None:
         self._client = client
+        self.breakers = NodeBreakers(breaker)  # one per node, each like `breaker`
         self._refresh_lock = asyncio.Lock()
         self._refreshes = 0  # slot-map readings so far
+
+    def breaker(self, key: str) -> CircuitBreaker:
+        """The breaker of the primary that the slot map names for `key` (before the map is
+        read, the one all calls share)."""
+        try:
+            node = self._client.get_node_from_key(key)
+        except (RedisClusterException, RedisError, KeyError, IndexError):
+            node = None
+        return self.breakers.of(None if node is None else str(node.name))
 
     async def run(
         self, sha: str, key: str, args: tuple[Any, ...], wait: tuple[int, int] | None

@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
+from gateway.store.breaker import Circuit, CircuitBreaker
 from gateway.store.cluster import ClusterScripts
 from gateway.store.pipeline import Coalescer
 
@@ -65,7 +65,9 @@ class Store:
         self.client = client
         self.breaker = breaker
         # A Cluster's scripts run on the node of their key, redirects followed on one connection.
-        self._scripts = ClusterScripts(client) if isinstance(client, RedisCluster) else None
+        self._scripts = (
+            ClusterScripts(client, breaker) if isinstance(client, RedisCluster) else None
+        )
         # A Cluster client's calls go to many nodes: they are sent one by one.
         self._batch = (
             Coalescer(client, timeout)
@@ -98,7 +100,9 @@ class Store:
         The breaker only stops new work: a call that `settles` a claim whose upstream call
         already ran (extend, complete, release) is always tried, so that an outcome is
         stored the moment Redis can take it."""
-        if not settles and not self.breaker.allow():
+        # A Cluster has a breaker per node: one failed shard does not stop the others.
+        breaker = self._scripts.breaker(key) if self._scripts is not None else self.breaker
+        if not settles and not breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         loads = self._loads
         try:
@@ -108,10 +112,15 @@ class Store:
                 await self._reload(loads)
                 result = await send(script, key, args)
         except _FAILURES as exc:
-            self.breaker.failure()
+            breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        self.breaker.success()
+        breaker.success()
         return result
+
+    @property
+    def circuit(self) -> Circuit:
+        """The breaker state the metrics show: the worst node's, for a Cluster."""
+        return self._scripts.breakers if self._scripts is not None else self.breaker
 
     async def _call(self, script: AsyncScript, key: str, *args: Any, settles: bool = False) -> Any:
         send = self._batch.call if self._batch is not None else self._evalsha

@@ -152,8 +152,8 @@ class Metrics:
         if info is not None:
             info.would = outcome
 
-    def watch_circuit(self, breaker: b.CircuitBreaker) -> None:
-        """Read the breaker's state at each scrape."""
+    def watch_circuit(self, breaker: b.Circuit) -> None:
+        """Read the breaker's state at each scrape (the worst node's, for a Cluster)."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
 
     def watch_journal(self, depth: Callable[[], int]) -> None:
