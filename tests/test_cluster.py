@@ -26,10 +26,12 @@ from testkit.procs import GatewayProcess
 from .faultkit import until
 from .topologies import (
     ClusterServers,
+    client,
     connections_received,
     finish_migration,
     hold_migrating,
     slot_owner,
+    wait_until,
 )
 from .upstream import CountingUpstream
 
@@ -189,4 +191,72 @@ async def test_one_hung_shard_opens_its_own_breaker_and_the_others_serve(
         finally:
             hung.process.send_signal(signal.SIGCONT)
     finally:
+        await store.close()
+
+
+@pytest.fixture
+def replicated() -> Iterator[ClusterServers]:
+    servers = ClusterServers(masters=3, replicated=True)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged_claims(
+    replicated: ClusterServers,
+) -> None:
+    """claim_replicas: 1 while a replica takes over its master (CLUSTER FAILOVER) under load:
+    the script follows MOVED to the new master and its WAIT goes with it, so no call fails
+    on a WAIT sent to the demoted node; a claim whose WAIT no replica acknowledged in the
+    switch is released (its key is free), never left PENDING."""
+    settings = RedisSettings(
+        cluster={"nodes": replicated.nodes[:1]}, claim_replicas=1, claim_replicas_timeout=0.5
+    )
+    store = Store(make_client(settings, ""), CircuitBreaker(1000, 1.0), replicas=1,
+                  replicas_timeout=0.5)  # fmt: skip
+    done: Counter[str] = Counter()
+    failed: dict[str, str] = {}
+    keys = itertools.count()
+    stop = asyncio.Event()
+    phase = ["before"]
+
+    async def worker() -> None:
+        while not stop.is_set():
+            key = f"idem:{{{next(keys)}}}"
+            try:
+                assert (await store.claim(key, "f", "t", 30.0)).outcome is Claim.CLAIMED
+                assert await store.complete(key, "t", "f", Record(201, [], 0, ""), b"", 60.0)
+                done[phase[0]] += 1
+            except StoreUnavailable as exc:
+                failed[key] = str(exc)
+
+    def fail_over() -> None:
+        promoted = replicated.replicas[0]
+        with client(promoted) as each:
+            each.execute_command("CLUSTER", "FAILOVER")
+
+        def is_master() -> bool:
+            with client(promoted) as each:
+                return bool(each.info("replication")["role"] == "master")
+
+        wait_until(is_master, 10, "the replica took over")
+
+    try:
+        workers = [asyncio.ensure_future(worker()) for _ in range(32)]
+        await until(lambda: done["before"] >= 300)
+        await asyncio.to_thread(fail_over)
+        phase[0] = "after"
+        await until(lambda: done["after"] >= 1000)
+        stop.set()
+        await asyncio.gather(*workers)
+        unacknowledged = "of 1 replicas in time"
+        assert all(unacknowledged in why for why in failed.values()), set(failed.values())
+        assert len(failed) <= 32  # at most the calls in flight at the switch
+        with client(replicated.replicas[0]) as direct:  # released: no key left PENDING
+            on_new_master = [key for key in failed if direct.exists(key)]
+        assert on_new_master == []
+    finally:
+        stop.set()
         await store.close()
