@@ -147,20 +147,25 @@ async def test_a_claim_whose_wait_failed_is_released(
     store = Store(make_client(settings, master.url), CircuitBreaker(1000, 1.0), replicas=1,
                   replicas_timeout=4.0)  # fmt: skip
     assert replica.process is not None
+    assert await store.ready()  # the scripts are loaded: the claim is one EVALSHA and WAIT
     replica.process.send_signal(signal.SIGSTOP)  # the WAIT blocks: no acknowledgement comes
     try:
         claim = asyncio.ensure_future(store.claim("idem:{t:w}", "f", "tok", 30.0))
         direct = redis.Redis.from_url(master.url)
         try:
 
-            def waiting() -> list[int]:
-                return [c["id"] for c in direct.client_list() if c.get("cmd") == "wait"]
+            def waiting() -> list[int]:  # blocked (flag b) in a WAIT
+                return [
+                    c["id"]
+                    for c in direct.client_list()
+                    if c.get("cmd") == "wait" and "b" in c.get("flags", "")
+                ]
 
             await until(lambda: bool(waiting()))
             [blocked] = waiting()
-            direct.client_unblock(blocked, error=True)
-            with pytest.raises(StoreUnavailable):
-                await claim
+            assert direct.client_unblock(blocked, error=True)
+            with pytest.raises(StoreUnavailable, match="0 of 1 replicas"):
+                await asyncio.wait_for(claim, timeout=3.0)  # not the WAIT's own 4 s
             assert direct.exists("idem:{t:w}") == 0  # released, not left PENDING
         finally:
             direct.close()
