@@ -3,6 +3,7 @@ the upstream whether it ran, and the key is recorded or released by what it says
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -44,6 +45,10 @@ class Orders:
         await request.read()
         key = request.headers["Idempotency-Key"].strip('"')  # an sf-string, read as one
         self.runs[key] += 1
+        if self.cut == "slow":  # creates the order a while after the gateway gave up
+            order = {"id": f"ord_{next(self.ids)}", "key": key}
+            asyncio.get_running_loop().call_later(0.3, self.orders.__setitem__, key, order)
+            await asyncio.Event().wait()  # never answers
         if self.cut == "before":
             assert request.transport is not None
             request.transport.abort()
@@ -149,6 +154,27 @@ async def test_a_lost_call_that_did_not_happen_is_released_and_runs_once_more(
     assert len(upstream.orders) == 1
     metrics = metrics_of(client)
     assert value(metrics, "idem_reconciled_total", route="api", result="not_happened") == 1
+
+
+async def test_a_timed_out_call_is_looked_up_after_the_configured_wait(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """The upstream is still working when the gateway's timeout ends the call: a lookup made
+    at once would say "not happened" and let a retry run it again; `after` waits first."""
+    upstream, origin = orders
+    rule = {**_reconcile(origin), "after": "600ms"}
+    settings = gateway_settings(origin, reconcile=rule, timeouts={"total": "100ms"})
+    client = await make_gateway(settings=settings)
+    upstream.cut = "slow"
+    headers = {**HEADERS, "Idempotency-Key": "k5"}
+    first = await client.post("/orders", data=b"{}", headers=headers)
+    assert first.status == 201
+    assert first.headers["Idempotency-Outcome"] == "reconciled"
+    assert orjson.loads(await first.read()) == upstream.orders["k5"]
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert upstream.runs["k5"] == 1
 
 
 async def test_a_lookup_that_cannot_answer_falls_back_to_on_unknown_outcome(
