@@ -1,12 +1,17 @@
-"""Chaos run: several gateway processes, random SIGKILLs and a Redis restart, then a check.
+"""Chaos run: several gateway processes, random SIGKILLs, Redis memory pressure and a Redis
+restart, then a check.
 
     python -m loadtest.chaos [--seconds 60] [--gateways 3] [--clients 16] [--seed 1]
 
-Everything runs on 127.0.0.1 and stops by itself. Clients send a mix of new keys and
-duplicates to random gateways while gateways are SIGKILLed and restarted and Redis is
-killed and restarted once. Redis runs with `--appendonly yes --appendfsync always`, so a
-restart keeps every acknowledged write (without persistence a restart forgets all records,
-and a retry after it would run again: no gateway can do better then).
+Everything runs on 127.0.0.1 and stops by itself. First, a gateway is started against a
+Redis whose `maxmemory-policy` may evict keys: it must refuse to start (exit 2, one line).
+Then clients send a mix of new keys and duplicates to random gateways while gateways are
+SIGKILLed and restarted, Redis is put under memory pressure once (`maxmemory` set below
+what it holds, with `noeviction`: writes are refused for a while, then the limit is raised
+again), and Redis is killed and restarted once. Redis runs with `--appendonly yes
+--appendfsync always`, so a restart keeps every acknowledged write (without persistence a
+restart forgets all records, and a retry after it would run again: no gateway can do
+better then).
 
 At the end, for every key that any client saw a 2xx for, the upstream must have run once
 and every 2xx body for the key must be the same bytes. One case is reported apart: a key
@@ -33,6 +38,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from testkit.ports import free_port
@@ -67,11 +73,17 @@ class Tally:
     cut: Counter[str] = field(default_factory=Counter)  # attempts per key cut by a kill
     kills: int = 0
     redis_restarts: int = 0
+    full: bool = False  # Redis is at maxmemory now
+    full_seconds: float = 0.0  # how long Redis refused writes (maxmemory, noeviction)
+    refused_writes: int = 0  # error replies Redis gave meanwhile (its OOM refusals)
+    while_full: Counter[int | str] = field(default_factory=Counter)  # statuses meanwhile
 
 
-def gateway_config(origin: str, redis_url: str) -> dict[str, Any]:
+def gateway_config(origin: str, redis_url: str, state_dir: Path) -> dict[str, Any]:
     return {
         "log_level": "warning",
+        # Shared by the gateways: one that starts replays the journals of those killed.
+        "state_dir": str(state_dir),
         "redis": {
             "url": redis_url,
             "socket_timeout": "500ms",
@@ -114,6 +126,8 @@ async def client(
             ) as resp:
                 body = await resp.read()
                 tally.statuses[resp.status] += 1
+                if tally.full:
+                    tally.while_full[resp.status] += 1
                 if 200 <= resp.status < 300:
                     tally.bodies[key].add(body)
                 elif resp.status in (409, 503):
@@ -152,6 +166,51 @@ async def restart_redis(redis: RedisServer, tally: Tally, deadline: float) -> No
     print(f"  {time.strftime('%X')} redis-server killed and restarted", flush=True)
 
 
+async def fill_redis(redis: RedisServer, tally: Tally, deadline: float) -> None:
+    """A quarter of the way through, set Redis's `maxmemory` to half of what it holds
+    (`noeviction`): every write that may grow memory is refused. Raise it again after 15%
+    of the run (4 s at most)."""
+    total = deadline - time.monotonic()
+    await asyncio.sleep(total / 4)
+    client = aioredis.Redis.from_url(redis.url)
+    try:
+        used = int((await client.info("memory"))["used_memory"])
+        before = await _error_replies(client)
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.config_set("maxmemory", str(max(1, used // 2)))
+        started = time.monotonic()
+        tally.full = True
+        print(f"  {time.strftime('%X')} redis full: maxmemory {used // 2} of {used}", flush=True)
+        await asyncio.sleep(min(4.0, total * 0.15))
+        await client.config_set("maxmemory", "0")
+        tally.full = False
+        tally.full_seconds = time.monotonic() - started
+        tally.refused_writes = await _error_replies(client) - before
+        print(f"  {time.strftime('%X')} redis maxmemory raised again", flush=True)
+    finally:
+        await client.aclose()
+
+
+async def _error_replies(client: aioredis.Redis) -> int:
+    """Error replies Redis gave so far (a script's OOM counts as ERR, so all of them)."""
+    return int((await client.info("stats"))["total_error_replies"])
+
+
+def evicting_redis_refused(workdir: Path) -> tuple[bool, str]:
+    """Start a gateway against a Redis that may evict keys: it must exit 2 with one line."""
+    evicting = RedisServer(extra=["--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"])
+    evicting.start()
+    try:
+        config = gateway_config("http://127.0.0.1:9", evicting.url, workdir / "evicting")
+        gateway = GatewayProcess(config, workdir)
+        code = gateway.exits()
+        lines = gateway.log_path.read_text().strip().splitlines()
+    finally:
+        evicting.close()
+    said = lines[0] if lines else ""
+    return code == 2 and len(lines) == 1, f"exit {code}, {len(lines)} line(s): {said}"
+
+
 def check(upstream: Upstream, tally: Tally) -> tuple[list[str], int]:
     """The violations found, and how many keys ran again after their owner was killed."""
     violations: list[str] = []
@@ -187,15 +246,16 @@ async def run(
 
     # --no-persistence shows what the check catches when a Redis restart forgets records.
     aof = ["--appendonly", "yes", "--appendfsync", "always"] if persist else []
-    redis = RedisServer(extra=aof)
+    redis = RedisServer(extra=[*aof, "--maxmemory-policy", "noeviction"])
     redis.start()
     workdir = Path(tempfile.mkdtemp(prefix="idem-chaos-"))
-    gateways = [
-        GatewayProcess(gateway_config(origin, redis.url), workdir) for _ in range(n_gateways)
-    ]
+    config = gateway_config(origin, redis.url, workdir / "state")
+    gateways = [GatewayProcess(dict(config), workdir) for _ in range(n_gateways)]
     tally = Tally()
     started = time.monotonic()
     try:
+        refused, how = await asyncio.to_thread(evicting_redis_refused, workdir)
+        print(f"evicting redis      {'refused' if refused else 'NOT REFUSED'} ({how})")
         await asyncio.gather(*(asyncio.to_thread(g.start) for g in gateways))
         print(
             f"chaos: {n_gateways} gateways, {n_clients} clients, {seconds:.0f} s, seed {seed}, "
@@ -212,6 +272,7 @@ async def run(
             await asyncio.gather(
                 kill_gateways(gateways, tally, deadline, rng),
                 restart_redis(redis, tally, deadline),
+                fill_redis(redis, tally, deadline),
                 *(
                     client(session, gateways, keys, counter, tally, deadline,
                            random.Random(seed * 1000 + i))
@@ -235,13 +296,18 @@ async def run(
     print(f"gateway kills       {tally.kills} (SIGKILL, restarted on the same port)")
     kept = "AOF kept" if persist else "no persistence: records forgotten"
     print(f"redis restarts      {tally.redis_restarts} (SIGKILL, {kept})")
+    meanwhile = ", ".join(f"{k}: {v}" for k, v in sorted(tally.while_full.items(), key=str))
+    print(
+        f"redis full          {tally.full_seconds:.1f} s (maxmemory, noeviction): "
+        f"{tally.refused_writes} error replies; answers meanwhile {meanwhile}"
+    )
     clean = list(codes).count(0)
     print(f"clean exits         {clean} of {len(codes)} gateways (SIGTERM at the end)")
     print(f"re-run after kill   {rerun_after_kill} (owner killed mid-call, lease ran out)")
     print(f"duplicates found    {len({v.split(':')[0] for v in violations})} keys")
     for line in violations[:20]:
         print(f"  VIOLATION {line}")
-    failed = bool(violations) or any(codes)
+    failed = bool(violations) or any(codes) or not refused
     if failed:
         print(f"chaos: FAILED (gateway logs in {workdir})")
     else:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,10 +12,27 @@ from typing import Any
 
 import aiohttp
 import pytest
+from redis.cluster import key_slot
 
+from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim
+from gateway.core.record import Record
+from gateway.errors import StoreUnavailable
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
 from testkit.procs import GatewayProcess
 
-from .topologies import ClusterServers
+from .faultkit import until
+from .topologies import (
+    ClusterServers,
+    client,
+    connections_received,
+    finish_migration,
+    hold_migrating,
+    slot_owner,
+    wait_until,
+)
 from .upstream import CountingUpstream
 
 KEYS = 1000
@@ -88,3 +107,156 @@ async def test_exactly_once_over_three_masters_through_two_gateways(
     per_node = cluster.keys_per_node()
     assert sum(per_node) == KEYS
     assert all(count > KEYS // 6 for count in per_node), per_node
+
+
+async def test_a_slot_migrating_under_load_is_followed_without_errors_or_connection_churn(
+    cluster: ClusterServers,
+) -> None:
+    """Claims and completions on one slot while it is held MIGRATING/IMPORTING (new keys are
+    ASKed to the importing node), while its keys are moved, and after its owner changed
+    (MOVED): none fails, and the client opens a bounded number of connections."""
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, max_connections=64)
+    store = Store(make_client(settings, ""), CircuitBreaker(1000, 1.0))
+    slot = key_slot(b"idem:{moving}:0")
+    source = slot_owner(cluster.servers, slot)
+    target = next(server for server in cluster.servers if server is not source)
+    done: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    keys = itertools.count()
+    stop = asyncio.Event()
+
+    async def worker() -> None:
+        while not stop.is_set():
+            key = f"idem:{{moving}}:{next(keys)}"
+            try:
+                claimed = await store.claim(key, "f", "t", 30.0)
+                assert claimed.outcome is Claim.CLAIMED
+                assert await store.complete(key, "t", "f", Record(201, [], 0, ""), b"", 60.0)
+                done[phase[0]] += 1
+            except StoreUnavailable as exc:
+                errors[str(exc)[:80]] += 1
+
+    phase = ["before"]
+    try:
+        await store.claim("idem:{moving}:warm", "f", "t", 30.0)  # the slot map is read
+        opened = connections_received(cluster.servers)
+        workers = [asyncio.ensure_future(worker()) for _ in range(32)]
+        await until(lambda: done["before"] >= 200)
+        await asyncio.to_thread(hold_migrating, cluster.servers, slot, source, target)
+        phase[0] = "migrating"
+        await until(lambda: done["migrating"] >= 500)
+        await asyncio.to_thread(finish_migration, cluster.servers, slot, source, target)
+        phase[0] = "moved"
+        await until(lambda: done["moved"] >= 500)
+        stop.set()
+        await asyncio.gather(*workers)
+        opened = connections_received(cluster.servers) - opened
+    finally:
+        stop.set()
+        await store.close()
+    assert errors == {}
+    assert slot_owner(cluster.servers, slot) is target
+    # About a connection per worker and node (and this test's own), not one per redirect:
+    # redis-py's own redirects reset every connection every few MOVED answers (thousands).
+    assert opened < 200, opened
+
+
+async def test_one_hung_shard_opens_its_own_breaker_and_the_others_serve(
+    cluster: ClusterServers,
+) -> None:
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, socket_timeout=0.3)
+    store = Store(make_client(settings, ""), CircuitBreaker(2, 10.0))
+    by_owner: dict[int, str] = {}
+    for n in itertools.count():  # a key on each master
+        key = f"idem:{{shard-{n}}}"
+        by_owner.setdefault(slot_owner(cluster.servers, key_slot(key.encode())).port, key)
+        if len(by_owner) == len(cluster.servers):
+            break
+    hung, *others = cluster.servers
+    assert hung.process is not None
+    try:
+        for key in by_owner.values():  # every node's connection is open and its slot known
+            assert (await store.claim(f"{key}:warm", "f", "t", 30.0)).outcome is Claim.CLAIMED
+        hung.process.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(2):
+                with pytest.raises(StoreUnavailable, match="Timeout"):
+                    await store.claim(f"{by_owner[hung.port]}:a", "f", "t", 30.0)
+            with pytest.raises(StoreUnavailable, match="circuit is open"):
+                await store.claim(f"{by_owner[hung.port]}:b", "f", "t", 30.0)
+            for server in others:  # their own breakers stay closed
+                claimed = await store.claim(f"{by_owner[server.port]}:c", "f", "t", 30.0)
+                assert claimed.outcome is Claim.CLAIMED
+            assert store.circuit.state == "open"  # the gauge shows the worst node's
+        finally:
+            hung.process.send_signal(signal.SIGCONT)
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def replicated() -> Iterator[ClusterServers]:
+    servers = ClusterServers(masters=3, replicated=True)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.close()
+
+
+async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged_claims(
+    replicated: ClusterServers,
+) -> None:
+    """claim_replicas: 1 while a replica takes over its master (CLUSTER FAILOVER) under load:
+    the script follows MOVED to the new master and its WAIT goes with it, so no call fails
+    on a WAIT sent to the demoted node; a claim whose WAIT no replica acknowledged in the
+    switch is released (its key is free), never left PENDING."""
+    settings = RedisSettings(
+        cluster={"nodes": replicated.nodes[:1]}, claim_replicas=1, claim_replicas_timeout=0.5
+    )
+    store = Store(make_client(settings, ""), CircuitBreaker(1000, 1.0), replicas=1,
+                  replicas_timeout=0.5)  # fmt: skip
+    done: Counter[str] = Counter()
+    failed: dict[str, str] = {}
+    keys = itertools.count()
+    stop = asyncio.Event()
+    phase = ["before"]
+
+    async def worker() -> None:
+        while not stop.is_set():
+            key = f"idem:{{{next(keys)}}}"
+            try:
+                assert (await store.claim(key, "f", "t", 30.0)).outcome is Claim.CLAIMED
+                assert await store.complete(key, "t", "f", Record(201, [], 0, ""), b"", 60.0)
+                done[phase[0]] += 1
+            except StoreUnavailable as exc:
+                failed[key] = str(exc)
+
+    def fail_over() -> None:
+        promoted = replicated.replicas[0]
+        with client(promoted) as each:
+            each.execute_command("CLUSTER", "FAILOVER")
+
+        def is_master() -> bool:
+            with client(promoted) as each:
+                return bool(each.info("replication")["role"] == "master")
+
+        wait_until(is_master, 10, "the replica took over")
+
+    try:
+        workers = [asyncio.ensure_future(worker()) for _ in range(32)]
+        await until(lambda: done["before"] >= 300)
+        await asyncio.to_thread(fail_over)
+        phase[0] = "after"
+        await until(lambda: done["after"] >= 1000)
+        stop.set()
+        await asyncio.gather(*workers)
+        unacknowledged = "of 1 replicas in time"
+        assert all(unacknowledged in why for why in failed.values()), set(failed.values())
+        assert len(failed) <= 32  # at most the calls in flight at the switch
+        with client(replicated.replicas[0]) as direct:  # released: no key left PENDING
+            on_new_master = [key for key in failed if direct.exists(key)]
+        assert on_new_master == []
+    finally:
+        stop.set()
+        await store.close()

@@ -158,3 +158,37 @@ async def test_an_argument_redis_cannot_take_is_a_store_error_either_way(
         assert (await store.claim("idem:{t:good}", "f", "t", 30.0)).outcome is Claim.CLAIMED
     finally:
         await store.close()
+
+
+async def test_a_call_queued_behind_hung_batches_fails_within_one_timeout(
+    own_redis: RedisServer,
+) -> None:
+    """Both lanes are out with completions when Redis hangs: a claim made then waits in the
+    queue, yet fails within one socket timeout of being made, not after the lanes' own."""
+    timeout = 0.5
+    client = make_client(RedisSettings(connect_timeout=5.0, socket_timeout=timeout), own_redis.url)
+    store = Store(client, CircuitBreaker(1000, 1.0), pipeline=True, timeout=timeout)
+    assert own_redis.process is not None and store._batch is not None
+    try:
+        for n in range(2):  # two held connections, both open before the hang
+            claimed = await store.claim(f"idem:{{t:{n}}}", "f", f"t{n}", 30.0)
+            assert claimed.outcome is Claim.CLAIMED
+        own_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            lanes = []
+            for n in range(2):  # one batch per loop turn: each goes out on a lane of its own
+                lanes.append(asyncio.ensure_future(store.extend(f"idem:{{t:{n}}}", f"t{n}", 30.0)))
+                while store._batch._busy <= n or store._batch._pending:
+                    await asyncio.sleep(0)
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await store.claim("idem:{t:queued}", "f", "t", 30.0)
+            waited = time.monotonic() - started
+            await asyncio.gather(*lanes, return_exceptions=True)
+        finally:
+            own_redis.process.send_signal(signal.SIGCONT)
+        assert waited < timeout + 0.25
+        # The queued claim was given up before it was sent: Redis never ran it.
+        assert (await store.claim("idem:{t:queued}", "f", "t2", 30.0)).outcome is Claim.CLAIMED
+    finally:
+        await store.close()

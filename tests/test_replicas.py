@@ -3,6 +3,8 @@ the topology settings are validated."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,11 +12,15 @@ import pytest
 import redis
 
 from gateway.config.loading import load_settings, settings_from_dict
-from gateway.errors import ConfigError
-from gateway.store.client import tls_options
+from gateway.config.settings import RedisSettings
+from gateway.errors import ConfigError, StoreUnavailable
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client, tls_options
+from gateway.store.store import Store
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory
+from .faultkit import until
 from .topologies import SentinelServers, start_all, wait_until
 from .upstream import CountingUpstream
 
@@ -126,3 +132,43 @@ def test_example_configs_load(name: str, topology: str, monkeypatch: pytest.Monk
     monkeypatch.setenv("IDEM_REDIS_PASSWORD", "secret")
     settings = load_settings(Path(__file__).parent.parent / "config" / name)
     assert settings.redis.topology == topology
+
+
+async def test_a_claim_whose_wait_failed_is_released(
+    master_and_replica: tuple[RedisServer, RedisServer],
+) -> None:
+    """The script ran and claimed the key, then its WAIT failed (here UNBLOCKED by an
+    operator; a node turned replica in a failover fails alike): no replica is known to hold
+    the claim, so it is given back and the caller gets StoreUnavailable (a 503)."""
+    master, replica = master_and_replica
+    settings = RedisSettings(
+        url=master.url, socket_timeout=5.0, claim_replicas=1, claim_replicas_timeout=4.0
+    )
+    store = Store(make_client(settings, master.url), CircuitBreaker(1000, 1.0), replicas=1,
+                  replicas_timeout=4.0)  # fmt: skip
+    assert replica.process is not None
+    assert await store.ready()  # the scripts are loaded: the claim is one EVALSHA and WAIT
+    replica.process.send_signal(signal.SIGSTOP)  # the WAIT blocks: no acknowledgement comes
+    try:
+        claim = asyncio.ensure_future(store.claim("idem:{t:w}", "f", "tok", 30.0))
+        direct = redis.Redis.from_url(master.url)
+        try:
+
+            def waiting() -> list[int]:  # blocked (flag b) in a WAIT
+                return [
+                    c["id"]
+                    for c in direct.client_list()
+                    if c.get("cmd") == "wait" and "b" in c.get("flags", "")
+                ]
+
+            await until(lambda: bool(waiting()))
+            [blocked] = waiting()
+            assert direct.client_unblock(blocked, error=True)
+            with pytest.raises(StoreUnavailable, match="0 of 1 replicas"):
+                await asyncio.wait_for(claim, timeout=3.0)  # not the WAIT's own 4 s
+            assert direct.exists("idem:{t:w}") == 0  # released, not left PENDING
+        finally:
+            direct.close()
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+        await store.close()

@@ -55,21 +55,24 @@ def client(server: RedisServer) -> redis.Redis:
 class ClusterServers:
     """`masters` cluster-enabled redis-servers joined with CLUSTER MEET, slots split evenly."""
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, replicated: bool = False) -> None:
         extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         extra += ["--cluster-node-timeout", "5000"]
         self.servers = [RedisServer(port=cluster_port(), extra=extra) for _ in range(masters)]
+        # With `replicated`, one replica per master (not in `servers`, which are the masters).
+        count = masters if replicated else 0
+        self.replicas = [RedisServer(port=cluster_port(), extra=extra) for _ in range(count)]
 
     @property
     def nodes(self) -> list[str]:
         return [f"127.0.0.1:{server.port}" for server in self.servers]
 
     def start(self, timeout: float = 20.0) -> None:
-        start_all(self.servers)
+        start_all([*self.servers, *self.replicas])
         clients = [client(server) for server in self.servers]
         try:
             first = clients[0]
-            for server in self.servers[1:]:
+            for server in [*self.servers[1:], *self.replicas]:
                 first.execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
             share = SLOTS // len(self.servers)
             for i, each in enumerate(clients):
@@ -80,15 +83,48 @@ class ClusterServers:
                 for each in clients:
                     info = each.execute_command("CLUSTER", "INFO").decode()
                     if "cluster_state:ok" not in info or (
-                        f"cluster_known_nodes:{len(clients)}" not in info
+                        f"cluster_known_nodes:{len(self.servers) + len(self.replicas)}" not in info
                     ):
                         return False
                 return True
 
             wait_until(ready, timeout, "cluster state ok on every node")
+            if self.replicas:
+                self._replicate(timeout)
         finally:
             for each in clients:
                 each.close()
+
+    def _replicate(self, timeout: float) -> None:
+        """Make each replica follow its master, then wait until every master has it online."""
+        total = len(self.servers) + len(self.replicas)
+
+        def knows_all(server: RedisServer) -> bool:
+            with client(server) as each:
+                info = each.execute_command("CLUSTER", "INFO").decode()
+            return f"cluster_known_nodes:{total}" in info
+
+        for master, replica in zip(self.servers, self.replicas, strict=True):
+            wait_until(lambda r=replica: knows_all(r), timeout, "the replica knows the cluster")
+            with client(replica) as each:
+                each.execute_command("CLUSTER", "REPLICATE", node_id(master))
+        for master in self.servers:
+            wait_until(
+                lambda m=master: SentinelServers.replicas_online(m) == 1, timeout, "replica online"
+            )
+        # A failover needs the votes of the masters: each must know every replica as one.
+        replicas = {node_id(replica) for replica in self.replicas}
+
+        def every_master_knows() -> bool:
+            for master in self.servers:
+                with client(master) as each:
+                    nodes = each.execute_command("CLUSTER", "NODES").decode().splitlines()
+                known = {line.split()[0] for line in nodes if " slave " in f" {line} "}
+                if known != replicas:
+                    return False
+            return True
+
+        wait_until(every_master_knows, timeout, "every master knows the replicas")
 
     def keys_per_node(self) -> list[int]:
         counts = []
@@ -98,7 +134,7 @@ class ClusterServers:
         return counts
 
     def close(self) -> None:
-        for server in self.servers:
+        for server in [*self.replicas, *self.servers]:
             server.close()
 
 
@@ -154,3 +190,52 @@ class SentinelServers:
     def close(self) -> None:
         for server in (self.sentinel, self.replica, self.master):
             server.close()
+
+
+def node_id(server: RedisServer) -> str:
+    with client(server) as each:
+        return str(each.execute_command("CLUSTER", "MYID").decode())
+
+
+def slot_owner(servers: list[RedisServer], slot: int) -> RedisServer:
+    """The master that the first server's slot map names for `slot`."""
+    with client(servers[0]) as each:
+        for start, end, (_, port, *_), *_ in each.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return next(server for server in servers if server.port == port)
+    raise LookupError(f"slot {slot} is not served")
+
+
+def hold_migrating(
+    servers: list[RedisServer], slot: int, source: RedisServer, target: RedisServer
+) -> None:
+    """Mark `slot` IMPORTING on `target` and MIGRATING on `source`, as a resharding does."""
+    with client(target) as each:
+        each.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+    with client(source) as each:
+        each.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+
+
+def finish_migration(
+    servers: list[RedisServer], slot: int, source: RedisServer, target: RedisServer
+) -> int:
+    """Move the slot's keys from `source` to `target` with MIGRATE, then give every node the
+    slot's new owner; how many keys moved."""
+    moved = 0
+    with client(source) as each:
+        while keys := each.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            each.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+    owner = node_id(target)
+    for server in (target, source, *servers):
+        with client(server) as each:
+            each.execute_command("CLUSTER", "SETSLOT", slot, "NODE", owner)
+    return moved
+
+
+def connections_received(servers: list[RedisServer]) -> int:
+    total = 0
+    for server in servers:
+        with client(server) as each:
+            total += int(each.info("stats")["total_connections_received"])
+    return total

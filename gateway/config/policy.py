@@ -15,6 +15,7 @@ from pydantic import (
 )
 from pydantic.json_schema import WithJsonSchema
 
+from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, HttpUrl, Size
 from gateway.core.decision import records
 
@@ -125,6 +126,9 @@ class Policy(_Model):
     max_recorded_body: Size = 100 << 20
     timeouts: Timeouts = Timeouts()
     on_unknown_outcome: Literal["release", "keep", "record"] = "release"
+    # Ask the upstream whether a call whose outcome is unknown ran (on_unknown_outcome
+    # applies when it cannot tell).
+    reconcile: Reconcile | None = None
     on_in_flight: Literal["reject", "wait"] = "reject"
     in_flight_wait: Duration = 10.0
     # shadow: decide and record as usual, but forward every request and answer what the

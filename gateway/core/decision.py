@@ -89,6 +89,41 @@ def on_failure(kind: Failure, policy: Policy) -> Settle:
     return _ON_UNKNOWN[policy.on_unknown_outcome]
 
 
+class Lookup(StrEnum):
+    """What a reconcile lookup said about a call whose outcome was unknown."""
+
+    HAPPENED = "happened"  # the upstream ran it: record what the lookup found
+    NOT_HAPPENED = "not_happened"  # it did not: release the key so a retry runs
+    UNCLEAR = "unclear"  # no answer, or one the route does not map: on_unknown_outcome
+
+
+class LookupRule(Protocol):
+    """What the decision reads of a route's `reconcile` settings."""
+
+    @property
+    def happened(self) -> tuple[int, ...]: ...
+    @property
+    def not_happened(self) -> tuple[int, ...]: ...
+
+
+def on_lookup(status: int | None, rule: LookupRule) -> Lookup:
+    """Read the lookup's status (None: it gave no usable answer) by the route's mapping."""
+    if status in rule.happened:
+        return Lookup.HAPPENED
+    if status in rule.not_happened:
+        return Lookup.NOT_HAPPENED
+    return Lookup.UNCLEAR
+
+
+def after_lookup(found: Lookup, kind: Failure, policy: Policy) -> Settle:
+    """What happens to the key once the lookup answered."""
+    if found is Lookup.HAPPENED:
+        return Settle.RECORD
+    if found is Lookup.NOT_HAPPENED:
+        return Settle.RELEASE
+    return on_failure(kind, policy)
+
+
 def failure_status(kind: Failure) -> int:
     return 504 if kind is Failure.TIMEOUT else 502
 

@@ -69,7 +69,7 @@ def _resources(
         )
         upstreams = new_upstreams(settings.upstreams())
         journal = Journal(Path(settings.state_dir) / "journal")
-        app[METRICS].watch_circuit(store.breaker)
+        app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_journal(lambda: journal.depth)
         app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
         services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)

@@ -13,17 +13,27 @@ import asyncio
 import contextlib
 import logging
 import time
+from http import HTTPStatus
 
 from aiohttp import web
 
-from gateway.blobs.recorder import RecordedBody
+from gateway.blobs.recorder import BodyRecorder, RecordedBody
 from gateway.config.policy import Route
-from gateway.core.decision import Failure, Settle, failure_status, on_failure
+from gateway.config.reconcile import Reconcile
+from gateway.core.decision import (
+    Failure,
+    Settle,
+    after_lookup,
+    failure_status,
+    on_failure,
+    on_lookup,
+)
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.http.answers import upstream_failure
 from gateway.http.context import Claimed, Services
 from gateway.http.problems import problem
+from gateway.http.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
 
@@ -174,6 +184,14 @@ async def settle_failure(
     if kind is not Failure.UNSENT:
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
         log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
+        if route.reconcile is not None:
+            found = await look_up(route.reconcile, c.request, route.key_header)
+            lookup = on_lookup(found.status, route.reconcile)
+            s.metrics.reconciled.labels(route.name, lookup).inc()
+            log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
+            settle = after_lookup(lookup, kind, route)
+            if settle is Settle.RECORD:
+                return await _record_found(s, c, route.reconcile, found)
     if settle is Settle.RELEASE:
         await release(s, route, c.key, c.token)
     elif settle is Settle.RECORD_UNKNOWN:
@@ -193,3 +211,27 @@ async def settle_failure(
     if kind is Failure.UNSENT:
         log.warning("route %s: upstream unreachable: %s", route.name, detail)
     return upstream_failure(kind)
+
+
+async def _record_found(s: Services, c: Claimed, config: Reconcile, found: Found) -> web.Response:
+    """Record what the lookup found as the key's answer, and answer the client with it.
+
+    The lookup's body (the resource as the upstream has it now) with its Content-Type, under
+    the status the route names: not the lookup's own status and headers, which answer a GET,
+    not the call that ran. It is marked, for this client and every replay, as reconciled."""
+    headers = [("Content-Type", found.content_type)] if found.content_type else []
+    headers.append(("Idempotency-Outcome", "reconciled"))
+    route = c.route
+    async with BodyRecorder(
+        s.blobs, route.inline_max, route.max_recorded_body, len(found.body)
+    ) as recorder:
+        await recorder.feed(found.body)
+        recorded = await recorder.finish()
+    reason = HTTPStatus(config.status).phrase
+    stored = await record_answer(s, c, config.status, reason, headers, recorded, False)
+    response = web.Response(status=config.status, reason=reason, body=found.body)
+    for name, value in headers:
+        response.headers[name] = value
+    if stored is False:
+        response.headers.update(FENCED)  # another claim's answer is the record
+    return response

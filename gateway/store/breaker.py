@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+_WORSE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
+
+
+class Circuit(Protocol):
+    """What the metrics read: a breaker's state, or the worst of several."""
+
+    @property
+    def state(self) -> str: ...
 
 
 class CircuitBreaker:
@@ -45,3 +54,31 @@ class CircuitBreaker:
         if self.state == HALF_OPEN or self._errors >= self._threshold:
             self.state = OPEN
             self._opened_at = self._clock()
+
+    def like(self) -> CircuitBreaker:
+        """A new, closed breaker with the same settings."""
+        return CircuitBreaker(self._threshold, self._reset, self._clock)
+
+
+class NodeBreakers:
+    """A breaker per Redis Cluster node, each made like `template`: one failed shard fails
+    fast on its own while the others serve. `template` serves calls whose node is not known
+    yet (before the slot map is read)."""
+
+    def __init__(self, template: CircuitBreaker) -> None:
+        self._template = template
+        self._nodes: dict[str, CircuitBreaker] = {}
+
+    def of(self, node: str | None) -> CircuitBreaker:
+        if node is None:
+            return self._template
+        breaker = self._nodes.get(node)
+        if breaker is None:
+            breaker = self._nodes[node] = self._template.like()
+        return breaker
+
+    @property
+    def state(self) -> str:
+        """The worst state of any node's breaker."""
+        states = [self._template.state, *(b.state for b in self._nodes.values())]
+        return max(states, key=_WORSE.__getitem__)

@@ -45,8 +45,17 @@ class Coalescer:
         self._held: list[AbstractConnection] = []
         self._sending: set[asyncio.Task[None]] = set()
 
-    def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
-        """The reply of `script` run on `key` with `args`, once its batch is back."""
+    async def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
+        """The reply of `script` run on `key` with `args`, once its batch is back.
+
+        The socket timeout counts from this call, not from when its batch leaves: a call
+        queued behind batches that a hung Redis holds fails in time like any other, and is
+        dropped unsent (TimeoutError)."""
+        future = self._enqueue(script, key, args)
+        async with asyncio.timeout(self._timeout):
+            return await future  # cancelled at the deadline: its lane skips it
+
+    def _enqueue(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((script, key, args, future))
@@ -77,7 +86,11 @@ class Coalescer:
             return
         try:
             while self._pending:
-                batch, self._pending = self._pending, []
+                # Calls whose callers gave up (their deadline passed in the queue) never leave.
+                batch = [call for call in self._pending if not call[3].done()]
+                self._pending = []
+                if not batch:
+                    continue
                 try:
                     replies = await self._execute(connection, batch)
                 except BaseException as exc:

@@ -17,7 +17,8 @@ from redis.exceptions import NoScriptError, RedisError
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
+from gateway.store.breaker import Circuit, CircuitBreaker
+from gateway.store.cluster import ClusterScripts
 from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
@@ -63,7 +64,10 @@ class Store:
     ) -> None:
         self.client = client
         self.breaker = breaker
-        self._cluster = isinstance(client, RedisCluster)
+        # A Cluster's scripts run on the node of their key, redirects followed on one connection.
+        self._scripts = (
+            ClusterScripts(client, breaker) if isinstance(client, RedisCluster) else None
+        )
         # A Cluster client's calls go to many nodes: they are sent one by one.
         self._batch = (
             Coalescer(client, timeout)
@@ -96,7 +100,9 @@ class Store:
         The breaker only stops new work: a call that `settles` a claim whose upstream call
         already ran (extend, complete, release) is always tried, so that an outcome is
         stored the moment Redis can take it."""
-        if not settles and not self.breaker.allow():
+        # A Cluster has a breaker per node: one failed shard does not stop the others.
+        breaker = self._scripts.breaker(key) if self._scripts is not None else self.breaker
+        if not settles and not breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         loads = self._loads
         try:
@@ -106,20 +112,23 @@ class Store:
                 await self._reload(loads)
                 result = await send(script, key, args)
         except _FAILURES as exc:
-            self.breaker.failure()
+            breaker.failure()
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        self.breaker.success()
+        breaker.success()
         return result
+
+    @property
+    def circuit(self) -> Circuit:
+        """The breaker state the metrics show: the worst node's, for a Cluster."""
+        return self._scripts.breakers if self._scripts is not None else self.breaker
 
     async def _call(self, script: AsyncScript, key: str, *args: Any, settles: bool = False) -> Any:
         send = self._batch.call if self._batch is not None else self._evalsha
         return await self._guarded(send, script, key, args, settles)
 
     async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        if self._cluster:
-            # redis-py sends a keyed command to a random node while its Cluster client has no
-            # slot map yet (at start, after a reset); MOVED storms then reset its connections.
-            await self.client.initialize()
+        if self._scripts is not None:
+            return (await self._scripts.run(script.sha, key, args, None))[0]
         return await self.client.evalsha(script.sha, 1, key, *args)
 
     async def _reload(self, loads_before: int) -> None:
@@ -147,19 +156,23 @@ class Store:
     async def _eval_and_wait(
         self, script: AsyncScript, key: str, args: tuple[Any, ...]
     ) -> tuple[Any, int]:
-        # WAIT counts the writes of its own connection, so both go down one pipeline; in a
-        # Cluster the WAIT is sent to the node that owns the key's slot.
-        wait: dict[str, Any] = {}
-        if isinstance(self.client, RedisCluster):
-            await self.client.initialize()  # see _evalsha
-            wait["target_nodes"] = self.client.get_node_from_key(key)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
-            pipe.execute_command("WAIT", self.replicas, self._wait_ms, **wait)
-            reply, acked = await pipe.execute(raise_on_error=False)
-        for item in (reply, acked):
-            if isinstance(item, Exception):
-                raise item  # NoScriptError included: `_guarded` reloads and calls again
+        # WAIT counts the writes of its own connection, so both go down one pipeline (in a
+        # Cluster, on the connection to the node that ran the script, redirects followed).
+        if self._scripts is not None:
+            wait = (self.replicas, self._wait_ms)
+            reply, acked = await self._scripts.run(script.sha, key, args, wait)
+        else:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
+                pipe.execute_command("WAIT", self.replicas, self._wait_ms)
+                reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply  # NoScriptError included: `_guarded` reloads and calls again
+        if isinstance(acked, Exception):
+            # The script ran but its WAIT failed ("UNBLOCKED", or this node turned replica):
+            # no replica is known to hold the write, which counts as none.
+            log.warning("WAIT failed after a script ran: %s", acked)
+            return reply, 0
         return reply, int(acked)
 
     async def _claim_reply(self, key: str, *args: Any) -> Any:

@@ -108,6 +108,13 @@ class Metrics:
             "Claimed requests being forwarded, and outcomes being stored in the background",
             registry=r,
         )
+        self.reconciled = Counter(
+            "idem_reconciled",
+            "Unknown outcomes the reconcile lookup settled, by what it said: happened "
+            "(recorded), not_happened (released) or unclear (on_unknown_outcome)",
+            ["route", "result"],
+            registry=r,
+        )
         self.journal_depth = Gauge(
             "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
         )
@@ -150,8 +157,8 @@ class Metrics:
         if info is not None:
             info.would = outcome
 
-    def watch_circuit(self, breaker: b.CircuitBreaker) -> None:
-        """Read the breaker's state at each scrape."""
+    def watch_circuit(self, breaker: b.Circuit) -> None:
+        """Read the breaker's state at each scrape (the worst node's, for a Cluster)."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
 
     def watch_in_flight(self, running: Callable[[], int]) -> None:

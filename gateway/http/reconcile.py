@@ -1,0 +1,75 @@
+"""The reconcile lookup: asking the upstream whether a call whose answer was lost ran.
+
+Only the asking lives here; what its answer means is `core.decision.on_lookup`, and what is
+then done with the key is `http.settle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from gateway.config.reconcile import Reconcile
+from gateway.core.keys import BadKey, parse_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The lookup's answer; `status` None when there was no usable one."""
+
+    status: int | None
+    content_type: str | None = None
+    body: bytes = b""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def look_up(config: Reconcile, request: web.Request, key_header: str) -> Found:
+    """Ask the upstream about the client's idempotency key, as the route's `reconcile` says.
+
+    A refused connection, a timeout, a body over `max_body` or an unreadable key give a
+    Found without status: the caller falls back to `on_unknown_outcome`."""
+    try:
+        key = parse_key(request.headers.getall(key_header, []))
+    except BadKey:
+        key = None
+    if key is None:  # the handler accepted the key: this is not expected
+        return Found(None)
+    if config.after is not None:
+        await asyncio.sleep(config.after)  # the lease is kept by the caller's heartbeat
+    headers = {
+        name: request.headers[name] for name in config.forward_headers if name in request.headers
+    }
+    headers.update(config.headers_for(key))
+    timeout = aiohttp.ClientTimeout(total=config.timeout)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.request(
+                config.method, config.url_for(key), headers=headers, allow_redirects=False
+            ) as answer,
+        ):
+            body = await _read(answer, config.max_body)
+            return Found(answer.status, answer.headers.get("Content-Type"), body)
+    except (TimeoutError, aiohttp.ClientError, _TooLarge, ValueError) as exc:
+        log.warning("reconcile lookup failed: %s", type(exc).__name__)
+        return Found(None)
+
+
+async def _read(answer: aiohttp.ClientResponse, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in answer.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,291 @@
+"""Reconcile instead of guess: when a forwarded call's answer is lost, the route's lookup asks
+the upstream whether it ran, and the key is recorded or released by what it says."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.config.loading import settings_from_dict
+from gateway.config.policy import Policy
+from gateway.config.reconcile import Reconcile
+from gateway.core.decision import Failure, Lookup, Settle, after_lookup, on_lookup
+from gateway.errors import ConfigError
+from testkit.ports import free_port
+
+from .conftest import GatewayFactory, gateway_settings
+from .faultkit import metrics_of, value
+
+
+class Orders:
+    """An upstream that creates orders and can lose its answers.
+
+    POST /orders creates an order for the request's Idempotency-Key. While `cut` is set, it
+    either creates the order and then resets the connection mid-answer (`cut == "after"`), or
+    resets before creating anything (`cut == "before"`). GET /orders?request_id=K says
+    whether K's order exists (200 with it, 404 without), as a real API could.
+    """
+
+    def __init__(self) -> None:
+        self.cut: str | None = None
+        self.runs: Counter[str] = Counter()  # POSTs that reached the handler, per key
+        self.orders: dict[str, dict[str, Any]] = {}
+        self.ids = itertools.count(1)
+        self.lookups: list[tuple[str | None, str | None]] = []
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        key = request.headers["Idempotency-Key"].strip('"')  # an sf-string, read as one
+        self.runs[key] += 1
+        if self.cut == "slow":  # creates the order a while after the gateway gave up
+            order = {"id": f"ord_{next(self.ids)}", "key": key}
+            asyncio.get_running_loop().call_later(0.3, self.orders.__setitem__, key, order)
+            await asyncio.Event().wait()  # never answers
+        if self.cut == "before":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
+        order = {"id": f"ord_{next(self.ids)}", "key": key}
+        self.orders[key] = order
+        body = orjson.dumps(order)
+        response = web.StreamResponse(status=201, headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        if self.cut == "after":
+            await response.write(body[:5])
+            assert request.transport is not None
+            request.transport.abort()  # the order exists; its answer is lost
+            return response
+        await response.write(body)
+        await response.write_eof()
+        return response
+
+    async def find(self, request: web.Request) -> web.Response:
+        key = request.query.get("request_id")
+        self.lookups.append((key, request.headers.get("Authorization")))
+        if key in self.orders:
+            return web.json_response(self.orders[key], headers={"Set-Cookie": "lookup=1"})
+        return web.json_response({"error": "no such order"}, status=404)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/orders", self.create)
+        app.router.add_get("/orders", self.find)
+        return app
+
+
+@pytest.fixture
+async def orders() -> AsyncIterator[tuple[Orders, str]]:
+    upstream = Orders()
+    server = TestServer(upstream.app(), host="127.0.0.1")
+    await server.start_server()
+    yield upstream, str(server.make_url("")).rstrip("/")
+    await server.close()
+
+
+def _reconcile(origin: str) -> dict[str, Any]:
+    return {
+        "url": f"{origin}/orders?request_id={{key}}",
+        "forward_headers": ["Authorization"],
+        "happened": [200],
+        "not_happened": [404],
+        "status": 201,
+        "timeout": "2s",
+    }
+
+
+HEADERS = {"Authorization": "Bearer t1"}
+
+
+async def test_a_lost_answer_that_happened_is_recorded_from_the_lookup(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    upstream, origin = orders
+    settings = gateway_settings(origin, reconcile=_reconcile(origin))
+    client = await make_gateway(settings=settings)
+    upstream.cut = "after"
+    key = "order 1/a&b"  # percent-encoded into the lookup's query
+    headers = {**HEADERS, "Idempotency-Key": f'"{key}"'}
+    first = await client.post("/orders", data=b"{}", headers=headers)
+    body = await first.read()
+    assert first.status == 201
+    assert first.headers["Idempotency-Outcome"] == "reconciled"
+    assert orjson.loads(body) == upstream.orders[key]
+    assert upstream.lookups == [(key, "Bearer t1")]
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.status == 201
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.headers["Idempotency-Outcome"] == "reconciled"
+    assert retry.headers["Content-Type"] == "application/json; charset=utf-8"  # the lookup's
+    assert "Set-Cookie" not in retry.headers  # the lookup's own headers are not the answer's
+    assert await retry.read() == body
+    assert upstream.runs[key] == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="happened") == 1
+
+
+async def test_a_lost_call_that_did_not_happen_is_released_and_runs_once_more(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    upstream, origin = orders
+    settings = gateway_settings(origin, reconcile=_reconcile(origin), on_unknown_outcome="keep")
+    client = await make_gateway(settings=settings)
+    upstream.cut = "before"
+    headers = {**HEADERS, "Idempotency-Key": "k2"}
+    first = await client.post("/orders", data=b"{}", headers=headers)
+    assert first.status == 502  # the failure as it was; the key is free again
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.status == 201
+    assert "Idempotent-Replayed" not in retry.headers
+    again = await client.post("/orders", data=b"{}", headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert await again.read() == await retry.read()
+    assert upstream.runs["k2"] == 2  # the lost call and exactly one more
+    assert len(upstream.orders) == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="not_happened") == 1
+
+
+async def test_a_timed_out_call_is_looked_up_after_the_configured_wait(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """The upstream is still working when the gateway's timeout ends the call: a lookup made
+    at once would say "not happened" and let a retry run it again; `after` waits first."""
+    upstream, origin = orders
+    rule = {**_reconcile(origin), "after": "600ms"}
+    settings = gateway_settings(origin, reconcile=rule, timeouts={"total": "100ms"})
+    client = await make_gateway(settings=settings)
+    upstream.cut = "slow"
+    headers = {**HEADERS, "Idempotency-Key": "k5"}
+    first = await client.post("/orders", data=b"{}", headers=headers)
+    assert first.status == 201
+    assert first.headers["Idempotency-Outcome"] == "reconciled"
+    assert orjson.loads(await first.read()) == upstream.orders["k5"]
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert upstream.runs["k5"] == 1
+
+
+async def test_a_lookup_that_cannot_answer_falls_back_to_on_unknown_outcome(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    upstream, origin = orders
+    down = {**_reconcile(f"http://127.0.0.1:{free_port()}"), "timeout": "1s"}  # nobody listens
+    settings = gateway_settings(origin, reconcile=down, on_unknown_outcome="record")
+    client = await make_gateway(settings=settings)
+    upstream.cut = "after"
+    headers = {**HEADERS, "Idempotency-Key": "k3"}
+    first = await client.post("/orders", data=b"{}", headers=headers)
+    assert first.status == 502
+    assert first.headers["Idempotency-Outcome"] == "unknown"
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.status == 502
+    assert retry.headers["Idempotency-Outcome"] == "unknown"  # recorded for an operator
+    assert upstream.runs["k3"] == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 1
+
+
+async def test_an_unexpected_lookup_status_falls_back_to_on_unknown_outcome(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """The lookup answers 404 but the route maps no status to not_happened: unclear, and the
+    route's on_unknown_outcome (keep) holds the key until its lease ends."""
+    upstream, origin = orders
+    rule = {**_reconcile(origin), "not_happened": []}
+    settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep")
+    client = await make_gateway(settings=settings)
+    upstream.cut = "before"
+    headers = {**HEADERS, "Idempotency-Key": "k4"}
+    assert (await client.post("/orders", data=b"{}", headers=headers)).status == 502
+    upstream.cut = None
+    retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert retry.status == 409  # kept: in flight until the lease ends
+    assert upstream.runs["k4"] == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 1
+
+
+RULE = Reconcile(url="http://h/o?id={key}", happened=(200,), not_happened=(404, 410))
+
+
+@pytest.mark.parametrize(
+    ("status", "found"),
+    [
+        (200, Lookup.HAPPENED),
+        (404, Lookup.NOT_HAPPENED),
+        (410, Lookup.NOT_HAPPENED),
+        (500, Lookup.UNCLEAR),
+        (201, Lookup.UNCLEAR),
+        (None, Lookup.UNCLEAR),
+    ],
+)
+def test_on_lookup_maps_the_status_by_the_route(status: int | None, found: Lookup) -> None:
+    assert on_lookup(status, RULE) is found
+
+
+@pytest.mark.parametrize(
+    ("found", "mode", "settle"),
+    [
+        (Lookup.HAPPENED, "release", Settle.RECORD),
+        (Lookup.NOT_HAPPENED, "record", Settle.RELEASE),
+        (Lookup.UNCLEAR, "record", Settle.RECORD_UNKNOWN),
+        (Lookup.UNCLEAR, "keep", Settle.KEEP),
+        (Lookup.UNCLEAR, "release", Settle.RELEASE),
+    ],
+)
+def test_after_lookup(found: Lookup, mode: str, settle: Settle) -> None:
+    assert after_lookup(found, Failure.BROKEN, Policy(on_unknown_outcome=mode)) is settle
+
+
+def test_the_key_is_percent_encoded_into_the_url_and_inserted_in_headers() -> None:
+    rule = Reconcile(url="http://h/orders/{key}?k={key}", headers={"X-Request-Id": "r-{key}"})
+    assert rule.url_for("a/b c&d") == "http://h/orders/a%2Fb%20c%26d?k=a%2Fb%20c%26d"
+    assert rule.headers_for("a/b c") == {"X-Request-Id": "r-a/b c"}
+
+
+@pytest.mark.parametrize(
+    ("reconcile", "says"),
+    [
+        ({"url": "http://h/orders?id={id}"}, "only {key} may be replaced"),
+        ({"url": "http://h/orders"}, "must hold {key}"),
+        ({"url": "ftp://h/{key}"}, "not an http(s) URL"),
+        ({"url": "http://h/{key"}, "literal braces"),
+        ({"url": "http://h/{key!r}"}, "no conversion or format"),
+        ({"url": "http://h/{key}", "not_happened": [200]}, "both happened and not_happened"),
+        ({"url": "http://h/{key}", "happened": []}, "at least one status"),
+        ({"url": "http://h/{key}", "happened": [700]}, "not an HTTP status"),
+        ({"url": "http://h/{key}", "status": 101}, "cannot be recorded"),
+        ({"url": "http://h/{key}", "method": "POST"}, "reconcile.method"),
+        ({"url": "http://h/{key}", "headers": {"X Y": "{key}"}}, "not a header name"),
+        ({"url": "http://h/{key}", "headers": {"X": "a\r\nb"}}, "only {key}"),
+        ({"url": "http://h/{key}", "timeout": "0s"}, "positive duration"),
+        ({"url": "http://h/{key}", "retries": 3}, "reconcile.retries"),
+    ],
+)
+def test_a_bad_reconcile_config_is_refused(reconcile: dict[str, Any], says: str) -> None:
+    route = {"name": "api", "path_prefix": "/", "upstream": "http://h", "reconcile": reconcile}
+    with pytest.raises(ConfigError) as info:
+        settings_from_dict({"routes": [route]})
+    assert says in str(info.value)
+
+
+def test_a_reconcile_in_defaults_is_inherited() -> None:
+    raw = {
+        "defaults": {"reconcile": {"url": "http://h/o/{key}"}},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": "http://h"}],
+    }
+    [route] = settings_from_dict(raw).routes
+    assert route.reconcile is not None and route.reconcile.url == "http://h/o/{key}"
