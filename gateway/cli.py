@@ -9,11 +9,10 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from aiohttp import web
-
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
+from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
@@ -90,15 +89,7 @@ def serve(
         if worker:
             count_requests(app)
         app.on_startup.append(tune_collector)  # last: after the resources are up
-        web.run_app(
-            app,
-            sock=sock,
-            backlog=listen.backlog,
-            access_log=None,
-            print=listening,
-            shutdown_timeout=DRAIN_SECONDS,
-            loop=new_loop(settings.loop),
-        )
+        server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, new_loop(settings.loop))
     finally:
         sock.close()
         if embedded is not None:

@@ -15,6 +15,7 @@ from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.eviction import refuse_evicting
 from gateway.http.handler import Gateway
+from gateway.http.limits import Connections
 from gateway.http.quiet import quiet_malformed_requests
 from gateway.http.settle import replay_journal
 from gateway.http.tasks import TaskSet
@@ -30,6 +31,7 @@ METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
+CONNECTIONS = web.AppKey("connections", Connections)
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
@@ -56,7 +58,7 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
         )
-        upstreams = Upstreams(settings.upstreams())
+        upstreams = Upstreams(settings.upstreams(), settings.limits.upstream_connections)
         journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.breaker)
         app[METRICS].watch_journal(lambda: journal.depth)
@@ -88,10 +90,13 @@ def create_app(
     metrics = metrics or Metrics()
     # Request bodies pass through as sent: unpacking a gzip body here would forward it still
     # labelled gzip, and fingerprint other bytes than the client's.
-    app = web.Application(handler_args={"auto_decompress": False})
+    # Idle time between two requests of a connection is aiohttp's keep-alive timeout.
+    server_args = {"auto_decompress": False, "keepalive_timeout": settings.limits.keepalive_timeout}
+    app = web.Application(handler_args=server_args)
     app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
+    app[CONNECTIONS] = Connections(settings.limits)
     app.on_response_prepare.append(add_request_id)
     app.cleanup_ctx.append(_resources(redis_url))
     app.router.add_route("*", "/{tail:.*}", observed(_gateway, metrics))
@@ -99,4 +104,9 @@ def create_app(
 
 
 async def _gateway(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].handle(request)
+    connections = request.app[CONNECTIONS]
+    connections.request_started(request.transport)  # its head is read: no header timeout
+    try:
+        return await request.app[GATEWAY].handle(request)
+    finally:
+        connections.request_ended(request.transport)

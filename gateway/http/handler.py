@@ -25,7 +25,14 @@ from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.http.context import Claimed, Services
 from gateway.http.forward import forward
-from gateway.http.incoming import KEY_TITLES, SCOPE_TITLES, BodyTooLarge, read_body, scope_of
+from gateway.http.incoming import (
+    KEY_TITLES,
+    SCOPE_TITLES,
+    BodyTimeout,
+    BodyTooLarge,
+    read_body,
+    scope_of,
+)
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
 from gateway.http.replay import REPLAYED, replay
@@ -93,7 +100,18 @@ class Gateway:
         key_hash = digest(key)
         note_key_hash(key_hash)
         try:
-            body = await read_body(request, route.max_request_body)
+            limits = settings.limits
+            body = await read_body(
+                request,
+                route.max_request_body,
+                limits.request_body_gap_timeout,
+                limits.request_body_timeout,
+            )
+        except BodyTimeout:
+            detail = "the request body did not arrive in time; nothing was forwarded"
+            slow = self._rejected(route, request, 408, "body-timeout", "Body too slow", detail)
+            slow.force_close()  # the rest of the body is not waited for
+            return slow
         except BodyTooLarge:
             detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
             return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
@@ -155,8 +173,9 @@ class Gateway:
         if route.mode == "shadow" and action is not Action.FORWARD:
             return await self._shadow(request, route, claimed.body, WOULD[action])
         if action is Action.FORWARD:
-            # Shielded: a client that goes away must not stop the call or lose its outcome.
-            return await asyncio.shield(self.s.tasks.spawn(forward(self.s, claimed)))
+            # The call runs in a task of its own: a client that goes away must not stop it
+            # or lose its outcome.
+            return await forward(self.s, claimed)
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             return await replay(self.s, request, route, result)

@@ -3,6 +3,8 @@ bounded, and the tenant scope, from exactly the headers that are forwarded."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from gateway.config.policy import Route
@@ -26,18 +28,31 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body, refusing more than `limit` bytes before reading them."""
+class BodyTimeout(Exception):
+    """The client paused too long within its body, or took too long for all of it."""
+
+
+async def read_body(request: web.Request, limit: int, gap: float, total: float) -> bytes:
+    """The whole request body, refusing more than `limit` bytes before reading them, and a
+    client that pauses more than `gap` seconds or takes more than `total` in all."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + total
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
+    while True:
+        try:
+            async with asyncio.timeout_at(min(loop.time() + gap, deadline)):
+                chunk = await request.content.readany()
+        except TimeoutError:
+            raise BodyTimeout from None
+        if not chunk:
+            return b"".join(chunks)
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def scope_of(request: web.Request, route: Route) -> list[str]:

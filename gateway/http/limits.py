@@ -1,0 +1,165 @@
+"""What one client connection may hold, enforced where aiohttp has no setting for it.
+
+aiohttp's server has no header-read timeout, no write timeout and no cap on connections
+(docs: PITFALLS). Each accepted connection's protocol is wrapped in `_Guarded`, which passes
+every event through to aiohttp's own and adds three timers and a count:
+
+- the head of a request must be complete within `request_header_timeout` of the connection's
+  start, or of the first byte after the previous request (slow headers: closed);
+- a client whose socket takes none of what is written to it for `client_write_timeout` (the
+  transport stays above its high-water mark) is cut, whatever the writer was;
+- past `max_connections` open client connections, a new one is answered 503 and closed.
+
+Idle time between requests is aiohttp's own keep-alive timeout (`keepalive_timeout`); the
+request body's timeouts are read with it (`http.incoming.read_body`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import Callable
+
+from gateway.config.settings import Limits
+
+# The answer to a connection past `max_connections`: written at once, then closed.
+_BUSY_BODY = (
+    b'{"type":"urn:idem-gateway:problem:too-many-connections","title":"Too many connections",'
+    b'"status":503,"detail":"the gateway is at its connection limit; retry later",'
+    b'"code":"too-many-connections"}'
+)
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(_BUSY_BODY), _BUSY_BODY)
+)
+
+
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
+
+
+class Connections:
+    """The open client connections of one server, and what each may hold."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._open: dict[asyncio.BaseTransport, _Guarded] = {}
+        self.refused = 0  # connections turned away at the limit
+        self.timed_out = 0  # connections closed by a header or write timeout
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def guard(self, protocols: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """A protocol factory for `loop.create_server` around aiohttp's (`runner.server`)."""
+
+        def make() -> asyncio.Protocol:
+            if len(self._open) >= self.limits.max_connections:
+                self.refused += 1
+                return _Refused()
+            return _Guarded(self, protocols())
+
+        return make
+
+    def request_started(self, transport: asyncio.BaseTransport | None) -> None:
+        """A request's head is parsed: its header timer stops."""
+        guarded = self._open.get(transport) if transport is not None else None
+        if guarded is not None:
+            guarded.request_started()
+
+    def request_ended(self, transport: asyncio.BaseTransport | None) -> None:
+        guarded = self._open.get(transport) if transport is not None else None
+        if guarded is not None:
+            guarded.request_ended()
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(BUSY)
+        transport.close()
+
+
+class _Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, with the header and write timers."""
+
+    __slots__ = ("_between", "_connections", "_heads", "_inner", "_transport", "_writes")
+
+    def __init__(self, connections: Connections, inner: asyncio.Protocol) -> None:
+        self._connections = connections
+        self._inner = inner
+        self._transport: asyncio.Transport | None = None
+        self._heads: asyncio.TimerHandle | None = None  # the head being read must end by then
+        self._writes: asyncio.TimerHandle | None = None  # the client must take bytes by then
+        self._between = False  # a request ended: the next byte starts a new head
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._connections._open[transport] = self
+        self._heads = self._later(self._connections.limits.request_header_timeout, self._slow)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._between:
+            self._between = False
+            self._heads = self._later(self._connections.limits.request_header_timeout, self._slow)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self._writes is None:
+            self._writes = self._later(self._connections.limits.client_write_timeout, self._stalled)
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._writes is not None:
+            self._writes.cancel()
+            self._writes = None
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        if self._transport is not None:
+            self._connections._open.pop(self._transport, None)
+        self._inner.connection_lost(exc)
+
+    def request_started(self) -> None:
+        self._between = False
+        if self._heads is not None:
+            self._heads.cancel()
+            self._heads = None
+
+    def request_ended(self) -> None:
+        self._between = True
+
+    def _later(self, seconds: float, then: Callable[[], None]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(seconds, then)
+
+    def _slow(self) -> None:
+        """The head did not arrive in time: nothing is owed to this client."""
+        self._heads = None
+        self._connections.timed_out += 1
+        if self._transport is not None:
+            self._transport.close()
+
+    def _stalled(self) -> None:
+        """The client took nothing for too long: what is buffered for it will not go out."""
+        self._writes = None
+        self._connections.timed_out += 1
+        if self._transport is not None:
+            # A reset, not a FIN queued behind bytes the client will never take: the kernel
+            # drops them at once, and the client learns that the answer was cut.
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            self._transport.abort()
+
+    def _cancel(self) -> None:
+        for timer in (self._heads, self._writes):
+            if timer is not None:
+                timer.cancel()
+        self._heads = self._writes = None
