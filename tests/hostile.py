@@ -96,7 +96,7 @@ def connect(port: int, receive_buffer: int | None = None) -> socket.socket:
 async def exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int, bytes, bytes]:
     """Send `data` on a fresh connection and read one answer: status, head and body
     (Content-Length framed)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 21)
     try:
         writer.write(data)
         async with asyncio.timeout(timeout):

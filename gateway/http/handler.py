@@ -7,6 +7,7 @@ shadow, fail-open), `forward` (the claimed call), `replay` (a recorded answer), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
@@ -23,6 +24,7 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
+from gateway.http.answers import abort, prepare_quietly
 from gateway.http.context import Claimed, Services
 from gateway.http.forward import forward
 from gateway.http.incoming import (
@@ -110,8 +112,10 @@ class Gateway:
         except BodyTimeout:
             detail = "the request body did not arrive in time; nothing was forwarded"
             slow = self._rejected(route, request, 408, "body-timeout", "Body too slow", detail)
-            slow.force_close()  # the rest of the body is not waited for
-            return slow
+            if await prepare_quietly(slow, request):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await slow.write_eof()
+            return abort(request, slow)  # the rest of the body is not waited for
         except BodyTooLarge:
             detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
             return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)

@@ -45,19 +45,23 @@ class Connections:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self._open: dict[asyncio.BaseTransport, _Guarded] = {}
+        # Counted when the protocol is made: the loop may accept several connections before
+        # the first of them is "made".
+        self.count = 0
         self.refused = 0  # connections turned away at the limit
         self.timed_out = 0  # connections closed by a header or write timeout
 
     def __len__(self) -> int:
-        return len(self._open)
+        return self.count
 
     def guard(self, protocols: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for `loop.create_server` around aiohttp's (`runner.server`)."""
 
         def make() -> asyncio.Protocol:
-            if len(self._open) >= self.limits.max_connections:
+            if self.count >= self.limits.max_connections:
                 self.refused += 1
                 return _Refused()
+            self.count += 1
             return _Guarded(self, protocols())
 
         return make
@@ -123,6 +127,7 @@ class _Guarded(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()
+        self._connections.count -= 1
         if self._transport is not None:
             self._connections._open.pop(self._transport, None)
         self._inner.connection_lost(exc)
