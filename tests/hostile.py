@@ -4,6 +4,7 @@ connections, a gateway process with short limits, and raw-socket clients."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
@@ -131,6 +132,25 @@ async def until(check: Callable[[], bool], timeout: float, what: str) -> float:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def client_fds(pid: int, port: int) -> int:
+    """The process's sockets that are client connections to its listening `port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] != "0A":  # 0A: the listening socket
+                    inodes.add(fields[9])
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                held += 1
+    return held
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
