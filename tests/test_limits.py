@@ -99,6 +99,11 @@ async def test_a_body_that_pauses_or_trickles_is_cut_with_408(
             answer = await asyncio.to_thread(_answer_then_close, trickled)
             assert answer.startswith(b"HTTP/1.1 408")
             assert upstream.count == 0  # nothing was forwarded, no key was claimed
+            # Without a key the body streams to the upstream as it comes: cut all the same.
+            unprotected = connect(gateway.port)
+            unprotected.sendall(request("/pay", None, b"x" * 100)[:-90])
+            answer = await asyncio.to_thread(_answer_then_close, unprotected)
+            assert answer.startswith(b"HTTP/1.1 408") and b'"code":"body-timeout"' in answer
             status, _, _ = await exchange(gateway.port, request("/pay", "k1"))
             assert status == 201
         finally:

@@ -7,7 +7,6 @@ shadow, fail-open), `forward` (the claimed call), `replay` (a recorded answer), 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -24,7 +23,6 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.answers import abort, prepare_quietly
 from gateway.http.context import Claimed, Services
 from gateway.http.forward import forward
 from gateway.http.incoming import (
@@ -33,6 +31,7 @@ from gateway.http.incoming import (
     BodyTimeout,
     BodyTooLarge,
     read_body,
+    refuse_slow_body,
     scope_of,
 )
 from gateway.http.passthrough import pass_through
@@ -111,11 +110,8 @@ class Gateway:
             )
         except BodyTimeout:
             detail = "the request body did not arrive in time; nothing was forwarded"
-            slow = self._rejected(route, request, 408, "body-timeout", "Body too slow", detail)
-            if await prepare_quietly(slow, request):
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await slow.write_eof()
-            return abort(request, slow)  # the rest of the body is not waited for
+            self.s.metrics.request(route.name, request.method, m.REJECTED)
+            return await refuse_slow_body(request, detail)
         except BodyTooLarge:
             detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
             return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
@@ -126,7 +122,9 @@ class Gateway:
         self, request: web.Request, name: str, origin: str, policy: Policy
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
-        return await pass_through(request, self.s.upstreams, origin, policy.timeouts)
+        return await pass_through(
+            request, self.s.upstreams, origin, policy.timeouts, limits=self.s.settings.limits
+        )
 
     def _rejected(
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
@@ -249,5 +247,11 @@ class Gateway:
         self.s.metrics.would(route.name, would)
         self.s.metrics.request(route.name, request.method, m.SHADOWED)
         return await pass_through(
-            request, self.s.upstreams, route.upstream, route.timeouts, None, body
+            request,
+            self.s.upstreams,
+            route.upstream,
+            route.timeouts,
+            None,
+            body,
+            self.s.settings.limits,
         )

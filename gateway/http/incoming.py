@@ -4,12 +4,16 @@ bounded, and the tenant scope, from exactly the headers that are forwarded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from gateway.config.policy import Route
 from gateway.core.keys import KeyProblem
 from gateway.core.scope import ScopeProblem, scope_values
+from gateway.http.answers import abort, prepare_quietly
+from gateway.http.problems import problem
 
 KEY_TITLES = {
     KeyProblem.EMPTY: "Empty idempotency key",
@@ -32,27 +36,54 @@ class BodyTimeout(Exception):
     """The client paused too long within its body, or took too long for all of it."""
 
 
+class TimedBody:
+    """The request body as the client sends it, cut with BodyTimeout when the client pauses
+    more than `gap` seconds or takes more than `total` in all (`expired` says so after)."""
+
+    def __init__(self, request: web.Request, gap: float, total: float) -> None:
+        self._content = request.content
+        self._gap = gap
+        self._total = total
+        self.expired = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._total
+        while True:
+            try:
+                async with asyncio.timeout_at(min(loop.time() + self._gap, deadline)):
+                    chunk = await self._content.readany()
+            except TimeoutError:
+                self.expired = True
+                raise BodyTimeout from None
+            if not chunk:
+                return
+            yield chunk
+
+
+async def refuse_slow_body(request: web.Request, detail: str) -> web.StreamResponse:
+    """408, then the connection is closed: the rest of a slow body is not waited for (aiohttp
+    would otherwise linger, reading it, for up to 10 s)."""
+    slow = problem(408, "body-timeout", "Body too slow", detail)
+    if await prepare_quietly(slow, request):
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await slow.write_eof()
+    return abort(request, slow)
+
+
 async def read_body(request: web.Request, limit: int, gap: float, total: float) -> bytes:
     """The whole request body, refusing more than `limit` bytes before reading them, and a
     client that pauses more than `gap` seconds or takes more than `total` in all."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + total
     chunks: list[bytes] = []
     size = 0
-    while True:
-        try:
-            async with asyncio.timeout_at(min(loop.time() + gap, deadline)):
-                chunk = await request.content.readany()
-        except TimeoutError:
-            raise BodyTimeout from None
-        if not chunk:
-            return b"".join(chunks)
+    async for chunk in TimedBody(request, gap, total):
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge
         chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def scope_of(request: web.Request, route: Route) -> list[str]:
