@@ -64,12 +64,17 @@ class BigAnswers(RawUpstream):
 
 
 def start_gateway(
-    origin: str, redis_url: str, workdir: Path, limits: dict[str, Any], **route: Any
+    origin: str,
+    redis_url: str,
+    workdir: Path,
+    limits: dict[str, Any],
+    loop: str = "uvloop",
+    **route: Any,
 ) -> GatewayProcess:
     config = {
+        "loop": loop,
         "redis": {"url": redis_url},
         "blob": {"url": f"file://{workdir}/blobs"},
-        "loop": "asyncio",
         "log_level": "warning",
         "limits": limits,
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],

@@ -11,6 +11,8 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from .hostile import (
     BigAnswers,
     client_fds,
@@ -38,12 +40,13 @@ def _trickle(sock: socket.socket, data: bytes) -> None:
         sock.send(data)
 
 
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 async def test_hostile_clients_are_closed_and_their_keys_complete(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, loop: str
 ) -> None:
     upstream = BigAnswers(8 << 20)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS)
+        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop)
         assert gateway.process is not None
         pid = gateway.process.pid
         try:

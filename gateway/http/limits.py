@@ -20,6 +20,7 @@ import asyncio
 import socket
 import struct
 from collections.abc import Callable
+from typing import cast
 
 from gateway.config.settings import Limits
 
@@ -80,9 +81,9 @@ class Connections:
 
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(BUSY)
-        transport.close()
+        writable = cast(asyncio.WriteTransport, transport)  # uvloop's are not subclasses
+        writable.write(BUSY)
+        writable.close()
 
 
 class _Guarded(asyncio.Protocol):
@@ -99,8 +100,7 @@ class _Guarded(asyncio.Protocol):
         self._between = False  # a request ended: the next byte starts a new head
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._connections._open[transport] = self
         self._heads = self._later(self._connections.limits.request_header_timeout, self._slow)
         self._inner.connection_made(transport)
