@@ -6,8 +6,9 @@ soon their keys complete.
 Starts a redis-server, an upstream in this process that answers every request with
 `--size-mib` MiB, and one gateway process (from `--tree`, default this checkout). `--clients`
 raw sockets (4 KiB receive buffers) each send a request with a key of their own and never
-read. The script reports the gateway's resident memory before, its peak meanwhile (VmHWM),
-and when each key completed (a retry from another socket replays the whole body).
+read. The script reports the gateway's resident memory before, the most it reached while the
+clients stalled (sampled, before any retry), and when each key completed (a retry from
+another socket replays the whole body).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ CHUNK = 1 << 20
 
 
 def memory(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of a process, in KiB."""
+    """VmRSS and VmHWM (its peak) of a process, in KiB."""
     found = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
@@ -57,8 +58,8 @@ async def upstream(size: int) -> tuple[asyncio.Server, list[int]]:
                 for _ in range(size // CHUNK):
                     writer.write(body)
                     await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # cancelled: the script is ending
         finally:
             writer.close()
 
@@ -110,7 +111,9 @@ async def run(clients: int, size: int, tree: str | None, deadline: float) -> Non
         )  # fmt: skip
         env = {"PYTHONPATH": tree} if tree else None
         args = ["--config", str(config), "--workers", "1"]
-        gateway = await asyncio.to_thread(Child, "gateway", "gateway", port, args, Path(work), env)
+        gateway = await asyncio.to_thread(
+            Child, "gateway", "gateway", port, args, Path(work), env, Path(work)
+        )
         pid = gateway.process.pid
         try:
             await retry(port, "warm-up")  # one answer through, read in full
@@ -123,6 +126,14 @@ async def run(clients: int, size: int, tree: str | None, deadline: float) -> Non
                 sock.connect(("127.0.0.1", port))
                 sock.sendall(post(f"stalled-{n}"))
                 sockets.append(sock)
+            # Memory while they stall, before any retry replays anything.
+            stalled = before
+            while calls[0] <= clients and time.monotonic() - started < deadline:
+                stalled = max(stalled, memory(pid)["VmRSS"])
+                await asyncio.sleep(0.05)
+            for _ in range(40):
+                stalled = max(stalled, memory(pid)["VmRSS"])
+                await asyncio.sleep(0.05)
             done: dict[int, float] = {}
             while len(done) < clients and time.monotonic() - started < deadline:
                 for n in range(clients):
@@ -131,12 +142,13 @@ async def run(clients: int, size: int, tree: str | None, deadline: float) -> Non
                         if status == 201 and length == size:
                             done[n] = time.monotonic() - started
                 await asyncio.sleep(0.1)
-            peak = memory(pid)["VmHWM"]
             after = memory(pid)["VmRSS"]
             print(f"clients {clients}, answer {size >> 20} MiB each, tree {tree or '.'}")
-            print(f"gateway RSS before {before / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB, ")
-            print(f"  after {after / 1024:.1f} MiB; peak - before per client: "
-                  f"{(peak - before) / 1024 / clients:.2f} MiB")  # fmt: skip
+            print(
+                f"gateway RSS: {before / 1024:.1f} MiB before, at most {stalled / 1024:.1f} MiB "
+                f"while they stalled ({(stalled - before) / 1024 / clients:.2f} MiB per client), "
+                f"{after / 1024:.1f} MiB after the replays"
+            )
             print(f"upstream calls {calls[0] - 1} for {clients} keys")
             if len(done) == clients:
                 print(f"keys complete (replayed in full) after {max(done.values()):.2f} s")
