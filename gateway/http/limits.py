@@ -5,7 +5,9 @@ aiohttp's server has no header-read timeout, no write timeout and no cap on conn
 every event through to aiohttp's own and adds three timers and a count:
 
 - the head of a request must be complete within `request_header_timeout` of the connection's
-  start, or of the first byte after the previous request (slow headers: closed);
+  start, or of the first byte after the previous request (slow headers: closed). Checked by
+  one sweep per server a few times per timeout rather than a timer per request: a request
+  pays for one clock reading;
 - a client whose socket takes none of what is written to it for `client_write_timeout` (the
   transport stays above its high-water mark) is cut, whatever the writer was;
 - past `max_connections` open client connections, a new one is answered 503 and closed.
@@ -17,8 +19,10 @@ request body's timeouts are read with it (`http.incoming.read_body`).
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from typing import cast
 
@@ -37,6 +41,10 @@ BUSY = (
 )
 
 
+# `head_since` of a connection that is not reading a head: never overdue. BETWEEN requests
+# the next byte starts a head; NOT_READING while a request runs (its body is not a head).
+NOT_READING = math.inf
+BETWEEN = sys.float_info.max
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
 
 
@@ -51,21 +59,38 @@ class Connections:
         self.count = 0
         self.refused = 0  # connections turned away at the limit
         self.timed_out = 0  # connections closed by a header or write timeout
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return self.count
 
     def guard(self, protocols: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A protocol factory for `loop.create_server` around aiohttp's (`runner.server`)."""
+        loop = asyncio.get_running_loop()
+        every = min(1.0, self.limits.request_header_timeout / 4)
+
+        def sweep() -> None:
+            """Close the connections whose request head is overdue."""
+            overdue = loop.time() - self.limits.request_header_timeout
+            for guarded in [g for g in self._open.values() if g.head_since < overdue]:
+                guarded.slow()
+            self._sweeper = loop.call_later(every, sweep)
+
+        self._sweeper = loop.call_later(every, sweep)
 
         def make() -> asyncio.Protocol:
             if self.count >= self.limits.max_connections:
                 self.refused += 1
                 return _Refused()
             self.count += 1
-            return _Guarded(self, protocols())
+            return _Guarded(self, protocols(), loop)
 
         return make
+
+    def close(self) -> None:
+        """Stop the sweep (the server is closing)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
 
     def request_started(self, transport: asyncio.BaseTransport | None) -> None:
         """A request's head is parsed: its header timer stops."""
@@ -87,28 +112,31 @@ class _Refused(asyncio.Protocol):
 
 
 class _Guarded(asyncio.Protocol):
-    """aiohttp's protocol for one connection, with the header and write timers."""
+    """aiohttp's protocol for one connection, with the header deadline and write timer."""
 
-    __slots__ = ("_between", "_connections", "_heads", "_inner", "_transport", "_writes")
+    __slots__ = ("_connections", "_inner", "_loop", "_transport", "_writes", "head_since")
 
-    def __init__(self, connections: Connections, inner: asyncio.Protocol) -> None:
+    def __init__(
+        self, connections: Connections, inner: asyncio.Protocol, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._connections = connections
         self._inner = inner
+        self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._heads: asyncio.TimerHandle | None = None  # the head being read must end by then
         self._writes: asyncio.TimerHandle | None = None  # the client must take bytes by then
-        self._between = False  # a request ended: the next byte starts a new head
+        # When the head being read began: the connection's start, or the first byte after a
+        # request; NOT_READING while a request runs, BETWEEN after it until a byte comes.
+        self.head_since = NOT_READING
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._connections._open[transport] = self
-        self._heads = self._later(self._connections.limits.request_header_timeout, self._slow)
+        self.head_since = self._loop.time()
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._between:
-            self._between = False
-            self._heads = self._later(self._connections.limits.request_header_timeout, self._slow)
+        if self.head_since == BETWEEN:
+            self.head_since = self._loop.time()
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -116,7 +144,8 @@ class _Guarded(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self._writes is None:
-            self._writes = self._later(self._connections.limits.client_write_timeout, self._stalled)
+            timeout = self._connections.limits.client_write_timeout
+            self._writes = self._loop.call_later(timeout, self._stalled)
         self._inner.pause_writing()
 
     def resume_writing(self) -> None:
@@ -133,20 +162,14 @@ class _Guarded(asyncio.Protocol):
         self._inner.connection_lost(exc)
 
     def request_started(self) -> None:
-        self._between = False
-        if self._heads is not None:
-            self._heads.cancel()
-            self._heads = None
+        self.head_since = NOT_READING
 
     def request_ended(self) -> None:
-        self._between = True
+        self.head_since = BETWEEN
 
-    def _later(self, seconds: float, then: Callable[[], None]) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(seconds, then)
-
-    def _slow(self) -> None:
+    def slow(self) -> None:
         """The head did not arrive in time: nothing is owed to this client."""
-        self._heads = None
+        self.head_since = NOT_READING
         self._connections.timed_out += 1
         if self._transport is not None:
             self._transport.close()
@@ -164,7 +187,6 @@ class _Guarded(asyncio.Protocol):
             self._transport.abort()
 
     def _cancel(self) -> None:
-        for timer in (self._heads, self._writes):
-            if timer is not None:
-                timer.cancel()
-        self._heads = self._writes = None
+        if self._writes is not None:
+            self._writes.cancel()
+            self._writes = None

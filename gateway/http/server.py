@@ -52,6 +52,7 @@ async def _serve(
             await asyncio.sleep(3600)
     finally:
         await runner.cleanup()
+        app[CONNECTIONS].close()
 
 
 def run(
