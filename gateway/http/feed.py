@@ -58,6 +58,7 @@ class ClientFeed:
         self.behind = False  # the queue overflowed: the rest comes from the record
         self.gone = False  # the client went away or was cut: nothing more is queued
         self.final: web.StreamResponse | None = None  # the whole answer, nothing streamed
+        self.started = False  # something was queued that sends the head
 
     # The reader's side.
 
@@ -65,6 +66,7 @@ class ClientFeed:
         """The answer's head; `eager` sends it at once, else with the first body bytes."""
         self._push(response)
         if eager:
+            self.started = True
             self._push(b"")
 
     def offer(self, chunk: bytes) -> None:
@@ -76,6 +78,7 @@ class ClientFeed:
             return
         self._given += len(chunk)
         self._queued += len(chunk)
+        self.started = True
         self._push(chunk)
 
     async def put(self, chunk: bytes) -> None:
@@ -89,6 +92,7 @@ class ClientFeed:
         if not self.gone:
             self._given += len(chunk)
             self._queued += len(chunk)
+            self.started = True
             self._push(chunk)
 
     def end(self) -> None:
@@ -99,6 +103,7 @@ class ClientFeed:
         """The answer is stored: the end of the queue, or for a client that fell behind the
         rest from the record (none: it was not kept, and the client is cut)."""
         if not self.behind:
+            self.started = True
             self.end()
         elif rest is None:
             self.cut()
@@ -109,7 +114,7 @@ class ClientFeed:
         self._push(_CUT)
 
     def fail(self, response: web.StreamResponse) -> None:
-        """The whole answer, when nothing of the upstream's was begun."""
+        """The whole answer, when nothing of the upstream's has started to go out."""
         self.final = response
         self._push(_END)
 

@@ -42,7 +42,6 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
     headers = forward_headers(request)
     started = time.monotonic()
-    begun = False
     async with Heartbeat(s.store, c.key, c.token, route.lease, s.metrics) as beat:
         try:
             upstream = await s.upstreams.send(
@@ -72,7 +71,6 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 # crash could leave unrecorded, to be run again by a retry.
                 recording = settle is Settle.RECORD
                 feed.begin(response, eager=not recording)
-                begun = True
                 held = b""
                 limit = route.timeouts.read or route.timeouts.total
                 async with BodyRecorder(
@@ -117,9 +115,9 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
             kind = failure_of(exc)
             forget_frames(exc)  # the failure is classified: its frames only hold memory now
             failed = await settle_failure(s, c, kind, exc)
-            if begun:
+            if feed.started:
                 feed.cut()
-            else:
+            else:  # a recorded answer's head waits for its first bytes: none went out
                 feed.fail(failed)
             return
     s.metrics.request(route.name, request.method, m.FORWARDED)
