@@ -64,7 +64,7 @@ class ClientFeed:
 
     def begin(self, response: web.StreamResponse, eager: bool) -> None:
         """The answer's head; `eager` sends it at once, else with the first body bytes."""
-        self._push(response)
+        self._items.append(response)  # the writer wakes for it with what follows
         if eager:
             self.started = True
             self._push(b"")
