@@ -69,9 +69,10 @@ def start_gateway(
     workdir: Path,
     limits: dict[str, Any],
     loop: str = "uvloop",
+    admin_port: int | None = None,
     **route: Any,
 ) -> GatewayProcess:
-    config = {
+    config: dict[str, Any] = {
         "loop": loop,
         "redis": {"url": redis_url},
         "blob": {"url": f"file://{workdir}/blobs"},
@@ -79,6 +80,8 @@ def start_gateway(
         "limits": limits,
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
+    if admin_port is not None:
+        config["admin"] = {"host": "127.0.0.1", "port": admin_port}
     return GatewayProcess(config, workdir).start()
 
 

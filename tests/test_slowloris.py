@@ -11,7 +11,10 @@ import socket
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
+
+from testkit.ports import free_port
 
 from .hostile import (
     BigAnswers,
@@ -23,13 +26,14 @@ from .hostile import (
     request,
     start_gateway,
 )
+from .scrape import sample
 from .upstream import serving
 
 LIMITS = {
     "request_header_timeout": "1s",
     "request_body_gap_timeout": "1s",
     "request_body_timeout": "2s",
-    "keepalive_timeout": "1s",
+    "keepalive_timeout": "2s",  # longer than the head's: slow heads are cut by theirs
     "client_write_timeout": "2s",
 }
 SLOW_HEADS, SLOW_BODIES, IDLE, NOT_READING = 50, 20, 20, 8
@@ -46,7 +50,8 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
 ) -> None:
     upstream = BigAnswers(8 << 20)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop)
+        admin = free_port()
+        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin)
         assert gateway.process is not None
         pid = gateway.process.pid
         try:
@@ -90,5 +95,14 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
                 assert status == 201 and b"Idempotent-Replayed: true" in head
                 assert body == upstream.body
             assert upstream.count == 1 + NOT_READING
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{admin}/metrics") as scraped,
+            ):
+                text = await scraped.text()
+            cut = "idem_client_connections_cut_total"
+            assert sample(text, cut, reason="header-timeout") >= SLOW_HEADS
+            assert sample(text, cut, reason="write-timeout") == NOT_READING
+            assert sample(text, "idem_client_connections") <= 1  # the scrape's own, if any
         finally:
             gateway.stop()

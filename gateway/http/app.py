@@ -96,7 +96,8 @@ def create_app(
     app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
-    app[CONNECTIONS] = Connections(settings.limits)
+    app[CONNECTIONS] = Connections(settings.limits, metrics)
+    metrics.watch_connections(lambda: len(app[CONNECTIONS]))
     app.on_response_prepare.append(add_request_id)
     app.cleanup_ctx.append(_resources(redis_url))
     app.router.add_route("*", "/{tail:.*}", observed(_gateway, metrics))

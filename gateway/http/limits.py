@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import cast
 
 from gateway.config.settings import Limits
+from gateway.telemetry.metrics import Metrics
 
 # The answer to a connection past `max_connections`: written at once, then closed.
 _BUSY_BODY = (
@@ -51,14 +52,13 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a 
 class Connections:
     """The open client connections of one server, and what each may hold."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, metrics: Metrics) -> None:
         self.limits = limits
+        self.metrics = metrics
         self._open: dict[asyncio.BaseTransport, _Guarded] = {}
         # Counted when the protocol is made: the loop may accept several connections before
         # the first of them is "made".
         self.count = 0
-        self.refused = 0  # connections turned away at the limit
-        self.timed_out = 0  # connections closed by a header or write timeout
         self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
@@ -80,7 +80,7 @@ class Connections:
 
         def make() -> asyncio.Protocol:
             if self.count >= self.limits.max_connections:
-                self.refused += 1
+                self.metrics.connection_cut("max-connections")
                 return _Refused()
             self.count += 1
             return _Guarded(self, protocols(), loop)
@@ -170,14 +170,14 @@ class _Guarded(asyncio.Protocol):
     def slow(self) -> None:
         """The head did not arrive in time: nothing is owed to this client."""
         self.head_since = NOT_READING
-        self._connections.timed_out += 1
+        self._connections.metrics.connection_cut("header-timeout")
         if self._transport is not None:
             self._transport.close()
 
     def _stalled(self) -> None:
         """The client took nothing for too long: what is buffered for it will not go out."""
         self._writes = None
-        self._connections.timed_out += 1
+        self._connections.metrics.connection_cut("write-timeout")
         if self._transport is not None:
             # A reset, not a FIN queued behind bytes the client will never take: the kernel
             # drops them at once, and the client learns that the answer was cut.
