@@ -34,7 +34,8 @@ class Limits(_Model):
 
     # From the connection's start, or a request's first byte, to the end of its head.
     request_header_timeout: Duration = Field(default=10.0, gt=0)
-    # The longest pause between two pieces of a request body, and the whole body's time.
+    # The longest pause between two pieces of a request body, and the whole body's time
+    # (the whole time only for bodies read before forwarding; streamed ones may take long).
     request_body_gap_timeout: Duration = Field(default=10.0, gt=0)
     request_body_timeout: Duration = Field(default=60.0, gt=0)
     keepalive_timeout: Duration = Field(default=15.0, gt=0)  # idle between two requests

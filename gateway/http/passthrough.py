@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterable, Mapping
 from typing import cast
 
@@ -33,7 +34,8 @@ async def pass_through(
     limits: Limits | None = None,
 ) -> web.StreamResponse:
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
-    the caller has read it already); a body that streams in is cut as `limits` say."""
+    the caller has read it already); a body that streams in is cut when it pauses longer
+    than `limits` allow."""
     headers = forward_headers(request)
     response: web.StreamResponse | None = None
     sent: bytes | AsyncIterable[bytes] | None = body
@@ -44,9 +46,9 @@ async def pass_through(
         if limits is None:
             sent = cast(AsyncIterable[bytes], request.content)
         else:
-            sent = timed = TimedBody(
-                request, limits.request_body_gap_timeout, limits.request_body_timeout
-            )
+            # Only pauses are cut: a large upload may take long, and holds only one
+            # upstream connection while it flows (as nginx's client_body_timeout).
+            sent = timed = TimedBody(request, limits.request_body_gap_timeout, math.inf)
     elif body is None and request.method not in _NO_BODY_EXPECTED:
         sent = b""  # Content-Length: 0, as aiohttp sends for such a method
     try:
