@@ -134,6 +134,7 @@ async def run(clients: int, size: int, tree: str | None, deadline: float) -> Non
             for _ in range(40):
                 stalled = max(stalled, memory(pid)["VmRSS"])
                 await asyncio.sleep(0.05)
+            settled = memory(pid)["VmRSS"]  # recorded, the clients still stalled
             done: dict[int, float] = {}
             while len(done) < clients and time.monotonic() - started < deadline:
                 for n in range(clients):
@@ -147,6 +148,8 @@ async def run(clients: int, size: int, tree: str | None, deadline: float) -> Non
             print(
                 f"gateway RSS: {before / 1024:.1f} MiB before, at most {stalled / 1024:.1f} MiB "
                 f"while they stalled ({(stalled - before) / 1024 / clients:.2f} MiB per client), "
+                f"{settled / 1024:.1f} MiB once recorded with the clients still stalled "
+                f"({(settled - before) / 1024 / clients:.2f} MiB per client), "
                 f"{after / 1024:.1f} MiB after the replays"
             )
             print(f"upstream calls {calls[0] - 1} for {clients} keys")

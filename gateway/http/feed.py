@@ -39,6 +39,7 @@ class _Cut:
     """The answer broke after its head: the client's connection is closed short of it."""
 
 
+PIECE = 64 << 10  # what a client fed from the record is written at a time
 _END = object()
 _CUT = _Cut()
 _Item = web.StreamResponse | bytes | Rest | _Cut | object
@@ -192,11 +193,12 @@ async def _send_rest(response: web.StreamResponse, request: web.Request, rest: R
                 digest.update(chunk)
                 start = max(0, rest.skip - seen)
                 seen += len(chunk)
-                if start >= len(chunk):
-                    continue
-                if held and not await send(response, request, held):
-                    return False
-                held = chunk[start:] if start else chunk
+                # In pieces: a stalled client's transport holds one piece past its mark,
+                # not a whole read of the store.
+                for at in range(start, len(chunk), PIECE):
+                    if held and not await send(response, request, held):
+                        return False
+                    held = chunk[at : at + PIECE]
     except BlobError:
         return False
     if seen != rest.size or (rest.sha256 and digest.hexdigest() != rest.sha256):
