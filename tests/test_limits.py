@@ -10,6 +10,10 @@ import time
 from pathlib import Path
 
 import orjson
+import yaml
+
+from gateway.http.app import LIVE
+from gateway.ops.reload import apply
 
 from .conftest import GatewayFactory, gateway_settings
 from .hostile import (
@@ -181,3 +185,23 @@ def _answer_then_close(sock: socket.socket) -> bytes:
         pass
     sock.close()
     return received
+
+
+async def test_limits_are_bound_at_start(
+    make_gateway: GatewayFactory, upstream: tuple[object, str], redis_url: str, tmp_path: Path
+) -> None:
+    """The server's timers and counts were set up with them: a reload keeps them as they
+    are (and says that a restart is needed)."""
+    client = await make_gateway()
+    app = client.server.app
+    path = tmp_path / "reloaded.yaml"
+    path.write_text(
+        yaml.safe_dump({
+            "redis": {"url": redis_url},
+            "limits": {"max_connections": 7, "request_header_timeout": "2s"},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": upstream[1]}],
+        })
+    )  # fmt: skip
+    assert apply(app, path)
+    assert app[LIVE].settings.limits.max_connections == 4096
+    assert app[LIVE].settings.limits.request_header_timeout == 10.0
