@@ -2,7 +2,7 @@
 
 aiohttp's server has no header-read timeout, no write timeout and no cap on connections
 (docs: PITFALLS). Each accepted connection's protocol is wrapped in `_Guarded`, which passes
-every event through to aiohttp's own and adds three timers and a count:
+every event through to aiohttp's own and adds a head deadline, a write timer and a count:
 
 - the head of a request must be complete within `request_header_timeout` of the connection's
   start, or of the first byte after the previous request (slow headers: closed). Checked by
@@ -12,8 +12,9 @@ every event through to aiohttp's own and adds three timers and a count:
   transport stays above its high-water mark) is cut, whatever the writer was;
 - past `max_connections` open client connections, a new one is answered 503 and closed.
 
-Idle time between requests is aiohttp's own keep-alive timeout (`keepalive_timeout`); the
-request body's timeouts are read with it (`http.incoming.read_body`).
+Idle time between requests is aiohttp's own keep-alive timeout (`keepalive_timeout`, which
+also runs from the connection's start: a head is cut by whichever of the two ends first);
+the request body's timeouts are applied as it is read (`http.incoming.TimedBody`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ BUSY = (
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
     % (len(_BUSY_BODY), _BUSY_BODY)
 )
-
 
 # `head_since` of a connection that is not reading a head: never overdue. BETWEEN requests
 # the next byte starts a head; NOT_READING while a request runs (its body is not a head).

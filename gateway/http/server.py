@@ -14,7 +14,10 @@ from gateway.http.app import CONNECTIONS
 
 
 class _GuardedSite(web.SockSite):
-    """aiohttp's site for a bound socket, its protocol factory wrapped by `Connections`."""
+    """aiohttp's site for a bound socket, its protocol factory wrapped by `Connections`.
+
+    It sets the site's private `_server` (what `stop` closes) as `SockSite.start` does:
+    tests/test_limits.py and tests/test_slowloris.py fail when that stops working."""
 
     def __init__(self, runner: web.AppRunner, sock: socket.socket, backlog: int) -> None:
         super().__init__(runner, sock, backlog=backlog)
