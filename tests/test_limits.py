@@ -5,6 +5,7 @@ connections."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 import time
 from pathlib import Path
@@ -12,7 +13,9 @@ from pathlib import Path
 import orjson
 import yaml
 
+from gateway.config.settings import Limits
 from gateway.http.app import LIVE
+from gateway.http.limits import SPARE_FILES, fit_open_files
 from gateway.ops.reload import apply
 
 from .conftest import GatewayFactory, gateway_settings
@@ -205,3 +208,17 @@ async def test_limits_are_bound_at_start(
     assert apply(app, path)
     assert app[LIVE].settings.limits.max_connections == 4096
     assert app[LIVE].settings.limits.request_header_timeout == 10.0
+
+
+def test_open_files_are_raised_for_max_connections_or_the_shortfall_is_said() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        assert fit_open_files(Limits(max_connections=300)) is None
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= 300 + SPARE_FILES
+        if hard != resource.RLIM_INFINITY:
+            short = fit_open_files(Limits(max_connections=hard))
+            assert short is not None and "limits.max_connections" in short
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import resource
 import socket
 import struct
 import sys
@@ -47,6 +48,29 @@ BUSY = (
 NOT_READING = math.inf
 BETWEEN = sys.float_info.max
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
+
+
+# File descriptors a gateway needs besides its client connections: Redis, upstream pools,
+# blobs, the journal, the admin listener.
+SPARE_FILES = 256
+
+
+def fit_open_files(limits: Limits) -> str | None:
+    """Raise the soft limit on open files to what `max_connections` needs, as far as the hard
+    limit allows; a warning to log when it stays short (the kernel then refuses connections
+    before the gateway's limit answers them)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = limits.max_connections + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        return (
+            f"open files are limited to {soft}: fewer than limits.max_connections "
+            f"({limits.max_connections}) + {SPARE_FILES}; raise `ulimit -n` or lower it"
+        )
+    return None
 
 
 class Connections:

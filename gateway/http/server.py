@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Callable
 
 from aiohttp import web
 
 from gateway.http.app import CONNECTIONS
+from gateway.http.limits import fit_open_files
+
+log = logging.getLogger(__name__)
 
 
 class _GuardedSite(web.SockSite):
@@ -43,6 +47,9 @@ async def _serve(
     shutdown_timeout: float,
     listening: Callable[[str], None],
 ) -> None:
+    short = fit_open_files(app[CONNECTIONS].limits)
+    if short is not None:
+        log.warning("%s", short)
     runner = web.AppRunner(
         app, handle_signals=True, access_log=None, shutdown_timeout=shutdown_timeout
     )
