@@ -1,22 +1,41 @@
-# idem-gateway on a slim Python, run by an unprivileged user.
-# The config is mounted at /etc/idem-gateway/gateway.yaml (see docker-compose.yml).
-FROM python:3.12-slim
+# idem-gateway: a two-stage build. The first stage installs the gateway and its dependencies,
+# pinned by deploy/constraints.txt, into a virtual environment; the second copies only that
+# environment onto a fresh slim Python, so no pip build/ or *.egg-info is left in the image.
+# The config is mounted at /etc/idem-gateway/gateway.yaml (see docker-compose.yml, README.md).
+FROM python:3.12-slim AS build
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
+ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY deploy/constraints.txt ./deploy/
 COPY gateway ./gateway
 COPY lua ./lua
-RUN pip install . \
-    && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin idem \
-    && mkdir -p /etc/idem-gateway
+RUN python -m venv /opt/idem-gateway \
+    && /opt/idem-gateway/bin/pip install --constraint deploy/constraints.txt .
+
+
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/idem-gateway/bin:$PATH \
+    IDEM_STATE_DIR=/var/lib/idem-gateway
+
+# One uid and one gid, both 10001, named idem; its state (journal, embedded Redis, file
+# blobs) lives in /var/lib/idem-gateway, which a volume may replace.
+RUN groupadd --system --gid 10001 idem \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home \
+        --home-dir /var/lib/idem-gateway --shell /usr/sbin/nologin idem \
+    && mkdir -p /etc/idem-gateway /var/lib/idem-gateway \
+    && chown 10001:10001 /var/lib/idem-gateway
+
+COPY --from=build /opt/idem-gateway /opt/idem-gateway
 
 USER 10001:10001
-WORKDIR /tmp
+WORKDIR /var/lib/idem-gateway
+# 8080: the public listener; 9090: the admin listener (health, readiness, metrics).
 EXPOSE 8080 9090
 
 # The admin listener's liveness endpoint; the slim image has no curl, Python has urllib.

@@ -17,3 +17,14 @@ format:
 	ruff check --fix .
 
 .PHONY: install test lint format
+
+# deploy/constraints.txt: the image's pinned dependencies, resolved for its Python (3.12).
+PY312 ?= python3.12
+constraints:
+	rm -rf /tmp/idem-constraints && $(PY312) -m venv /tmp/idem-constraints
+	/tmp/idem-constraints/bin/pip install --quiet .
+	{ sed -n '/^#/p' deploy/constraints.txt; \
+	  /tmp/idem-constraints/bin/pip freeze --exclude idem-gateway --exclude pip; } > deploy/constraints.new
+	mv deploy/constraints.new deploy/constraints.txt
+
+.PHONY: constraints

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from gateway.config.loading import load_settings, protects_nothing
+from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http import server
@@ -17,7 +20,7 @@ from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.listener import ListenError, bind
+from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import EmbeddedRedis
@@ -61,7 +64,7 @@ def serve(
     embedded: EmbeddedRedis | None = None
     url = redis_url or settings.redis.url
     if redis_url is None and settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis()
+        embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
         log.info(
@@ -89,7 +92,15 @@ def serve(
         if worker:
             count_requests(app)
         app.on_startup.append(tune_collector)  # last: after the resources are up
-        server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, new_loop(settings.loop))
+        try:
+            loop = new_loop(settings.loop)
+            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop)
+        except OSError as exc:
+            # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
+            # one that listens second is refused here, before it has said "listening".
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ListenError(f"cannot listen on {host}:{port}: the address is in use") from None
     finally:
         sock.close()
         if embedded is not None:
@@ -105,10 +116,11 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
     embedded: EmbeddedRedis | None = None
     url: str | None = None  # the workers' Redis when the parent starts it
     if settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis()
+        embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
         log.info("embedded redis-server started for %d workers at %s", workers, url)
+    start_listening(sock, listen.backlog)
     host, port = sock.getsockname()[:2]
     log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
     try:
@@ -123,7 +135,7 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="idem-gateway",
-        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ...]",
+        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
     )
     parser.add_argument(
@@ -141,10 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
-    keyscli.add_parser(parser.add_subparsers(dest="command", metavar="keys"))
+    commands = parser.add_subparsers(dest="command", metavar="keys|schema")
+    keyscli.add_parser(commands)
+    commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.command == "schema":
+        sys.stdout.write(schema_text())
+        return 0
 
     path = args.check or args.config
     try:
@@ -166,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "keys":
         return keyscli.run(args, settings)
+    missing = tracing_unavailable(settings)
+    if missing is not None:
+        print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
+        return EXIT_CONFIG
     logs.configure(settings.log_level, settings.log_format)
     try:
         if args.workers > 1 and not args.worker:
@@ -178,6 +199,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
+
+
+def tracing_unavailable(settings: Settings) -> str | None:
+    """Why `tracing.enabled` cannot be honoured here (the otel extra is missing), or None."""
+    if not settings.tracing.enabled:
+        return None
+    try:
+        import gateway.telemetry.tracing  # noqa: F401
+    except ImportError as exc:
+        return (
+            f"tracing.enabled needs the otel extra ({exc.name or exc} is not installed): "
+            "pip install 'idem-gateway[otel]'"
+        )
+    return None
 
 
 def one_line(message: str) -> str:

@@ -6,6 +6,10 @@ first on PYTHONPATH), pins each gateway to the last core, and drives them in tur
 new-key and replay scenarios (`--rounds` times, so a noisy spell of a shared machine hits all
 of them alike). It prints CPU per request, min and median over the rounds, and each tree's
 ratio to the first one. It stops by itself and stops its children.
+
+`--traced NAME[=RATIO]` turns tracing on in that tree's gateway (sampling RATIO of the
+requests, all by default), exporting by OTLP to a stand-in collector (`loadtest.otlp_sink`);
+a tree may be named more than once, e.g. `--tree off=. --tree on=. --traced on`.
 """
 
 from __future__ import annotations
@@ -35,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--traced", action="append", default=[], metavar="NAME[=RATIO]")
     args = parser.parse_args(argv)
     trees = dict(item.split("=", 1) for item in args.tree)
+    traced = {name: float(ratio or 1) for name, _, ratio in (t.partition("=") for t in args.traced)}
     wrk = ensure_wrk()
     cores = sorted(os.sched_getaffinity(0))
     pinned = len(cores) >= 2
@@ -51,11 +57,23 @@ def main(argv: list[str] | None = None) -> int:
         port = free_port()
         upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
         stack.callback(upstream.stop)
+        sink: Child | None = None
+        if traced:
+            port = free_port()
+            sink = Child("otlp-sink", "loadtest.otlp_sink", port, ["--port", str(port)], workdir)
+            stack.callback(sink.stop)
         gateways: dict[str, Child] = {}
         for name, path in trees.items():
             port = free_port()
             config = workdir / f"gateway-{name}.yaml"
             raw = gateway_config(port, upstream.url, redis.url, "uvloop", True, free_port())
+            if name in traced and sink is not None:
+                endpoint = f"{sink.url}/v1/traces"
+                raw["tracing"] = {
+                    "enabled": True,
+                    "endpoint": endpoint,
+                    "sample_ratio": traced[name],
+                }
             config.write_text(yaml.safe_dump(raw))
             args_ = ["--config", str(config), "--workers", "1"]
             env = {"PYTHONPATH": str(Path(path).resolve())}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +26,14 @@ from .upstream import CountingUpstream
 
 
 @pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test's gateways, in process or not, keep their own files in its tmp_path."""
-    folder = tmp_path / "state"
+def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test's gateways, in process or not, keep their own files in a folder of the test's
+    own, removed after it. Its path is short, so that the embedded Redis's socket fits in it
+    (a longer one goes to a temp folder that only the gateway's next start removes)."""
+    folder = Path(tempfile.mkdtemp(prefix="st-")) / "state"
     monkeypatch.setenv("IDEM_STATE_DIR", str(folder))
-    return folder
+    yield folder
+    shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 def running_redis() -> Iterator[RedisServer]:

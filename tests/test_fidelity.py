@@ -3,7 +3,14 @@ header the upstream did not send beyond the documented ones."""
 
 from __future__ import annotations
 
+import hashlib
+
+import orjson
 import pytest
+from redis.asyncio import Redis
+
+from gateway.core.keys import digest, hashed_record_key, tenant_id
+from gateway.http.answers import head_bytes
 
 from .conftest import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
@@ -49,3 +56,71 @@ async def test_the_upstreams_own_server_header_is_kept(
     for reply in replies:
         servers = [line for line in head_lines(reply) if line.lower().startswith(b"server:")]
         assert servers == [b"Server: legacy-erp/4.2"]
+
+
+OBS_TEXT = (
+    b"HTTP/1.1 201 Cr\xe9\xe9\r\nX-Name: caf\xe9\r\nSet-Cookie: a=1\r\nX-Utf8: \xc3\xa9\r\n"
+    b"Set-Cookie: b=\xff\r\nContent-Length: 2\r\n\r\nok"
+)
+SENT_HEAD = [
+    b"X-Name: caf\xe9",
+    b"Set-Cookie: a=1",
+    b"X-Utf8: \xc3\xa9",
+    b"Set-Cookie: b=\xff",
+    b"Content-Length: 2",
+]
+# In a tenant's scope: cookies are replayed there (never in the shared anonymous scope).
+SCOPED = REQUEST.replace(b"Host: gw\r\n", b"Host: gw\r\nAuthorization: Bearer t\r\n")
+PASSED = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 1\r\n\r\nx"
+
+
+async def test_header_bytes_reach_the_client_as_sent_first_replayed_and_passed_through(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    async with scripted(answering(OBS_TEXT)) as (upstream, origin):
+        client = await make_gateway(settings=gateway_settings(origin))
+        first = await exchange(client.port, SCOPED % b"bytes-1")  # the lean client
+        replay = await exchange(client.port, SCOPED % b"bytes-1")
+        passed = await exchange(client.port, PASSED)  # streamed: aiohttp's client
+    assert len(upstream.requests) == 2
+    for reply in (first, replay, passed):
+        lines = head_lines(reply)
+        assert lines[0] == b"HTTP/1.1 201 Cr\xe9\xe9"
+        assert lines[1:6] == SENT_HEAD  # names, bytes, order and repeats
+        assert reply.endswith(b"\r\n\r\nok")
+
+
+async def test_a_record_stored_before_header_bytes_were_kept_replays_as_it_did(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """A record of the earlier encoding (header text decoded as UTF-8, else Latin-1, written
+    back as UTF-8) replays with the bytes it always replayed."""
+    async with scripted(answering(OBS_TEXT)) as (_, origin):
+        settings = gateway_settings(origin)
+        client = await make_gateway(settings=settings)
+        await exchange(client.port, REQUEST % b"old-1")
+        rkey = hashed_record_key(settings.redis.key_prefix, "api", tenant_id([""]), digest("old-1"))
+        redis = Redis.from_url(redis_url)
+        old = {
+            "st": 201, "h": [["X-Name", "caf\u00e9"], ["X-Euro", "\u20ac"]], "n": 2,
+            "d": hashlib.sha256(b"ok").hexdigest(), "blob": None, "at": 0.0, "u": False,
+            "x": {}, "r": "Cr\u00e9\u00e9",
+        }  # fmt: skip
+        try:
+            assert await redis.hset(rkey, "m", orjson.dumps(old)) == 0  # it was there
+        finally:
+            await redis.aclose()
+        replay = await exchange(client.port, REQUEST % b"old-1")
+    lines = head_lines(replay)
+    assert lines[0] == b"HTTP/1.1 201 Cr\xc3\xa9\xc3\xa9"
+    assert lines[1:3] == [b"X-Name: caf\xc3\xa9", b"X-Euro: \xe2\x82\xac"]
+    assert replay.endswith(b"\r\n\r\nok")
+
+
+def test_a_head_written_as_bytes_refuses_line_breaks_in_any_line() -> None:
+    assert head_bytes("HTTP/1.1 200 Tr\xe8s", [("X-A", "caf\xe9")]) == (
+        b"HTTP/1.1 200 Tr\xe8s\r\nX-A: caf\xe9\r\n\r\n"
+    )
+    for headers in ([("X-A", "a\r\nX-Injected: 1")], [("X-A\n", "1")], [("X-A", "\x00")]):
+        with pytest.raises(ValueError):
+            head_bytes("HTTP/1.1 200 OK", headers)

@@ -6,11 +6,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import yaml
 
 from gateway.cli import main
+from testkit.procs import GatewayProcess
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
@@ -75,8 +77,8 @@ async def test_cli_show_then_purge_runs_the_next_request_again(
     assert counting.count("/pay", "order-7") == 2
 
 
-async def test_cli_refuses_unknown_route_and_embedded_redis(
-    upstream, redis_url: str, tmp_path: Path, capsys
+async def test_cli_refuses_unknown_route_and_an_embedded_redis_that_does_not_run(
+    upstream, redis_url: str, tmp_path: Path, capsys, state_dir: Path
 ) -> None:
     _, origin = upstream
     config = write_config(tmp_path, origin, redis_url)
@@ -84,7 +86,35 @@ async def test_cli_refuses_unknown_route_and_embedded_redis(
     assert code == 1 and "no route named 'nope'" in out
     code, out = await keys_cli(capsys, write_config(tmp_path, origin, "embedded"),
                                "show", "--route", "api", "k")  # fmt: skip
-    assert code == 2 and "admin listener" in out
+    assert code == 2
+    assert out.strip() == (
+        f"idem-gateway keys: no gateway with the embedded Redis runs on state_dir {state_dir}; "
+        "start it, or configure redis.url"
+    )
+
+
+async def test_cli_reaches_the_embedded_redis_of_a_running_gateway(
+    upstream, tmp_path: Path, capsys
+) -> None:
+    """The default config: the keys CLI finds the running gateway's Redis in its state folder."""
+    counting, origin = upstream
+    config = write_config(tmp_path, origin, "embedded")
+    gateway = GatewayProcess(yaml.safe_load(config.read_text()), tmp_path)
+    await asyncio.to_thread(gateway.start)
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{gateway.url}/pay", data=b"1", headers={"Idempotency-Key": "e-1"}) as r,
+        ):
+            assert r.status == 201
+        code, out = await keys_cli(capsys, config, "show", "--route", "api", "e-1")
+        assert code == 0, out
+        assert orjson.loads(out)["state"] == "completed"
+        code, out = await keys_cli(capsys, config, "purge", "--route", "api", "e-1")
+        assert (code, out.strip()) == (0, "purged")
+    finally:
+        gateway.stop()
+    assert counting.count("/pay", "e-1") == 1
 
 
 async def unknown_outcome(gw, counting, key: str) -> None:
@@ -170,7 +200,7 @@ async def test_admin_show_purge_and_resolve_over_http(
     bad = await admin.post("/keys/show", json={"route": "api"}, headers=AUTH)
     assert bad.status == 400 and "key" in (await bad.json())["detail"]
     missing = await admin.post("/keys/show", json={**target, "route": "zz"}, headers=AUTH)
-    assert missing.status == 404
+    assert missing.status == 404 and (await missing.json())["code"] == "no-such-route"
 
     assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
     assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
@@ -184,9 +214,9 @@ async def test_admin_show_purge_and_resolve_over_http(
     replay = await gw.post("/stall", headers={"Idempotency-Key": "h-2"})
     assert (replay.status, await replay.read()) == (200, b"settled")
     again = await admin.post("/keys/resolve", json=resolve, headers=AUTH)
-    assert again.status == 409
+    assert again.status == 409 and (await again.json())["code"] == "record-not-unknown"
     absent = await admin.post("/keys/resolve", json={**resolve, "key": "never"}, headers=AUTH)
-    assert absent.status == 404
+    assert absent.status == 404 and (await absent.json())["code"] == "no-record"
     both = await admin.post("/keys/resolve", json={**resolve, "purge": True}, headers=AUTH)
     assert both.status == 400
 

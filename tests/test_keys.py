@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.keys import BadKey, KeyProblem, parse_key, record_key, tenant_id
+from gateway.core.headers import replayed_headers
+from gateway.core.keys import (
+    BadKey,
+    KeyProblem,
+    agreed_key,
+    json_key,
+    parse_key,
+    record_key,
+    tenant_id,
+)
 
 
 @pytest.mark.parametrize(
@@ -73,3 +82,52 @@ def test_tenants_differ_and_are_stable() -> None:
     assert tenant_id(["a"]) != tenant_id(["b"])
     assert tenant_id(["ab", ""]) != tenant_id(["a", "b"])  # no ambiguity between parts
     assert tenant_id([None]) == tenant_id([""])
+
+
+@pytest.mark.parametrize(
+    ("body", "pointer", "key"),
+    [
+        (b'{"request_id": "r 1"}', "/request_id", "r 1"),
+        (b'{"meta": {"a/b": 42}}', "/meta/a~1b", "42"),
+        (b'{"items": ["x", "y"]}', "/items/1", "y"),
+        (b'{"other": 1}', "/request_id", None),
+        (b'{"request_id": null}', "/request_id", None),
+        (b"not json", "/request_id", None),
+    ],
+)
+def test_a_key_from_a_json_body_member(body: bytes, pointer: str, key: str | None) -> None:
+    assert json_key(body, pointer) == key
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b'{"k": ""}', KeyProblem.EMPTY),
+        (b'{"k": true}', KeyProblem.MALFORMED),
+        (b'{"k": {"a": 1}}', KeyProblem.MALFORMED),
+        (b'{"k": "caf\\u00e9"}', KeyProblem.MALFORMED),
+        (b'{"k": "' + b"a" * 256 + b'"}', KeyProblem.TOO_LONG),
+    ],
+)
+def test_a_bad_json_key_is_refused(body: bytes, problem: KeyProblem) -> None:
+    with pytest.raises(BadKey) as caught:
+        json_key(body, "/k")
+    assert caught.value.problem is problem
+
+
+def test_sources_must_agree_on_the_key() -> None:
+    assert agreed_key([("Idempotency-Key", None), ("X-Idempotency-Key", None)]) is None
+    assert agreed_key([("Idempotency-Key", "a"), ("X-Idempotency-Key", "a")]) == "a"
+    assert agreed_key([("Idempotency-Key", None), ("the body's /id", "b")]) == "b"
+    with pytest.raises(BadKey) as caught:
+        agreed_key([("Idempotency-Key", "a"), ("the body's /id", "b")])
+    assert caught.value.problem is KeyProblem.CONFLICTING
+    assert "Idempotency-Key and the body's /id" in str(caught.value)
+
+
+def test_replayed_headers_follow_the_credential_policies() -> None:
+    headers = [("Set-Cookie", "a=1"), ("X-A", "1"), ("WWW-Authenticate", "Bearer")]
+    assert replayed_headers(headers, "scoped", "scoped", anonymous=False) == headers
+    assert replayed_headers(headers, "scoped", "scoped", anonymous=True) == [("X-A", "1")]
+    assert replayed_headers(headers, "strip", "keep", anonymous=False) == headers[1:]
+    assert replayed_headers(headers, "keep", "strip", anonymous=True) == headers[:2]

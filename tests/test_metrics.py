@@ -255,7 +255,7 @@ async def test_replays_problems_pass_through_and_faults_name_their_own_request_i
     def broken(*args: Any) -> None:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(handler, "parse_key", broken)
+    monkeypatch.setattr(handler, "key_of", broken)
     caplog.set_level(logging.ERROR)
     failed = await answer("POST", "/pay", "rid-fault", headers=key, data=b"a")
     assert failed.status == 500

@@ -156,3 +156,33 @@ async def test_a_streamed_answer_carries_no_server_header_the_upstream_did_not_s
             assert bare.reason == "Order Accepted"
         async with client.get("/?server=legacy/1.0") as kept:
             assert kept.headers.getall("Server") == ["legacy/1.0"]
+
+
+async def test_a_streamed_answers_head_is_written_as_its_bytes_where_aiohttp_writes_utf_8() -> None:
+    """The head waits in the writer's `_headers_buf` until the first body bytes; the gateway
+    puts its bytes there. aiohttp itself writes header text as UTF-8."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        if request.query.get("plain"):
+            response = web.StreamResponse(status=200, headers={"X-Name": "caf\xe9"})
+        else:
+            response = start_response(200, "Tr\xe8s bien", [("X-Name", "caf\xe9")], 2)
+        await response.prepare(request)
+        await response.write(b"ok")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/", answer)
+    async with TestServer(app, host="127.0.0.1") as server:
+        for query, reason, value in (
+            ("", b"Tr\xe8s bien", b"caf\xe9"),
+            ("?plain=1", b"OK", b"caf\xc3\xa9"),
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(f"GET /{query} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode())
+            reply = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            assert reply.startswith(b"HTTP/1.1 200 " + reason + b"\r\n")
+            assert b"\r\nX-Name: " + value + b"\r\n" in reply

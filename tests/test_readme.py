@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.config.loading import load_settings, protects_nothing
 from testkit.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +34,7 @@ class Step:
     args: list[str]
     background: bool
     output: list[str] = field(default_factory=list)
+    elided: set[str] = field(default_factory=set)  # header names README marks as not shown
 
 
 def walkthrough() -> list[Step]:
@@ -48,6 +50,9 @@ def walkthrough() -> list[Step]:
                 args = shlex.split(command.rstrip(" &"))
                 assert args[0] == "curl", line
                 steps.append(Step(args[1:], background))
+            elif line.startswith("[elided: "):
+                names = line.removeprefix("[elided: ").removesuffix("]").split(", ")
+                steps[-1].elided.update(name.lower() for name in names)
             elif line.strip():
                 steps[-1].output.append(line)
     return steps
@@ -121,7 +126,12 @@ def test_setup_commands_are_what_ci_runs() -> None:
 
 
 async def test_curl_walkthrough_gives_the_answers_shown(demo_and_gateway: int) -> None:
-    port = demo_and_gateway
+    await walk_through(demo_and_gateway)
+
+
+async def walk_through(port: int) -> None:
+    """Every `$ curl` of README against a gateway on `port` (fronting a fresh demo upstream),
+    asserting the answers README shows. deploy/smoke.sh runs it against the compose stack."""
     steps = walkthrough()
     assert len(steps) >= 6
     async with aiohttp.ClientSession() as session:
@@ -140,3 +150,109 @@ async def test_curl_walkthrough_gives_the_answers_shown(demo_and_gateway: int) -
                 got = await run_step(session, step, port)
             for shown in step.output:
                 assert shown in got, f"README shows {shown!r} for curl {step.args}; got {got}"
+            assert_only_marked_lines_are_left_out(step, got)
+
+
+def assert_only_marked_lines_are_left_out(step: Step, got: list[str]) -> None:
+    """The answer is shown as it is: its lines in their order, and every header README does
+    not show is named on the step's `[elided: ...]` line."""
+    shown = [line for line in step.output if line in got]
+    assert shown == sorted(shown, key=got.index), f"README shows another order than {got}"
+    if not any(a.startswith("-si") for a in step.args):
+        return
+    for header in got[1:-1]:
+        name = header.split(":", 1)[0].lower()
+        assert header in step.output or name in step.elided, (
+            f"curl {step.args}: {header!r} is neither shown nor marked as elided"
+        )
+
+
+def test_front_your_own_api_is_the_shipped_example_and_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """README's YAML for a legacy API is config/legacy-api.yaml, word for word, and the real
+    loader reads it as README describes it: two routes, the tenant from a header, one route
+    failing open, the admin listener."""
+    shipped = ROOT / "config" / "legacy-api.yaml"
+    assert shipped.read_text() in blocks("yaml"), "README shows config/legacy-api.yaml as is"
+    monkeypatch.delenv("IDEM_REDIS_URL", raising=False)
+    monkeypatch.setenv("IDEM_ADMIN_TOKEN", "an-admin-token-of-24-chars")
+    settings = load_settings(shipped)
+    assert protects_nothing(settings) is None
+    assert [r.name for r in settings.routes] == ["orders", "notifications"]
+    assert all(r.scope == ("X-Tenant-Id",) and r.require_scope for r in settings.routes)
+    assert [r.fail_mode for r in settings.routes] == ["closed", "open"]
+    assert settings.routes[0].require_key
+    assert settings.admin is not None and settings.admin.port == 9090
+    assert settings.admin.token == "an-admin-token-of-24-chars"
+    assert (settings.listen.port, settings.admin.host) == (8080, "127.0.0.1")
+
+
+if __name__ == "__main__":  # python -m tests.test_readme PORT (deploy/smoke.sh)
+    asyncio.run(walk_through(int(sys.argv[1])))
+    print("smoke: README walk-through passed against the compose stack")
+
+
+def front_your_own_api_commands() -> list[str]:
+    section = README.split("## Front your own API", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    assert len(block) == 1
+    return [line for line in block[0].splitlines() if line.strip()]
+
+
+async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> None:
+    """`--check` prints what README says; the gateway starts on the embedded Redis with the
+    README's environment (ports moved to free ones); /readyz answers as shown; a key is
+    replayed per tenant and a request without the tenant header is refused."""
+    check, start, ready = front_your_own_api_commands()
+    command, _, said = check.partition("#")
+    args = shlex.split(command)
+    assert args[0] == "idem-gateway"
+    checked = subprocess.run(
+        [sys.executable, "-m", "gateway", *args[1:]], cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert checked.returncode == 0 and checked.stdout.decode().strip() == said.strip()
+
+    words = shlex.split(start.rstrip(" &"))
+    assigned = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    gateway_args = [w for w in words if "=" not in w or w.startswith("-")]
+    assert gateway_args[0] == "idem-gateway" and set(assigned) == {"LEGACY_API"}
+    demo_port, port, admin_port = free_port(), free_port(), free_port()
+    env = {
+        **os.environ, **assigned, "IDEM_PORT": str(port), "IDEM_ADMIN_PORT": str(admin_port),
+        "LEGACY_API": assigned["LEGACY_API"].replace(":9000", f":{demo_port}"),
+    }  # fmt: skip
+    env.pop("IDEM_REDIS_URL", None)
+    log = open(tmp_path / "out.log", "wb")  # noqa: SIM115 - closed below
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gateway.demo_upstream", "--port", str(demo_port)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *gateway_args[1:]],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(demo_port, process=demo)
+        wait_for_port(admin_port, process=gateway)
+        url, _, shown = ready.partition("#")
+        target = shlex.split(url)[-1].replace("localhost:9090", f"127.0.0.1:{admin_port}")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://{target}") as r:
+                body = await r.json()
+            assert r.status == 200 and body["ready"] is True
+            assert shown.strip().startswith('{"ready": true')
+            orders = f"http://127.0.0.1:{port}/v1/orders"
+            tenant = {"Idempotency-Key": "o-1", "X-Tenant-Id": "acme"}
+            async with http.post(orders, json={"sku": "a"}, headers=tenant) as first:
+                assert "Idempotent-Replayed" not in first.headers
+            async with http.post(orders, json={"sku": "a"}, headers=tenant) as again:
+                assert again.headers["Idempotent-Replayed"] == "true"
+                assert again.status == first.status
+            async with http.post(orders, json={}, headers={"Idempotency-Key": "o-2"}) as r:
+                assert r.status == 400 and (await r.json())["code"] == "missing-scope"
+    finally:
+        for process in (gateway, demo):
+            process.terminate()
+            process.wait(timeout=30)
+        log.close()

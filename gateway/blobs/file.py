@@ -115,7 +115,7 @@ class FileBlobStore(BlobStore):
             ) from None
 
     def _probe(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)  # a new one is private
         probe = self.directory / (new_name() + PART)
         probe.write_bytes(b"")
         probe.unlink()

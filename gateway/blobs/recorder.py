@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 # Why a body was not recorded, as kept in the record's extra["body"].
 TOO_LARGE = "too-large"  # over max_recorded_body
 BLOB_FAILED = "blob-failed"  # the blob store refused it
+OMITTED = "omitted"  # over max_replay_body: replayed with its status and headers only
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class RecordedBody:
     sha256: str
     inline: bytes  # the body itself when it is kept in Redis, else b""
     blob: str | None = None  # the blob name when it is not
-    not_recorded: str | None = None  # TOO_LARGE or BLOB_FAILED: the body was not kept
+    not_recorded: str | None = None  # TOO_LARGE, BLOB_FAILED or OMITTED: not kept
 
 
 class BodyRecorder:
@@ -38,7 +39,12 @@ class BodyRecorder:
     """
 
     def __init__(
-        self, blobs: BlobStore, inline_max: int, max_recorded: int, expected: int | None = None
+        self,
+        blobs: BlobStore,
+        inline_max: int,
+        max_recorded: int,
+        expected: int | None = None,
+        omit_over: int | None = None,
     ) -> None:
         self._blobs = blobs
         self._inline_max = inline_max
@@ -49,6 +55,10 @@ class BodyRecorder:
         self._writer: BlobWriter | None = None
         # A Content-Length over the limit: nothing is kept from the first byte.
         self._dropped = TOO_LARGE if expected is not None and expected > max_recorded else None
+        # Over max_replay_body (`omit_over`) the body is left out on purpose.
+        self._omit_over = omit_over
+        if omit_over is not None and expected is not None and expected > omit_over:
+            self._dropped = OMITTED
         self.failure: BlobError | None = None  # why the blob store refused the body
 
     async def __aenter__(self) -> BodyRecorder:
@@ -72,6 +82,9 @@ class BodyRecorder:
         self._size += len(chunk)
         self._hash.update(chunk)
         if self._dropped:
+            return
+        if self._omit_over is not None and self._size > self._omit_over:
+            await self._drop(OMITTED)
             return
         if self._size > self._max_recorded:
             await self._drop(TOO_LARGE)

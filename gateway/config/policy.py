@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+)
+from pydantic.json_schema import WithJsonSchema
 
 from gateway.config.units import Duration, HttpUrl, Size
 from gateway.core.decision import records
@@ -27,6 +35,10 @@ class RecordPolicy(_Model):
     def records(self, status: int) -> bool:
         return records(self.rules, status)
 
+    @model_serializer
+    def _as_written(self) -> list[str]:  # as the YAML writes it (and the schema's default)
+        return list(self.rules)
+
 
 def _record_policy(value: Any) -> Any:
     if isinstance(value, RecordPolicy | dict):
@@ -42,6 +54,19 @@ def _record_policy(value: Any) -> Any:
             )
         rules.append(text)
     return {"rules": tuple(rules)}
+
+
+# As the YAML writes it: a list of statuses, classes and exclusions.
+_RECORD_SCHEMA = {
+    "type": "array",
+    "items": {
+        "anyOf": [
+            {"type": "integer", "minimum": 100, "maximum": 599},
+            {"type": "string", "pattern": r"^!?([1-5]xx|[1-5][0-9][0-9])$"},
+        ]
+    },
+    "description": "statuses recorded: classes (2xx), codes (201) and exclusions ('!429')",
+}
 
 
 class Timeouts(_Model):
@@ -66,16 +91,32 @@ class Fingerprint(_Model):
         return value
 
 
+def _names(value: Any) -> Any:
+    """One header name or a list of them."""
+    return (value,) if isinstance(value, str) else value
+
+
+HeaderNames = Annotated[tuple[str, ...], BeforeValidator(_names)]
+# Who receives Set-Cookie or credential headers in a replay: `scoped` keeps them where the
+# request has a scope value (the record is that scope's own) and drops them in the shared
+# anonymous scope; `keep` always; `strip` never. The first answer always carries them.
+ReplayCredentials = Literal["scoped", "keep", "strip"]
+
+
 class Policy(_Model):
     """Per-route behaviour; `defaults:` holds the values routes inherit."""
 
     key_header: str = "Idempotency-Key"
+    key_headers: HeaderNames = ()  # aliases read besides key_header (X-Idempotency-Key)
+    key_json_pointer: str | None = None  # a JSON body member that carries the key
     require_key: bool = False
     methods: tuple[str, ...] = ("POST", "PUT", "PATCH")
     lease: Duration = 30.0
     retention: Duration = 86400.0
     fail_mode: Literal["closed", "open"] = "closed"
-    record: Annotated[RecordPolicy, BeforeValidator(_record_policy)] = RecordPolicy()
+    record: Annotated[
+        RecordPolicy, BeforeValidator(_record_policy), WithJsonSchema(_RECORD_SCHEMA)
+    ] = RecordPolicy()
     scope: tuple[str, ...] = ("Authorization",)
     require_scope: bool = False  # True: a request without any scope value gets 400
     fingerprint: Fingerprint = Fingerprint()
@@ -91,6 +132,12 @@ class Policy(_Model):
     # shadow: decide and record as usual, but forward every request and answer what the
     # upstream answers; what enforce would have done is only counted and logged.
     mode: Literal["enforce", "shadow"] = "enforce"
+    replay_header: HeaderNames = ("Idempotent-Replayed",)  # the replay marker's name(s)
+    replay_set_cookie: ReplayCredentials = "scoped"
+    replay_credentials: ReplayCredentials = "scoped"  # Authorization, WWW-Authenticate, ...
+    preserve_host: bool = False  # True: the client's Host; False: the upstream's authority
+    max_replay_body: Size | None = None  # larger answers are replayed without their body
+    degraded_header: str = "Idempotency-Degraded"  # marks answers that skipped protection
 
     @field_validator("methods")
     @classmethod
@@ -101,12 +148,31 @@ class Policy(_Model):
                 raise ValueError(f"{method!r} is not an HTTP method")
         return upper
 
-    @field_validator("key_header")
+    @field_validator("key_header", "degraded_header")
     @classmethod
     def _header_name(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9-]+", value):
             raise ValueError(f"{value!r} is not a header name")
         return value
+
+    @field_validator("key_headers", "replay_header")
+    @classmethod
+    def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            cls._header_name(name)
+        return value
+
+    @field_validator("key_json_pointer")
+    @classmethod
+    def _pointer(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not a JSON Pointer (it must start with /)")
+        return value
+
+    @property
+    def key_header_names(self) -> tuple[str, ...]:
+        """Every header that may carry the key, key_header first."""
+        return tuple(dict.fromkeys((self.key_header, *self.key_headers)))
 
 
 class Route(Policy):

@@ -6,16 +6,15 @@ A wrong field is reported with its path and what was expected, e.g.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.policy import Policy, Route, _Model
+from gateway.config.state import default_state_dir
 from gateway.config.units import Duration, HostPort, HttpUrl, Size
 
 
@@ -149,18 +148,10 @@ class RedisSettings(_Model):
         return "embedded" if self.url == "embedded" else "single"
 
 
-def default_state_dir() -> str:
-    """Where a gateway keeps its own files (journal, embedded Redis data, blobs) unless
-    `state_dir` says otherwise: $IDEM_STATE_DIR, else $XDG_STATE_HOME/idem-gateway, else
-    ~/.local/state/idem-gateway. Per user, so no other user of the machine shares it."""
-    if os.environ.get("IDEM_STATE_DIR"):
-        return os.environ["IDEM_STATE_DIR"]
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(base) / "idem-gateway")
-
-
 def _default_blob_url() -> str:
-    return "file://" + str(Path(tempfile.gettempdir()) / "idem-gateway-blobs")
+    """Bodies go to the `blobs` folder of the state folder unless `blob.url` says otherwise
+    (`Settings` moves them along with a `state_dir` given in the config)."""
+    return "file://" + str(Path(default_state_dir()) / "blobs")
 
 
 class BlobSettings(_Model):
@@ -197,21 +188,48 @@ class BlobSettings(_Model):
         return self
 
 
+class TracingSettings(_Model):
+    """OpenTelemetry traces (the `otel` extra), sent to a collector by OTLP over HTTP."""
+
+    enabled: bool = False
+    exporter: Literal["otlp"] = "otlp"
+    # The collector's traces URL; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+    # http://localhost:4318/v1/traces.
+    endpoint: HttpUrl | None = None
+    headers: dict[str, str] = Field(default_factory=dict)  # e.g. a hosted backend's API key
+    timeout: Duration = 10.0  # per export
+    service_name: str = Field(default="idem-gateway", min_length=1)
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)  # of traces that start here
+
+
 class Settings(_Model):
     state_dir: str = Field(default_factory=default_state_dir)  # the gateway's own files
     listen: Listen = Listen()
     limits: Limits = Limits()
     redis: RedisSettings = RedisSettings()
-    blob: BlobSettings = BlobSettings()
+    blob: BlobSettings = Field(default_factory=BlobSettings)  # its folder: at run time
     loop: Literal["uvloop", "asyncio"] = "uvloop"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["json", "text"] = "json"
+    tracing: TracingSettings = TracingSettings()
     admin: Admin | None = None  # no admin listener unless configured
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
     # Run with no routes, as a plain proxy to `upstream`; without it such a config is refused.
     pass_through: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blobs_in_the_state_folder(cls, data: Any) -> Any:
+        """A `state_dir` given in the config takes the default blob folder along with it."""
+        if not isinstance(data, dict) or not data.get("state_dir"):
+            return data
+        blob = data.get("blob")
+        if blob is None or (isinstance(blob, dict) and "url" not in blob):
+            url = "file://" + str(Path(str(data["state_dir"])) / "blobs")
+            data = {**data, "blob": {**(blob or {}), "url": url}}
+        return data
 
     @model_validator(mode="after")
     def _shared_port_needs_shared_redis(self) -> Settings:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator
+from pydantic.json_schema import WithJsonSchema
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -55,8 +56,25 @@ def parse_size(value: Any) -> int:
     return size
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-Size = Annotated[int, BeforeValidator(parse_size)]
+# What the YAML may hold, for the JSON Schema (`idem-gateway schema`): a number or a string
+# with a unit. The validators above stay the authority; the patterns only help editors.
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"},
+    ],
+    "description": "seconds, or a duration like 500ms, 30s, 5m, 24h, 7d",
+}
+_SIZE_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": r"^\s*\d+\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$"},
+    ],
+    "description": "bytes, or a size like 512B, 64KiB, 1MiB, 1GB",
+}
+
+Duration = Annotated[float, BeforeValidator(parse_duration), WithJsonSchema(_DURATION_SCHEMA)]
+Size = Annotated[int, BeforeValidator(parse_size), WithJsonSchema(_SIZE_SCHEMA)]
 
 
 def _http_url(value: Any) -> Any:
@@ -70,7 +88,11 @@ def _http_url(value: Any) -> Any:
     return str(value).rstrip("/")
 
 
-HttpUrl = Annotated[str, BeforeValidator(_http_url)]
+HttpUrl = Annotated[
+    str,
+    BeforeValidator(_http_url),
+    WithJsonSchema({"type": "string", "pattern": "^https?://[^/]+"}),
+]
 
 
 def _host_port(value: Any) -> Any:
@@ -80,4 +102,8 @@ def _host_port(value: Any) -> Any:
     return str(value)
 
 
-HostPort = Annotated[str, BeforeValidator(_host_port)]
+HostPort = Annotated[
+    str,
+    BeforeValidator(_host_port),
+    WithJsonSchema({"type": "string", "pattern": "^.+:[0-9]{1,5}$"}),
+]

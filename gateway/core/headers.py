@@ -29,13 +29,10 @@ DROPPED_FROM_REQUESTS = (*HOP_BY_HOP, *FRAMING, "expect")
 
 
 def header_text(raw: bytes) -> str:
-    """Header bytes (or a reason phrase) as the text aiohttp writes back as UTF-8: valid
-    UTF-8 (the usual case beyond ASCII, e.g. a file name) round-trips byte for byte; other
-    bytes read as Latin-1."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
+    """Header bytes (or a reason phrase) as text that holds them one for one: each byte is
+    the character of the same number (Latin-1), so obs-text such as `caf\\xe9` and UTF-8
+    alike come back as the same bytes (`http.answers` writes them so)."""
+    return raw.decode("latin-1")
 
 
 def connection_tokens(values: Iterable[str]) -> set[str]:
@@ -45,17 +42,45 @@ def connection_tokens(values: Iterable[str]) -> set[str]:
     }
 
 
-def dropped(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """Hop-by-hop names plus those the Connection header lists."""
-    listed = connection_tokens(value for name, value in headers if name.lower() == "connection")
-    return set(HOP_BY_HOP | FRAMING) | listed
-
-
 def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
-    """The upstream's answer headers, in order with repeats, hop-by-hop and framing dropped."""
-    pairs = [(name.decode("latin-1"), header_text(value)) for name, value in raw]
-    drop = dropped(pairs)
+    """The upstream's answer headers as `header_text`, in order with repeats, hop-by-hop
+    dropped. A `Content-Length` stays as sent (its spelling and its place), unless the
+    answer is chunked: then the hop that writes the answer frames it."""
+    pairs = [(header_text(name), header_text(value)) for name, value in raw]
+    drop = set(HOP_BY_HOP) | connection_tokens(
+        value for name, value in pairs if name.lower() == "connection"
+    )
+    if any(name.lower() == "transfer-encoding" for name, _ in pairs):
+        drop.add("content-length")
     return [(name, value) for name, value in pairs if name.lower() not in drop]
+
+
+# Answer headers that hand a client's credentials or session to whoever replays the answer.
+CREDENTIALS = frozenset(
+    {"authorization", "www-authenticate", "proxy-authenticate", "authentication-info"}
+)
+
+
+def _withheld(policy: str, anonymous: bool) -> bool:
+    """Whether a replay leaves a header out under `policy` (keep, strip or scoped)."""
+    return policy == "strip" or (policy == "scoped" and anonymous)
+
+
+def replayed_headers(
+    headers: Iterable[tuple[str, str]], set_cookie: str, credentials: str, anonymous: bool
+) -> list[tuple[str, str]]:
+    """A record's headers as a replay sends them: `Set-Cookie` and the credential headers
+    as the route's `replay_set_cookie` and `replay_credentials` say. `scoped` keeps them
+    for a request with a scope value (the record is that scope's own) and leaves them out
+    in the anonymous scope, which every client without one shares."""
+    drop = set()
+    if _withheld(set_cookie, anonymous):
+        drop.add("set-cookie")
+    if _withheld(credentials, anonymous):
+        drop |= CREDENTIALS
+    if not drop:
+        return list(headers)
+    return [(name, value) for name, value in headers if name.lower() not in drop]
 
 
 def undecodable_header(raw_headers: Iterable[tuple[bytes, bytes]]) -> str | None:

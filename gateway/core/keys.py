@@ -7,6 +7,8 @@ import re
 from collections.abc import Iterable
 from enum import StrEnum
 
+import orjson
+
 MAX_KEY_LENGTH = 255
 
 
@@ -17,6 +19,7 @@ class KeyProblem(StrEnum):
     TOO_LONG = "key-too-long"
     MALFORMED = "malformed-key"
     SEVERAL = "several-keys"
+    CONFLICTING = "conflicting-keys"  # two sources (headers, a body member) disagree
 
 
 class BadKey(ValueError):
@@ -94,6 +97,55 @@ def parse_key(values: Iterable[str]) -> str | None:
     if len(found) > 1:
         raise BadKey(KeyProblem.SEVERAL, "the request carries two different keys")
     return found.pop() if found else None
+
+
+def _checked(key: str) -> str:
+    if not key:
+        raise BadKey(KeyProblem.EMPTY, "the key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise BadKey(
+            KeyProblem.TOO_LONG, f"the key is {len(key)} characters long; at most {MAX_KEY_LENGTH}"
+        )
+    if not all(" " <= char <= "~" for char in key):
+        raise BadKey(KeyProblem.MALFORMED, "the key may hold only printable ASCII characters")
+    return key
+
+
+def json_key(body: bytes, pointer: str) -> str | None:
+    """The key a JSON body carries at `pointer` (RFC 6901): a string (or an integer, as its
+    digits) with what an sf-string may hold; None when the body is no JSON or lacks it."""
+    try:
+        node = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return None
+    if node is None:
+        return None
+    if isinstance(node, int) and not isinstance(node, bool):
+        node = str(node)
+    if not isinstance(node, str):
+        raise BadKey(KeyProblem.MALFORMED, f"the body's {pointer} is not a string")
+    return _checked(node)
+
+
+def agreed_key(found: Iterable[tuple[str, str | None]]) -> str | None:
+    """The one key that every source carrying one agrees on: `found` is (where, key) per
+    source (a header name, a body member), the key None where that source has none."""
+    keys: dict[str, str] = {}
+    for where, key in found:
+        if key is not None:
+            keys.setdefault(key, where)
+    if len(keys) > 1:
+        first, second = list(keys.values())[:2]
+        raise BadKey(KeyProblem.CONFLICTING, f"{first} and {second} carry different keys")
+    return next(iter(keys), None)
 
 
 def digest(*parts: bytes | str) -> str:

@@ -14,6 +14,9 @@ STATE_UNKNOWN = "U"
 class Record:
     """Status, headers in upstream order (repeats kept) and where the body is.
 
+    Header names, values and the reason phrase hold the upstream's bytes one character per
+    byte (Latin-1, as `core.headers.header_text` reads them).
+
     The body is inline (stored beside the metadata) unless `blob` names a blob-store object;
     `size` and `sha256` describe the body either way, so a replay can verify it.
     """
@@ -40,20 +43,33 @@ class Record:
                 "u": self.unknown,
                 "x": self.extra,
                 "r": self.reason,
+                "hb": 1,  # header text is bytes as Latin-1 (earlier records: UTF-8 text)
             }
         )
 
     @classmethod
     def decode(cls, data: bytes) -> Record:
         raw = orjson.loads(data)
+        # Earlier records hold header text that was written out as UTF-8: the same bytes,
+        # as Latin-1 text, replay as those records always did.
+        text = _same if raw.get("hb") else _from_utf8
+        reason = raw.get("r")  # absent in records written before reasons were kept
         return cls(
             status=raw["st"],
-            headers=[(name, value) for name, value in raw["h"]],
+            headers=[(text(name), text(value)) for name, value in raw["h"]],
             size=raw["n"],
             sha256=raw["d"],
             blob=raw.get("blob"),
             completed_at=raw.get("at", 0.0),
             unknown=raw.get("u", False),
             extra=raw.get("x") or {},
-            reason=raw.get("r"),  # absent in records written before reasons were kept
+            reason=None if reason is None else text(reason),
         )
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def _from_utf8(text: str) -> str:
+    return text.encode("utf-8").decode("latin-1")

@@ -31,7 +31,7 @@ class BadScope(ValueError):
 def scope_values(
     getall: Callable[[str], list[str]],
     scope: Iterable[str],
-    key_header: str,
+    key_headers: Iterable[str],
     required: bool,
 ) -> list[str]:
     """The value of each scope header, in the route's order ("" where absent).
@@ -39,7 +39,7 @@ def scope_values(
     `getall(name)` returns every value the request carries for a header name (any case).
     """
     named = connection_tokens(getall("Connection"))
-    for name in (*scope, key_header):
+    for name in (*scope, *key_headers):
         if name.lower() in named:
             raise BadScope(
                 ScopeProblem.HOP_BY_HOP,

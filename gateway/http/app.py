@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
 from gateway.config.settings import Settings
+from gateway.config.state import private_folder
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.eviction import refuse_evicting
@@ -26,6 +30,9 @@ from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
 
+if TYPE_CHECKING:  # the otel extra: imported only when tracing is on
+    from gateway.telemetry.tracing import Tracing
+
 LIVE = web.AppKey("live", Live)
 METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
@@ -37,12 +44,15 @@ CONNECTIONS = web.AppKey("connections", Connections)
 DRAIN_SECONDS = 60.0
 
 
-def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None]]:
+def _resources(
+    redis_url: str, tracing: Tracing | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """The gateway's clients, opened at start-up and closed after the drain."""
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         live = app[LIVE]
         settings = live.settings
+        private_folder(Path(settings.state_dir))  # before the journal and blobs go into it
         blobs = open_blob_store(settings.blob)
         await blobs.start()  # an unusable blob store stops the start here, not at a request
         hold = LongestHold(settings.longest_hold(), lambda: live.settings.longest_hold())
@@ -50,7 +60,8 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
             sweep_periodically(blobs, settings.blob.sweep_interval, hold)
         )
         redis = settings.redis
-        store = Store(
+        new_store, new_upstreams = _clients(tracing)
+        store = new_store(
             make_client(redis, redis_url),
             CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
             pipeline=redis.pipeline,
@@ -58,11 +69,14 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
         )
-        upstreams = Upstreams(settings.upstreams(), settings.limits.upstream_connections)
+        upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections)
         journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.breaker)
         app[METRICS].watch_journal(lambda: journal.depth)
+        app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
         services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
+        if tracing is not None:
+            services.span = tracing.span
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
         try:
@@ -82,10 +96,25 @@ def _resources(redis_url: str) -> Callable[[web.Application], AsyncIterator[None
     return resources
 
 
+def _clients(
+    tracing: Tracing | None,
+) -> tuple[Callable[..., Store], Callable[..., Upstreams]]:
+    """The store's and the upstreams' classes: with spans only when tracing is on."""
+    if tracing is None:
+        return Store, Upstreams
+    from gateway.http.traced import TracedStore, TracedUpstreams
+
+    return partial(TracedStore, tracing), partial(TracedUpstreams, tracing)
+
+
 def create_app(
-    settings: Settings, redis_url: str, metrics: Metrics | None = None
+    settings: Settings,
+    redis_url: str,
+    metrics: Metrics | None = None,
+    tracing: Tracing | None = None,
 ) -> web.Application:
-    """The public application; `redis_url` is where Redis is (the embedded one resolved)."""
+    """The public application; `redis_url` is where Redis is (the embedded one resolved).
+    `tracing` defaults to the one `settings.tracing` asks for (None when it is off)."""
     quiet_malformed_requests()
     metrics = metrics or Metrics()
     # Request bodies pass through as sent: unpacking a gzip body here would forward it still
@@ -99,9 +128,21 @@ def create_app(
     app[CONNECTIONS] = Connections(settings.limits, metrics)
     metrics.watch_connections(lambda: len(app[CONNECTIONS]))
     app.on_response_prepare.append(add_request_id)
-    app.cleanup_ctx.append(_resources(redis_url))
-    app.router.add_route("*", "/{tail:.*}", observed(_gateway, metrics))
+    if tracing is None and settings.tracing.enabled:
+        from gateway.telemetry.tracing import Tracing
+
+        tracing = Tracing(settings.tracing)
+    app.cleanup_ctx.append(_resources(redis_url, tracing))
+    handle: Handler = _gateway
+    if tracing is not None:
+        app.on_cleanup.append(partial(_stop_tracing, tracing))  # after the drain
+        handle = tracing.serve(_gateway)
+    app.router.add_route("*", "/{tail:.*}", observed(handle, metrics))
     return app
+
+
+async def _stop_tracing(tracing: Tracing, _: web.Application) -> None:
+    await asyncio.to_thread(tracing.close)  # the last export may wait for the collector
 
 
 async def _gateway(request: web.Request) -> web.StreamResponse:

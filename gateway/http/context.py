@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -14,6 +17,13 @@ from gateway.store.journal import Journal
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
+
+NO_SPAN = nullcontext()
+
+
+def no_span(name: str) -> AbstractContextManager[Any]:
+    """Tracing off: a step of the request is no span at all."""
+    return NO_SPAN
 
 
 @dataclass(slots=True)
@@ -34,6 +44,7 @@ class Services:
     blobs: BlobStore
     journal: Journal
     eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
+    span: Callable[[str], AbstractContextManager[Any]] = no_span  # Tracing.span when on
 
     @property
     def settings(self) -> Settings:

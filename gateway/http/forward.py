@@ -40,7 +40,7 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
 
 async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
-    headers = forward_headers(request)
+    headers = forward_headers(request, route.preserve_host)
     started = time.monotonic()
     async with Heartbeat(s.store, c.key, c.token, route.lease, s.metrics) as beat:
         try:
@@ -74,7 +74,11 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 held = b""
                 limit = route.timeouts.read or route.timeouts.total
                 async with BodyRecorder(
-                    s.blobs, route.inline_max, route.max_recorded_body, upstream.content_length
+                    s.blobs,
+                    route.inline_max,
+                    route.max_recorded_body,
+                    upstream.content_length,
+                    route.max_replay_body,
                 ) as recorder:
                     # Only waits for the upstream count towards `limit`: the client is fed
                     # apart, so a slow one can never make a complete answer look lost.

@@ -18,7 +18,7 @@ from gateway.core.claims import ClaimResult
 from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import fingerprint
 from gateway.core.headers import undecodable_header
-from gateway.core.keys import BadKey, digest, hashed_record_key, parse_key, tenant_id
+from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
@@ -30,23 +30,24 @@ from gateway.http.incoming import (
     SCOPE_TITLES,
     BodyTimeout,
     BodyTooLarge,
+    key_of,
     read_body,
     refuse_slow_body,
     scope_of,
 )
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
-from gateway.http.replay import REPLAYED, replay
+from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
 log = logging.getLogger(__name__)
 
-BYPASSED = {"Idempotency-Bypassed": "store-unavailable"}
 RETRY_AFTER = "1"
 # How often a waiting duplicate asks again: from the first value, growing to the last.
 WAIT_BACKOFF = (0.01, 0.25)
+REPLAY_SPAN = "idempotency.replay"  # tracing's name for answering from a record
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD = {
     Action.REPLAY: m.REPLAYED,
@@ -77,54 +78,75 @@ class Gateway:
             return await self._unprotected(request, "-", settings.upstream, settings.defaults)
         if request.method not in route.methods:
             return await self._unprotected(request, route.name, route.upstream, route)
+        body: bytes | None = None
         try:
-            key = parse_key(request.headers.getall(route.key_header, ()))
+            if route.key_json_pointer is not None:  # the key may be in the body: read it first
+                body = await read_body(request, route.max_request_body, self.s.settings.limits)
+            key = key_of(request, route, body)
+        except BodyTooLarge:
+            return self._too_large(route, request)
+        except BodyTimeout:
+            return await self._too_slow(route, request)
         except BadKey as exc:
             if route.mode == "shadow":
-                return await self._shadow(request, route, None, m.REJECTED)
+                return await self._shadow(request, route, body, m.REJECTED)
             title = KEY_TITLES[exc.problem]
             return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
         if key is None:
             if route.require_key and route.mode == "shadow":
-                return await self._shadow(request, route, None, m.REJECTED)
+                return await self._shadow(request, route, body, m.REJECTED)
             if route.require_key:
                 detail = f"this route requires an {route.key_header} header"
                 return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
-            return await self._unprotected(request, route.name, route.upstream, route)
+            return await self._unprotected(request, route.name, route.upstream, route, body)
         try:
-            tenant = tenant_id(scope_of(request, route))
+            scope = scope_of(request, route)
         except BadScope as exc:
             if route.mode == "shadow":
-                return await self._shadow(request, route, None, m.REJECTED)
+                return await self._shadow(request, route, body, m.REJECTED)
             title = SCOPE_TITLES[exc.problem]
             return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
         key_hash = digest(key)
         note_key_hash(key_hash)
-        try:
-            limits = settings.limits
-            body = await read_body(
-                request,
-                route.max_request_body,
-                limits.request_body_gap_timeout,
-                limits.request_body_timeout,
-            )
-        except BodyTimeout:
-            detail = "the request body did not arrive in time; nothing was forwarded"
-            self.s.metrics.request(route.name, request.method, m.REJECTED)
-            return await refuse_slow_body(request, detail)
-        except BodyTooLarge:
-            detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
-            return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+        if body is None:
+            try:
+                body = await read_body(request, route.max_request_body, self.s.settings.limits)
+            except BodyTooLarge:
+                return self._too_large(route, request)
+            except BodyTimeout:
+                return await self._too_slow(route, request)
+        tenant = tenant_id(scope)
         rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant, key_hash)
-        return await self._idempotent(request, route, rkey, body)
+        return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
 
     async def _unprotected(
-        self, request: web.Request, name: str, origin: str, policy: Policy
+        self,
+        request: web.Request,
+        name: str,
+        origin: str,
+        policy: Policy,
+        body: bytes | None = None,
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
         return await pass_through(
-            request, self.s.upstreams, origin, policy.timeouts, limits=self.s.settings.limits
+            request,
+            self.s.upstreams,
+            origin,
+            policy.timeouts,
+            None,
+            body,
+            policy.preserve_host,
+            limits=self.s.settings.limits,
         )
+
+    def _too_large(self, route: Route, request: web.Request) -> web.Response:
+        detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
+        return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+
+    async def _too_slow(self, route: Route, request: web.Request) -> web.StreamResponse:
+        self.s.metrics.request(route.name, request.method, m.REJECTED)
+        detail = "the request body did not arrive in time; nothing was forwarded"
+        return await refuse_slow_body(request, detail)
 
     def _rejected(
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
@@ -133,7 +155,7 @@ class Gateway:
         return problem(status, slug, title, detail)
 
     async def _idempotent(
-        self, request: web.Request, route: Route, rkey: str, body: bytes
+        self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
@@ -160,9 +182,8 @@ class Gateway:
             self.s.metrics.request(route.name, request.method, m.ERROR)
             detail = "the stored record for this key cannot be read; the request is not run again"
             return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
-        return await self._act(
-            request, route, action, result, Claimed(request, route, rkey, token, fp, body)
-        )
+        claimed = Claimed(request, route, rkey, token, fp, body)
+        return await self._act(request, route, action, result, claimed, anonymous)
 
     async def _act(
         self,
@@ -171,6 +192,7 @@ class Gateway:
         action: Action,
         result: ClaimResult,
         claimed: Claimed,
+        anonymous: bool,
     ) -> web.StreamResponse:
         if route.mode == "shadow" and action is not Action.FORWARD:
             return await self._shadow(request, route, claimed.body, WOULD[action])
@@ -180,13 +202,18 @@ class Gateway:
             return await forward(self.s, claimed)
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
-            return await replay(self.s, request, route, result)
+            with self.s.span(REPLAY_SPAN):
+                return await replay(self.s, request, route, result, anonymous)
         if action is Action.REPLAY_UNKNOWN:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             detail = (
                 "the upstream was called but its outcome is unknown; an operator must resolve it"
             )
-            headers = {**REPLAYED, **OUTCOME_UNKNOWN, **expires(result.pttl_ms / 1000)}
+            headers = {
+                **replay_marker(route),
+                **OUTCOME_UNKNOWN,
+                **expires(result.pttl_ms / 1000),
+            }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
@@ -226,9 +253,16 @@ class Gateway:
             self.s.metrics.request(route.name, request.method, m.BYPASSED)
             if route.mode == "shadow" and route.fail_mode == "closed":
                 self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
-            marked = BYPASSED if route.mode == "enforce" else None  # shadow changes no answer
+            # shadow changes no answer
+            marked = {route.degraded_header: "true"} if route.mode == "enforce" else None
             return await pass_through(
-                request, self.s.upstreams, route.upstream, route.timeouts, marked, body
+                request,
+                self.s.upstreams,
+                route.upstream,
+                route.timeouts,
+                marked,
+                body,
+                route.preserve_host,
             )
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.s.metrics.request(route.name, request.method, m.ERROR)
@@ -253,5 +287,6 @@ class Gateway:
             route.timeouts,
             None,
             body,
-            self.s.settings.limits,
+            route.preserve_host,
+            limits=self.s.settings.limits,
         )

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway.config.policy import Route
-from gateway.core.keys import KeyProblem
+from gateway.config.settings import Limits
+from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
 from gateway.core.scope import ScopeProblem, scope_values
 from gateway.http.answers import abort, prepare_quietly
 from gateway.http.problems import problem
@@ -20,6 +21,7 @@ KEY_TITLES = {
     KeyProblem.TOO_LONG: "Idempotency key too long",
     KeyProblem.MALFORMED: "Malformed idempotency key",
     KeyProblem.SEVERAL: "Several idempotency keys",
+    KeyProblem.CONFLICTING: "Conflicting idempotency keys",
 }
 SCOPE_TITLES = {
     ScopeProblem.REPEATED: "Repeated scope header",
@@ -71,15 +73,16 @@ async def refuse_slow_body(request: web.Request, detail: str) -> web.StreamRespo
     return abort(request, slow)
 
 
-async def read_body(request: web.Request, limit: int, gap: float, total: float) -> bytes:
+async def read_body(request: web.Request, limit: int, limits: Limits) -> bytes:
     """The whole request body, refusing more than `limit` bytes before reading them, and a
-    client that pauses more than `gap` seconds or takes more than `total` in all."""
+    client that pauses or takes longer than `limits` allow."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
     # A body that came whole with its head (the usual small one) needs no timers.
     arriving = request.content.iter_any() if request.content.is_eof() else None
+    gap, total = limits.request_body_gap_timeout, limits.request_body_timeout
     async for chunk in arriving or TimedBody(request, gap, total):
         size += len(chunk)
         if size > limit:
@@ -88,9 +91,22 @@ async def read_body(request: web.Request, limit: int, gap: float, total: float) 
     return b"".join(chunks)
 
 
+def key_of(request: web.Request, route: Route, body: bytes | None) -> str | None:
+    """The request's key from every source the route names (its key headers, a body
+    member); BadKey when one is malformed or two disagree, None when none carries one."""
+    found = [(name, parse_key(request.headers.getall(name, ()))) for name in route.key_header_names]
+    if route.key_json_pointer is not None and body is not None:
+        pointer = route.key_json_pointer
+        found.append((f"the body's {pointer}", json_key(body, pointer)))
+    return agreed_key(found)
+
+
 def scope_of(request: web.Request, route: Route) -> list[str]:
     """The route's scope values as the upstream will receive them; BadScope otherwise."""
     headers = request.headers
     return scope_values(
-        lambda name: headers.getall(name, []), route.scope, route.key_header, route.require_scope
+        lambda name: headers.getall(name, []),
+        route.scope,
+        route.key_header_names,
+        route.require_scope,
     )

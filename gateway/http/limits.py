@@ -26,23 +26,41 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import cast
+
+import orjson
 
 from gateway.config.settings import Limits
 from gateway.telemetry.metrics import Metrics
 
-# The answer to a connection past `max_connections`: written at once, then closed.
-_BUSY_BODY = (
-    b'{"type":"urn:idem-gateway:problem:too-many-connections","title":"Too many connections",'
-    b'"status":503,"detail":"the gateway is at its connection limit; retry later",'
-    b'"code":"too-many-connections"}'
-)
-BUSY = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-    % (len(_BUSY_BODY), _BUSY_BODY)
-)
 
+def _written_problem(status: int, slug: str, title: str, detail: str) -> bytes:
+    """A problem+json answer as bytes on the wire, for a connection aiohttp never sees."""
+    body = orjson.dumps(
+        {
+            "type": f"urn:idem-gateway:problem:{slug}",
+            "title": title,
+            "status": status,
+            "detail": detail,
+            "code": slug,
+        }
+    )
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        f"Content-Type: application/problem+json\r\nRetry-After: 1\r\n"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+# The answer to a connection past `max_connections`: written at once, then closed.
+BUSY = _written_problem(
+    503,
+    "too-many-connections",
+    "Too many connections",
+    "the gateway is at its connection limit; retry later",
+)
 # `head_since` of a connection that is not reading a head: never overdue. BETWEEN requests
 # the next byte starts a head; NOT_READING while a request runs (its body is not a head).
 NOT_READING = math.inf

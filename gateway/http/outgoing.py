@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
 from gateway.core.headers import DROPPED_FROM_REQUESTS
 from gateway.telemetry.requestlog import REQUEST_ID, current
 
 
-def forward_headers(request: web.Request) -> CIMultiDict[str]:
-    """The client's headers for the upstream: hop-by-hop dropped, X-Forwarded-* added."""
+def forward_headers(request: web.Request, preserve_host: bool = False) -> CIMultiDict[str]:
+    """The client's headers for the upstream: hop-by-hop dropped, X-Forwarded-* added; the
+    client's Host kept where the route says `preserve_host` (else the upstream's own)."""
     # Copy, then drop by name: both run in multidict's C code, unlike a filter in Python.
     out: CIMultiDict[str] = CIMultiDict(request.headers)
     for name in DROPPED_FROM_REQUESTS:
@@ -18,6 +19,8 @@ def forward_headers(request: web.Request) -> CIMultiDict[str]:
     for value in request.headers.getall("Connection", ()):
         for token in value.split(","):
             out.popall(token.strip(), None)
+    if preserve_host and hdrs.HOST in request.headers:
+        out[hdrs.HOST] = request.headers[hdrs.HOST]
     peer = request.remote or ""
     prior = out.get("X-Forwarded-For")
     out["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer

@@ -31,12 +31,13 @@ async def pass_through(
     timeouts: Timeouts,
     extra: Mapping[str, str] | None = None,
     body: bytes | None = None,
+    preserve_host: bool = False,
     limits: Limits | None = None,
 ) -> web.StreamResponse:
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
     the caller has read it already); a body that streams in is cut when it pauses longer
     than `limits` allow."""
-    headers = forward_headers(request)
+    headers = forward_headers(request, preserve_host)
     response: web.StreamResponse | None = None
     sent: bytes | AsyncIterable[bytes] | None = body
     timed: TimedBody | None = None

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.blobs.recorder import TOO_LARGE
+from gateway.blobs.recorder import OMITTED, TOO_LARGE
 from gateway.config.policy import Route
 from gateway.core.claims import ClaimResult
+from gateway.core.headers import replayed_headers
 from gateway.core.record import Record
 from gateway.core.retention import expires
 from gateway.errors import BlobError
@@ -21,15 +22,35 @@ from gateway.http.problems import problem
 
 log = logging.getLogger(__name__)
 
-REPLAYED = {"Idempotent-Replayed": "true"}
+# A replay of an answer whose body was left out (over max_replay_body).
+BODY_OMITTED = {"Idempotency-Replay": "omitted"}
+
+
+def replay_marker(route: Route) -> dict[str, str]:
+    """The header(s) that mark a replay, as the route names them (`replay_header`)."""
+    return dict.fromkeys(route.replay_header, "true")
 
 
 async def replay(
-    s: Services, request: web.Request, route: Route, result: ClaimResult
+    s: Services, request: web.Request, route: Route, result: ClaimResult, anonymous: bool
 ) -> web.StreamResponse:
+    """Answer from the record: `anonymous` says the request has no scope value, which
+    decides whether cookies and credentials are replayed (`core.headers.replayed_headers`)."""
     record = result.record
     assert record is not None
+    marker = replay_marker(route)
+    headers = replayed_headers(
+        record.headers, route.replay_set_cookie, route.replay_credentials, anonymous
+    )
+    extra = {**marker, **expires(result.pttl_ms / 1000)}
     not_recorded = record.extra.get("body")
+    if not_recorded == OMITTED:  # the status and headers; the body was left out on purpose
+        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
+        response = start_response(
+            record.status, record.reason, headers, 0, {**extra, **BODY_OMITTED}
+        )
+        await prepare_quietly(response, request)
+        return response
     if not_recorded:
         why = (
             "over max_recorded_body"
@@ -40,15 +61,14 @@ async def replay(
             f"the upstream answered {record.status} with a body of {record.size} bytes, "
             f"{why}, so it cannot be replayed; the request is not run again"
         )
-        return problem(502, "body-not-recorded", "Answer not replayable", detail, REPLAYED)
-    extra = {**REPLAYED, **expires(result.pttl_ms / 1000)}
+        return problem(502, "body-not-recorded", "Answer not replayable", detail, marker)
     if record.blob is not None:
-        return await _replay_blob(s, request, route, record, extra)
+        return await _replay_blob(s, request, route, record, headers, extra)
     try:
         check_inline(result.body, record.size, record.sha256)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
-    response = start_response(record.status, record.reason, record.headers, record.size, extra)
+    response = start_response(record.status, record.reason, headers, record.size, extra)
     await response.prepare(request)
     await write_quietly(response, result.body)
     await response.write_eof()
@@ -56,7 +76,12 @@ async def replay(
 
 
 async def _replay_blob(
-    s: Services, request: web.Request, route: Route, record: Record, extra: dict[str, str]
+    s: Services,
+    request: web.Request,
+    route: Route,
+    record: Record,
+    headers: list[tuple[str, str]],
+    extra: dict[str, str],
 ) -> web.StreamResponse:
     """Stream a blob back; refuse it before the head when it is missing or the wrong size,
     and cut the connection when its digest turns out wrong at the end."""
@@ -69,7 +94,7 @@ async def _replay_blob(
         if reader.size != record.size:
             detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
             return _blob_failed(s, route, BlobError(BlobError.CORRUPT, detail))
-        response = start_response(record.status, record.reason, record.headers, record.size, extra)
+        response = start_response(record.status, record.reason, headers, record.size, extra)
         if not await prepare_quietly(response, request):
             return response
         try:
@@ -93,7 +118,7 @@ def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
         "recorded-body-unavailable",
         "Recorded answer unavailable",
         f"the recorded body is {exc.reason}; the request is not run again",
-        REPLAYED,
+        replay_marker(route),
     )
 
 

@@ -135,7 +135,7 @@ def _keys_endpoint(
         try:
             return await op(request, body)
         except keyops.KeyOpError as exc:
-            return problem(exc.status, "key-operation", "Key operation refused", str(exc))
+            return problem(exc.status, exc.slug, "Key operation refused", str(exc))
 
     return endpoint
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
@@ -19,12 +20,33 @@ from gateway.store.store import Store
 STATES = {b"P": "pending", b"C": "completed", b"U": "unknown"}
 
 
-class KeyOpError(Exception):
-    """The operation cannot be done; `status` is the HTTP status that says why."""
+class KeyOpProblem(StrEnum):
+    """Why a key operation was refused (docs/problems.md)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    NO_SUCH_ROUTE = "no-such-route"
+    NO_RECORD = "no-record"
+    NOT_UNKNOWN = "record-not-unknown"
+    BAD_VALUE = "bad-key-operation"
+
+
+# The problem of a refused key operation, by status, unless it names its own.
+_BY_STATUS = {
+    400: KeyOpProblem.BAD_VALUE,
+    404: KeyOpProblem.NO_RECORD,
+    409: KeyOpProblem.NOT_UNKNOWN,
+}
+
+
+class KeyOpError(Exception):
+    """The operation cannot be done; `status` is the HTTP status that says why and `slug`
+    the problem type."""
+
+    def __init__(
+        self, status: Literal[400, 404, 409], message: str, problem: KeyOpProblem | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.slug = str(problem or _BY_STATUS[status])
 
 
 def locate(
@@ -38,7 +60,9 @@ def locate(
     route = next((r for r in settings.routes if r.name == route_name), None)
     if route is None:
         names = ", ".join(r.name for r in settings.routes) or "none"
-        raise KeyOpError(404, f"no route named {route_name!r} (routes: {names})")
+        raise KeyOpError(
+            404, f"no route named {route_name!r} (routes: {names})", KeyOpProblem.NO_SUCH_ROUTE
+        )
     if len(tenant) > len(route.scope):
         raise KeyOpError(
             400,

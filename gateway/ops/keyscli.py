@@ -15,6 +15,7 @@ from gateway.errors import StoreUnavailable
 from gateway.ops import keyops
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
+from gateway.store.embedded import running_url
 from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
@@ -54,13 +55,17 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    url = settings.redis.url
     if settings.redis.topology == "embedded":
-        print(
-            "idem-gateway keys: the embedded Redis lives inside the gateway process; "
-            "use the admin listener's /keys endpoints, or configure redis.url",
-            file=sys.stderr,
-        )
-        return 2
+        found = running_url(Path(settings.state_dir))
+        if found is None:
+            print(
+                f"idem-gateway keys: no gateway with the embedded Redis runs on state_dir "
+                f"{settings.state_dir}; start it, or configure redis.url",
+                file=sys.stderr,
+            )
+            return 2
+        url = found
     body = b""
     if args.op == "resolve" and args.body_file is not None:
         try:
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"idem-gateway keys: {args.body_file}: {exc.strerror}", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(_run(args, settings, body))
+        return asyncio.run(_run(args, settings, url, body))
     except keyops.KeyOpError as exc:
         print(f"idem-gateway keys: {exc}", file=sys.stderr)
         return NOT_FOUND if exc.status in (404, 409) else 2
@@ -78,9 +83,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return UNREACHABLE
 
 
-async def _run(args: argparse.Namespace, settings: Settings, body: bytes) -> int:
+async def _run(args: argparse.Namespace, settings: Settings, url: str, body: bytes) -> int:
     route, rkey = keyops.locate(settings, args.route, args.tenant, args.key)
-    store = Store(make_client(settings.redis, settings.redis.url), CircuitBreaker(1, 1.0))
+    store = Store(make_client(settings.redis, url), CircuitBreaker(1, 1.0))
     try:
         if args.op == "show":
             found = await keyops.show(store, rkey)

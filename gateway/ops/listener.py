@@ -14,8 +14,9 @@ class ListenError(Exception):
 
 
 def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A TCP socket bound to host:port. The server listens on it once it is ready to serve
-    (until then, connections are refused rather than queued behind a start that may fail).
+    """A TCP socket bound to host:port, not listening yet: a gateway listens once it serves,
+    so that connections are refused rather than queued behind a start that may fail; a
+    `--workers` parent listens (`start_listening`) before it starts its workers.
     `reuse_port` lets independent gateways share the port (SO_REUSEPORT), for the documented
     case of several gateways on one external Redis."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -31,6 +32,17 @@ def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
         why = "the address is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         raise ListenError(f"cannot listen on {host}:{port}: {why}") from None
     return sock
+
+
+def start_listening(sock: socket.socket, backlog: int) -> None:
+    """Listen on a socket `bind` gave. Two gateways started in the same instant can both bind
+    (SO_REUSEADDR) but only one can listen: the other is refused here, in one line."""
+    try:
+        sock.listen(backlog)
+    except OSError as exc:
+        host, port = sock.getsockname()[:2]
+        why = "the address is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ListenError(f"cannot listen on {host}:{port}: {why}") from None
 
 
 def bind_first_free(host: str, port: int, tries: int) -> socket.socket:

@@ -1,20 +1,25 @@
-"""The embedded default: a redis-server of the gateway's own, on a private unix socket, that
-stops with the gateway."""
+"""The embedded default: a redis-server of the gateway's own, on a private unix socket, with
+its data in the gateway's state folder, that stops with the gateway."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import logging
+import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import redis
 
+from gateway.config.state import private_folder
+from gateway.errors import ConfigError
 from gateway.lifeline import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -37,60 +42,127 @@ def find_redis_server() -> tuple[str, str]:
 
 
 class EmbeddedRedis:
-    """A redis-server child on a unix socket in its own private temp dir, in a session of its
-    own (a terminal's Ctrl-C reaches the gateway, which drains and then stops it), that also
-    stops when the gateway dies."""
+    """A redis-server child that keeps its data in `state_dir/redis` (an append-only file,
+    so a restarted gateway still replays what it recorded), listens only on a unix socket
+    there, runs in a session of its own (a terminal's Ctrl-C reaches the gateway, which
+    drains and then stops it) and stops when the gateway dies.
 
-    def __init__(self) -> None:
+    One gateway at a time owns a state folder's Redis: a lock held for the gateway's life
+    refuses a second one, which would otherwise write the same append-only file."""
+
+    def __init__(self, state_dir: Path) -> None:
         self.binary, self.source = find_redis_server()
-        self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
-        self.dir = Path(self._dir.name)
-        self.socket = str(self.dir / "redis.sock")
+        self.dir = private_folder(state_dir / "redis")
+        self._lock = _lock(self.dir / "lock", state_dir)
+        self.socket = self._socket_path()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"unix://{self.socket}"
 
+    def _socket_path(self) -> str:
+        """The socket in the data folder; in a private temp folder when that path is too long
+        for a unix socket. The temp folder's name is kept, so that the next start removes it
+        when a SIGKILL left it behind (the lock says its owner is gone)."""
+        here = self.dir / "redis.sock"
+        if len(os.fsencode(here)) <= _SOCKET_PATH_MAX:
+            return str(here)
+        note = self.dir / "socket-dir"
+        if note.exists():
+            shutil.rmtree(note.read_text(), ignore_errors=True)
+        folder = tempfile.mkdtemp(prefix="idem-redis-")
+        note.write_text(folder)
+        return str(Path(folder) / "redis.sock")
+
     def start(self, timeout: float = 10.0) -> None:
         args = [
             self.binary,
-            "--port",
-            "0",
-            "--unixsocket",
-            self.socket,
-            "--unixsocketperm",
-            "700",
-            "--dir",
-            str(self.dir),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--loglevel",
-            "warning",
-            "--logfile",
-            str(self.dir / "redis.log"),
-        ]
+            "--port", "0",
+            "--unixsocket", self.socket,
+            "--unixsocketperm", "700",
+            "--dir", str(self.dir),
+            # Every write is in the append-only file within a second, and at once when the
+            # gateway stops or dies (the server gets SIGTERM and flushes it on the way out).
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--daemonize", "no",
+            "--loglevel", "warning",
+            "--logfile", str(self.dir / "redis.log"),
+        ]  # fmt: skip
         self.process = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
+            # The server holds the lock too: after a SIGKILL of the gateway, the next start
+            # waits until this server has flushed its file and gone.
+            pass_fds=(self._lock.fileno(),),
         )
-        wait_ready(self.process, self.url, self.dir / "redis.log", timeout)
+        try:
+            wait_ready(self.process, self.url, self.dir / "redis.log", timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            self.close()
+            raise ConfigError(f"the embedded redis-server did not start: {exc}") from None
         log.info(
-            "redis-server %s (from the %s) listening at %s", self.binary, self.source, self.url
-        )
+            "redis-server %s (from the %s) listening at %s, data in %s",
+            self.binary, self.source, self.url, self.dir,
+        )  # fmt: skip
 
     def close(self) -> None:
-        """Stop the server and remove its folder."""
+        """Stop the server (its data stays for the next start) and let go of the folder."""
         if self.process is not None:
             stop(self.process)
             self.process = None
-        self._dir.cleanup()
+        if not self.socket.startswith(str(self.dir)):
+            shutil.rmtree(Path(self.socket).parent, ignore_errors=True)
+            (self.dir / "socket-dir").unlink(missing_ok=True)
+        self._lock.close()
+
+
+def running_url(state_dir: Path) -> str | None:
+    """Where the embedded Redis of the gateway that owns `state_dir` listens, for the keys
+    CLI; None when no gateway runs there."""
+    folder = state_dir / "redis"
+    note = folder / "socket-dir"
+    socket = Path(note.read_text()) / "redis.sock" if note.exists() else folder / "redis.sock"
+    return f"unix://{socket}" if socket.is_socket() else None
+
+
+# A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL).
+_SOCKET_PATH_MAX = 100
+# How long a start waits for the lock of a state folder whose last owner is stopping.
+_LOCK_WAIT = 2.0
+
+
+def _lock(path: Path, state_dir: Path, wait: float = _LOCK_WAIT) -> IO[bytes]:
+    """An exclusive lock on `path` for this process's life, or a one-line refusal once
+    `wait` seconds have passed (a dead gateway's Redis may still be on its way out)."""
+    file = open(path, "a+b")  # noqa: SIM115 - held open for the gateway's life
+    deadline = time.monotonic() + wait
+    while not _locked(file):
+        if time.monotonic() >= deadline:
+            file.seek(0)
+            owner = file.read().decode(errors="replace").strip() or "unknown"
+            file.close()
+            raise ConfigError(
+                f"state_dir {state_dir} is in use by another gateway (pid {owner}); "
+                "give each gateway a state_dir of its own"
+            )
+        time.sleep(0.05)
+    file.truncate(0)
+    file.write(str(os.getpid()).encode())
+    file.flush()
+    return file
+
+
+def _locked(file: IO[bytes]) -> bool:
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def wait_ready(process: subprocess.Popen[bytes], url: str, log_file: Path, timeout: float) -> None:

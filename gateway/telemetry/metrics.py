@@ -103,6 +103,11 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.in_flight = Gauge(
+            "idem_in_flight",
+            "Claimed requests being forwarded, and outcomes being stored in the background",
+            registry=r,
+        )
         self.journal_depth = Gauge(
             "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
         )
@@ -165,6 +170,10 @@ class Metrics:
 
     def connection_cut(self, reason: str) -> None:
         self._child(self.client_connections_cut, reason).inc()
+
+    def watch_in_flight(self, running: Callable[[], int]) -> None:
+        """Read the number of running forwards and background stores at each scrape."""
+        self.in_flight.set_function(running)
 
     def watch_journal(self, depth: Callable[[], int]) -> None:
         """Read the journal's depth at each scrape."""

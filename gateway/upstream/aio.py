@@ -12,6 +12,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.config.policy import Timeouts
+from gateway.core.headers import header_text
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
@@ -59,7 +60,8 @@ class AioAnswer:
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
         self.status = response.status
-        self.reason = response.reason or ""
+        # aiohttp reads the reason as UTF-8 with surrogateescape: its bytes, back as Latin-1.
+        self.reason = header_text((response.reason or "").encode("utf-8", "surrogateescape"))
         self.raw_headers = list(response.raw_headers)
         self.content_length = response.content_length
 

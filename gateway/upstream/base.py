@@ -45,7 +45,7 @@ class Answer(Protocol):
     (or closes it when the body was not read to its end)."""
 
     status: int
-    reason: str  # the reason phrase, decoded as `header_text` does
+    reason: str  # the reason phrase's bytes as `core.headers.header_text` (Latin-1)
     raw_headers: list[tuple[bytes, bytes]]  # wire order, repeats kept
     content_length: int | None
 

@@ -94,8 +94,10 @@ class UpstreamPool:
     def _head(
         self, method: str, target: str, headers: Iterable[tuple[str, str]], size: int | None
     ) -> bytes:
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
+        lines = [f"{method} {target} HTTP/1.1"]
         lines.extend(f"{name}: {value}" for name, value in headers)
+        if not any(line[:5].lower() == "host:" for line in lines[1:]):  # preserve_host
+            lines.insert(1, f"Host: {self._host_header}")
         if size is not None:
             lines.append(f"Content-Length: {size}")
         head = "\r\n".join(lines) + "\r\n\r\n"

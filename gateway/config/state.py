@@ -1,0 +1,24 @@
+"""The gateway's own folder (`state_dir`): where it keeps its journal, the embedded Redis's
+data and, by default, its blobs. Per user and private, so no other user of the machine can
+read a recorded answer or take a lock of ours."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def default_state_dir() -> str:
+    """$IDEM_STATE_DIR, else $XDG_STATE_HOME/idem-gateway, else ~/.local/state/idem-gateway."""
+    if os.environ.get("IDEM_STATE_DIR"):
+        return os.environ["IDEM_STATE_DIR"]
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(base) / "idem-gateway")
+
+
+def private_folder(path: Path) -> Path:
+    """`path` as a folder only its owner may enter (created with its parents if needed; the
+    state folder itself made private too, whatever the umask)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
