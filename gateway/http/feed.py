@@ -104,7 +104,6 @@ class ClientFeed:
         """The answer is stored: the end of the queue, or for a client that fell behind the
         rest from the record (none: it was not kept, and the client is cut)."""
         if not self.behind:
-            self.started = True
             self.end()
         elif rest is None:
             self.cut()
@@ -118,10 +117,6 @@ class ClientFeed:
         """The whole answer, when nothing of the upstream's has started to go out."""
         self.final = response
         self._push(_END)
-
-    @property
-    def keeps_up(self) -> bool:
-        return not self.behind
 
     def _push(self, item: _Item) -> None:
         self._items.append(item)
