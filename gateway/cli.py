@@ -11,12 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
+from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
@@ -94,15 +93,8 @@ def serve(
             count_requests(app)
         app.on_startup.append(tune_collector)  # last: after the resources are up
         try:
-            web.run_app(
-                app,
-                sock=sock,
-                backlog=listen.backlog,
-                access_log=None,
-                print=listening,
-                shutdown_timeout=DRAIN_SECONDS,
-                loop=new_loop(settings.loop),
-            )
+            loop = new_loop(settings.loop)
+            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop)
         except OSError as exc:
             # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
             # one that listens second is refused here, before it has said "listening".

@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             config.write_text(yaml.safe_dump(raw))
             args_ = ["--config", str(config), "--workers", "1"]
             env = {"PYTHONPATH": str(Path(path).resolve())}
-            gateways[name] = Child(f"gateway-{name}", "gateway", port, args_, workdir, env)
+            gateways[name] = Child(
+                f"gateway-{name}", "gateway", port, args_, workdir, env, cwd=workdir
+            )
             stack.callback(gateways[name].stop)
             if pinned:
                 os.sched_setaffinity(gateways[name].process.pid, cores[-1:])

@@ -43,7 +43,10 @@ class Child:
         args: list[str],
         workdir: Path,
         env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
+        """`cwd`: where it runs. `python -m` puts that folder first on the path, before
+        PYTHONPATH: a child meant to run another tree's code must not run in this one."""
         self.name = name
         self.port = port
         self.admin_url: str | None = None  # a gateway's admin listener, when it has one
@@ -52,7 +55,7 @@ class Child:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", module, *args],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=None if env is None else {**os.environ, **env},
+                env=None if env is None else {**os.environ, **env}, cwd=cwd,
             )  # fmt: skip
         try:
             wait_for_port(port, self.process)

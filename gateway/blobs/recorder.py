@@ -73,6 +73,11 @@ class BodyRecorder:
         if exc_type is not None:
             await self.discard()
 
+    @property
+    def keeping(self) -> bool:
+        """Whether the body is still being kept (not dropped as too large or refused)."""
+        return self._dropped is None
+
     async def feed(self, chunk: bytes) -> None:
         self._size += len(chunk)
         self._hash.update(chunk)

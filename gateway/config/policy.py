@@ -124,6 +124,8 @@ class Policy(_Model):
     max_request_body: Size = 1 << 20
     inline_max: Size = 64 << 10
     max_recorded_body: Size = 100 << 20
+    # An answer whose header lines (names and values) exceed this is not recorded: 502.
+    max_recorded_headers: Size = Field(default=64 << 10, ge=1)
     timeouts: Timeouts = Timeouts()
     on_unknown_outcome: Literal["release", "keep", "record"] = "release"
     # Ask the upstream whether a call whose outcome is unknown ran (on_unknown_outcome

@@ -27,6 +27,27 @@ class Listen(_Model):
     reuse_port: bool = False
 
 
+class Limits(_Model):
+    """What one client may hold: how long it may take to send a request or read an answer,
+    and how many connections the gateway keeps open at once."""
+
+    # From the connection's start, or a request's first byte, to the end of its head.
+    request_header_timeout: Duration = Field(default=10.0, gt=0)
+    # The longest pause between two pieces of a request body, and the whole body's time
+    # (the whole time only for bodies read before forwarding; streamed ones may take long).
+    request_body_gap_timeout: Duration = Field(default=10.0, gt=0)
+    request_body_timeout: Duration = Field(default=60.0, gt=0)
+    keepalive_timeout: Duration = Field(default=15.0, gt=0)  # idle between two requests
+    # A client that takes none of what is written to it for this long is cut.
+    client_write_timeout: Duration = Field(default=60.0, gt=0)
+    # Answer bytes kept in memory for a client slower than its upstream; past that it is
+    # fed from the recorded body once the answer is stored.
+    client_buffer: Size = Field(default=256 << 10, ge=1)
+    # Client connections open at once; a new one past it gets 503 and is closed.
+    max_connections: int = Field(default=4096, ge=1)
+    upstream_connections: int = Field(default=1024, ge=1)  # per upstream origin
+
+
 class Admin(_Model):
     """The operators' listener: health, readiness, metrics and the key endpoints."""
 
@@ -184,6 +205,7 @@ class TracingSettings(_Model):
 class Settings(_Model):
     state_dir: str = Field(default_factory=default_state_dir)  # the gateway's own files
     listen: Listen = Listen()
+    limits: Limits = Limits()
     redis: RedisSettings = RedisSettings()
     blob: BlobSettings = Field(default_factory=BlobSettings)  # its folder: at run time
     loop: Literal["uvloop", "asyncio"] = "uvloop"

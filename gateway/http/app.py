@@ -19,6 +19,7 @@ from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.eviction import refuse_evicting
 from gateway.http.handler import Gateway
+from gateway.http.limits import Connections
 from gateway.http.quiet import quiet_malformed_requests
 from gateway.http.settle import replay_journal
 from gateway.http.tasks import TaskSet
@@ -37,6 +38,7 @@ METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
+CONNECTIONS = web.AppKey("connections", Connections)
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
@@ -67,7 +69,7 @@ def _resources(
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
         )
-        upstreams = new_upstreams(settings.upstreams())
+        upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections)
         journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_journal(lambda: journal.depth)
@@ -117,10 +119,14 @@ def create_app(
     metrics = metrics or Metrics()
     # Request bodies pass through as sent: unpacking a gzip body here would forward it still
     # labelled gzip, and fingerprint other bytes than the client's.
-    app = web.Application(handler_args={"auto_decompress": False})
+    # Idle time between two requests of a connection is aiohttp's keep-alive timeout.
+    server_args = {"auto_decompress": False, "keepalive_timeout": settings.limits.keepalive_timeout}
+    app = web.Application(handler_args=server_args)
     app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
+    app[CONNECTIONS] = Connections(settings.limits, metrics)
+    metrics.watch_connections(lambda: len(app[CONNECTIONS]))
     app.on_response_prepare.append(add_request_id)
     if tracing is None and settings.tracing.enabled:
         from gateway.telemetry.tracing import Tracing
@@ -140,4 +146,9 @@ async def _stop_tracing(tracing: Tracing, _: web.Application) -> None:
 
 
 async def _gateway(request: web.Request) -> web.StreamResponse:
-    return await request.app[GATEWAY].handle(request)
+    connections = request.app[CONNECTIONS]
+    connections.request_started(request.transport)  # its head is read: no header timeout
+    try:
+        return await request.app[GATEWAY].handle(request)
+    finally:
+        connections.request_ended(request.transport)

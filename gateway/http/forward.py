@@ -1,24 +1,28 @@
-"""The claimed call: forward once, stream the answer to the client while recording it, and
-settle the key (record, release, keep, or record an unknown outcome)."""
+"""The claimed call: forward once, record the answer at the upstream's pace while the client
+is fed apart from it (`http.feed`), and settle the key (record, release, keep, or record an
+unknown outcome)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator
 
 from aiohttp import web
 
-from gateway.blobs.recorder import BodyRecorder
+from gateway.blobs.base import BlobStore
+from gateway.blobs.recorder import BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.core.decision import Settle, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError
-from gateway.http.answers import abort, send, start_response
+from gateway.http.answers import start_response
 from gateway.http.context import Claimed, Services
+from gateway.http.feed import ClientFeed, Rest
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.outgoing import forward_headers, target
+from gateway.http.problems import problem
 from gateway.http.settle import FENCED, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
@@ -27,10 +31,16 @@ log = logging.getLogger(__name__)
 
 
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
-    """Call the upstream once, stream its answer to the client and settle the key."""
+    """Call the upstream once in a task of its own, and feed its answer to the client from
+    this one: a client that goes away or stops reading never holds up the recording."""
+    feed = ClientFeed(s.settings.limits.client_buffer)
+    s.tasks.spawn(_call(s, c, feed))
+    return await feed.serve(c.request)
+
+
+async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
     headers = forward_headers(request, route.preserve_host)
-    response: web.StreamResponse | None = None
     started = time.monotonic()
     async with Heartbeat(s.store, c.key, c.token, route.lease, s.metrics) as beat:
         try:
@@ -39,11 +49,16 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
             )
             async with upstream:
                 settle = on_answer(upstream.status, route)
+                recorded_headers = answer_headers(upstream.raw_headers)
+                if settle is Settle.RECORD and _size(recorded_headers) > route.max_recorded_headers:
+                    await release(s, route, c.key, c.token)
+                    s.metrics.request(route.name, request.method, m.ERROR)
+                    feed.fail(_headers_too_large(route))
+                    return
                 if settle is Settle.RELEASE:
                     await release(s, c.route, c.key, c.token)  # a retry may run while it streams
                 # An answer that is recorded says until when (shadow mode adds nothing).
                 enforced = settle is Settle.RECORD and route.mode == "enforce"
-                recorded_headers = answer_headers(upstream.raw_headers)
                 response = start_response(
                     upstream.status,
                     upstream.reason,
@@ -55,7 +70,7 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                 # back until the outcome is stored: no client sees a complete answer that a
                 # crash could leave unrecorded, to be run again by a retry.
                 recording = settle is Settle.RECORD
-                client_here = recording or await send(response, request, b"")
+                feed.begin(response, eager=not recording)
                 held = b""
                 limit = route.timeouts.read or route.timeouts.total
                 async with BodyRecorder(
@@ -65,49 +80,89 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
                     upstream.content_length,
                     route.max_replay_body,
                 ) as recorder:
-                    # Only waits for the upstream count towards `limit`: a slow client holding
-                    # up the writing can never make a complete answer look lost.
+                    # Only waits for the upstream count towards `limit`: the client is fed
+                    # apart, so a slow one can never make a complete answer look lost.
                     while chunk := await upstream.read_chunk(limit):
-                        if recording:
-                            await recorder.feed(chunk)
-                            chunk, held = held, chunk
-                        if client_here and chunk:
-                            client_here = await send(response, request, chunk)
+                        if not recording:
+                            await feed.put(chunk)  # not kept: the client's pace, nobody waits
+                            continue
+                        await recorder.feed(chunk)
+                        chunk, held = held, chunk
+                        if chunk and recorder.keeping:
+                            feed.offer(chunk)  # never waits: a client behind is fed later
+                        elif chunk:
+                            await feed.put(chunk)  # no record to feed it from later
                     s.metrics.upstream(route.name, time.monotonic() - started)
                     if recording:
                         recorded = await recorder.finish()
-                if recording:
-                    if recorder.failure is not None:
-                        _blob_write_failed(s, route, recorder.failure)
-                    elif recorded.blob is not None:
-                        s.metrics.blob_written.inc(recorded.size)
-                    stored = await record_answer(
-                        s,
-                        c,
-                        upstream.status,
-                        upstream.reason,
-                        recorded_headers,
-                        recorded,
-                        beat.lost,
-                    )
-                    if stored is False and not response.prepared:
-                        response.headers.update(FENCED)  # another claim's answer is the record
-                    if client_here:
-                        client_here = await send(response, request, held)
+            # The answer is read: the upstream connection is back in its pool.
+            if not recording:
+                feed.end()
+            else:
+                if recorder.failure is not None:
+                    _blob_write_failed(s, route, recorder.failure)
+                elif recorded.blob is not None:
+                    s.metrics.blob_written.inc(recorded.size)
+                stored = await record_answer(
+                    s, c, upstream.status, upstream.reason, recorded_headers, recorded, beat.lost
+                )
+                if stored is False and not response.prepared:
+                    response.headers.update(FENCED)  # another claim's answer is the record
+                if held and recorder.keeping:
+                    feed.offer(held)
+                elif held:
+                    await feed.put(held)
+                feed.finish(_rest(s.blobs, recorded))
         except Exception as exc:
             if not isinstance(exc, UpstreamError):
                 log.exception("route %s: forwarding failed", route.name)
             kind = failure_of(exc)
             forget_frames(exc)  # the failure is classified: its frames only hold memory now
             failed = await settle_failure(s, c, kind, exc)
-            if response is not None and response.prepared:
-                return abort(request, response)
-            return failed
+            if feed.started:
+                feed.cut()
+            else:  # a recorded answer's head waits for its first bytes: none went out
+                feed.fail(failed)
+            return
     s.metrics.request(route.name, request.method, m.FORWARDED)
-    if client_here:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await response.write_eof()
-    return response
+
+
+def _size(headers: list[tuple[str, str]]) -> int:
+    return sum(len(name) + len(value) for name, value in headers)
+
+
+def _headers_too_large(route: Route) -> web.Response:
+    detail = (
+        f"the upstream's answer headers exceed max_recorded_headers "
+        f"({route.max_recorded_headers} bytes); the answer was not recorded"
+    )
+    return problem(502, "answer-headers-too-large", "Answer headers too large", detail)
+
+
+def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
+    """The stored body for a client that fell behind; None when it was not kept."""
+    if body.not_recorded:
+        return None
+    name = body.blob
+    if name is None:
+        inline = body.inline
+
+        async def in_memory() -> AsyncGenerator[bytes, None]:
+            yield inline
+
+        return Rest(in_memory, 0, body.size, body.sha256)
+
+    async def stored() -> AsyncGenerator[bytes, None]:
+        reader = await blobs.reader(name)
+        try:
+            if reader.size != body.size:
+                raise BlobError(BlobError.CORRUPT, f"blob {name} is {reader.size} bytes")
+            async for chunk in reader.chunks():
+                yield chunk
+        finally:
+            await reader.close()
+
+    return Rest(stored, 0, body.size, body.sha256)
 
 
 def _blob_write_failed(s: Services, route: Route, exc: BlobError) -> None:

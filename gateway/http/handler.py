@@ -28,9 +28,11 @@ from gateway.http.forward import forward
 from gateway.http.incoming import (
     KEY_TITLES,
     SCOPE_TITLES,
+    BodyTimeout,
     BodyTooLarge,
     key_of,
     read_body,
+    refuse_slow_body,
     scope_of,
 )
 from gateway.http.passthrough import pass_through
@@ -79,10 +81,12 @@ class Gateway:
         body: bytes | None = None
         try:
             if route.key_json_pointer is not None:  # the key may be in the body: read it first
-                body = await read_body(request, route.max_request_body)
+                body = await read_body(request, route.max_request_body, self.s.settings.limits)
             key = key_of(request, route, body)
         except BodyTooLarge:
             return self._too_large(route, request)
+        except BodyTimeout:
+            return await self._too_slow(route, request)
         except BadKey as exc:
             if route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
@@ -106,9 +110,11 @@ class Gateway:
         note_key_hash(key_hash)
         if body is None:
             try:
-                body = await read_body(request, route.max_request_body)
+                body = await read_body(request, route.max_request_body, self.s.settings.limits)
             except BodyTooLarge:
                 return self._too_large(route, request)
+            except BodyTimeout:
+                return await self._too_slow(route, request)
         tenant = tenant_id(scope)
         rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant, key_hash)
         return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
@@ -123,12 +129,24 @@ class Gateway:
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
         return await pass_through(
-            request, self.s.upstreams, origin, policy.timeouts, None, body, policy.preserve_host
+            request,
+            self.s.upstreams,
+            origin,
+            policy.timeouts,
+            None,
+            body,
+            policy.preserve_host,
+            limits=self.s.settings.limits,
         )
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
         return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+
+    async def _too_slow(self, route: Route, request: web.Request) -> web.StreamResponse:
+        self.s.metrics.request(route.name, request.method, m.REJECTED)
+        detail = "the request body did not arrive in time; nothing was forwarded"
+        return await refuse_slow_body(request, detail)
 
     def _rejected(
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
@@ -179,8 +197,9 @@ class Gateway:
         if route.mode == "shadow" and action is not Action.FORWARD:
             return await self._shadow(request, route, claimed.body, WOULD[action])
         if action is Action.FORWARD:
-            # Shielded: a client that goes away must not stop the call or lose its outcome.
-            return await asyncio.shield(self.s.tasks.spawn(forward(self.s, claimed)))
+            # The call runs in a task of its own: a client that goes away must not stop it
+            # or lose its outcome.
+            return await forward(self.s, claimed)
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             with self.s.span(REPLAY_SPAN):
@@ -269,4 +288,5 @@ class Gateway:
             None,
             body,
             route.preserve_host,
+            limits=self.s.settings.limits,
         )

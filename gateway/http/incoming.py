@@ -3,11 +3,18 @@ bounded, and the tenant scope, from exactly the headers that are forwarded."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
 from gateway.config.policy import Route
+from gateway.config.settings import Limits
 from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
 from gateway.core.scope import ScopeProblem, scope_values
+from gateway.http.answers import abort, prepare_quietly
+from gateway.http.problems import problem
 
 KEY_TITLES = {
     KeyProblem.EMPTY: "Empty idempotency key",
@@ -27,13 +34,56 @@ class BodyTooLarge(Exception):
     pass
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole request body, refusing more than `limit` bytes before reading them."""
+class BodyTimeout(Exception):
+    """The client paused too long within its body, or took too long for all of it."""
+
+
+class TimedBody:
+    """The request body as the client sends it, cut with BodyTimeout when the client pauses
+    more than `gap` seconds or takes more than `total` in all (`expired` says so after)."""
+
+    def __init__(self, request: web.Request, gap: float, total: float) -> None:
+        self._content = request.content
+        self._gap = gap
+        self._total = total
+        self.expired = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._total
+        while True:
+            try:
+                async with asyncio.timeout_at(min(loop.time() + self._gap, deadline)):
+                    chunk = await self._content.readany()
+            except TimeoutError:
+                self.expired = True
+                raise BodyTimeout from None
+            if not chunk:
+                return
+            yield chunk
+
+
+async def refuse_slow_body(request: web.Request, detail: str) -> web.StreamResponse:
+    """408, then the connection is closed: the rest of a slow body is not waited for (aiohttp
+    would otherwise linger, reading it, for up to 10 s)."""
+    slow = problem(408, "body-timeout", "Body too slow", detail)
+    if await prepare_quietly(slow, request):
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await slow.write_eof()
+    return abort(request, slow)
+
+
+async def read_body(request: web.Request, limit: int, limits: Limits) -> bytes:
+    """The whole request body, refusing more than `limit` bytes before reading them, and a
+    client that pauses or takes longer than `limits` allow."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
+    # A body that came whole with its head (the usual small one) needs no timers.
+    arriving = request.content.iter_any() if request.content.is_eof() else None
+    gap, total = limits.request_body_gap_timeout, limits.request_body_timeout
+    async for chunk in arriving or TimedBody(request, gap, total):
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge

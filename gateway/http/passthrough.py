@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterable, Mapping
 from typing import cast
 
 from aiohttp import web
 
 from gateway.config.policy import Timeouts
+from gateway.config.settings import Limits
 from gateway.core.headers import answer_headers
 from gateway.http.answers import abort, start_response, upstream_failure, write_quietly
+from gateway.http.incoming import TimedBody, refuse_slow_body
 from gateway.http.outgoing import forward_headers, target
 from gateway.upstream.base import UpstreamError, forget_frames
 from gateway.upstream.upstreams import Upstreams
@@ -29,16 +32,24 @@ async def pass_through(
     extra: Mapping[str, str] | None = None,
     body: bytes | None = None,
     preserve_host: bool = False,
+    limits: Limits | None = None,
 ) -> web.StreamResponse:
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
-    the caller has read it already)."""
+    the caller has read it already); a body that streams in is cut when it pauses longer
+    than `limits` allow."""
     headers = forward_headers(request, preserve_host)
     response: web.StreamResponse | None = None
     sent: bytes | AsyncIterable[bytes] | None = body
+    timed: TimedBody | None = None
     if body is None and request.body_exists:  # it streams in as the client sends it
         if request.content_length is not None:
             headers["Content-Length"] = str(request.content_length)
-        sent = cast(AsyncIterable[bytes], request.content)
+        if limits is None:
+            sent = cast(AsyncIterable[bytes], request.content)
+        else:
+            # Only pauses are cut: a large upload may take long, and holds only one
+            # upstream connection while it flows (as nginx's client_body_timeout).
+            sent = timed = TimedBody(request, limits.request_body_gap_timeout, math.inf)
     elif body is None and request.method not in _NO_BODY_EXPECTED:
         sent = b""  # Content-Length: 0, as aiohttp sends for such a method
     try:
@@ -65,4 +76,7 @@ async def pass_through(
         forget_frames(exc)
         if response is not None and response.prepared:
             return abort(request, response)
+        if timed is not None and timed.expired:  # the client's body was too slow, not the upstream
+            detail = "the request body did not arrive in time; the upstream got part of it"
+            return await refuse_slow_body(request, detail)
         return upstream_failure(exc.failure)

@@ -128,6 +128,16 @@ class Metrics:
             "1 when Redis's maxmemory-policy may evict our keys",
             registry=r,
         )
+        self.client_connections = Gauge(
+            "idem_client_connections", "Client connections open now", registry=r
+        )
+        self.client_connections_cut = Counter(
+            "idem_client_connections_cut",
+            "Client connections closed by a limit: max-connections (answered 503), "
+            "header-timeout, write-timeout",
+            ["reason"],
+            registry=r,
+        )
         self.blob_written = Counter(
             "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
         )
@@ -160,6 +170,13 @@ class Metrics:
     def watch_circuit(self, breaker: b.Circuit) -> None:
         """Read the breaker's state at each scrape (the worst node's, for a Cluster)."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
+
+    def watch_connections(self, count: Callable[[], int]) -> None:
+        """Read the number of open client connections at each scrape."""
+        self.client_connections.set_function(count)
+
+    def connection_cut(self, reason: str) -> None:
+        self._child(self.client_connections_cut, reason).inc()
 
     def watch_in_flight(self, running: Callable[[], int]) -> None:
         """Read the number of running forwards and background stores at each scrape."""

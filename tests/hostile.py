@@ -1,0 +1,165 @@
+"""What the hostile-client tests share: a raw upstream that sends large answers and counts its
+connections, a gateway process with short limits, and raw-socket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from testkit.procs import GatewayProcess
+
+from .upstream import RawUpstream, read_raw_request
+
+TCP_ESTABLISHED = 1
+
+
+def pattern(size: int) -> bytes:
+    """A body whose every offset is distinct enough to show a byte out of place."""
+    block = bytes(range(251))  # a prime length: misplaced slices do not line up
+    return (block * (size // len(block) + 1))[:size]
+
+
+class BigAnswers(RawUpstream):
+    """Answers each request with 201 and `size` bytes after `delay` seconds; counts calls,
+    connections and the most connections in use at once."""
+
+    def __init__(self, size: int, delay: float = 0.0, head_extra: bytes = b"") -> None:
+        super().__init__()
+        self.body = pattern(size)
+        self.delay = delay
+        self.head_extra = head_extra
+        self.connections = 0
+        self.busy = 0
+        self.most_busy = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                await read_raw_request(reader)
+                self.count += 1
+                self.busy += 1
+                self.most_busy = max(self.most_busy, self.busy)
+                try:
+                    await asyncio.sleep(self.delay)
+                    writer.write(
+                        b"HTTP/1.1 201 Created\r\n%sContent-Length: %d\r\n\r\n"
+                        % (self.head_extra, len(self.body))
+                    )
+                    writer.write(self.body)
+                    await writer.drain()
+                finally:
+                    self.busy -= 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def start_gateway(
+    origin: str,
+    redis_url: str,
+    workdir: Path,
+    limits: dict[str, Any],
+    loop: str = "uvloop",
+    admin_port: int | None = None,
+    **route: Any,
+) -> GatewayProcess:
+    config: dict[str, Any] = {
+        "loop": loop,
+        "redis": {"url": redis_url},
+        "blob": {"url": f"file://{workdir}/blobs"},
+        "log_level": "warning",
+        "limits": limits,
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
+    }
+    if admin_port is not None:
+        config["admin"] = {"host": "127.0.0.1", "port": admin_port}
+    return GatewayProcess(config, workdir).start()
+
+
+def request(path: str, key: str | None, body: bytes = b"{}", extra: bytes = b"") -> bytes:
+    head = b"POST %s HTTP/1.1\r\nHost: gw\r\nContent-Length: %d\r\n" % (path.encode(), len(body))
+    if key is not None:
+        head += b"Idempotency-Key: %s\r\n" % key.encode()
+    return head + extra + b"\r\n" + body
+
+
+def connect(port: int, receive_buffer: int | None = None) -> socket.socket:
+    """A blocking client socket; a small receive buffer makes a client that does not read
+    stall its sender sooner."""
+    sock = socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+async def exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int, bytes, bytes]:
+    """Send `data` on a fresh connection and read one answer: status, head and body
+    (Content-Length framed)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 21)
+    try:
+        writer.write(data)
+        async with asyncio.timeout(timeout):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"content-length:")),
+                0,
+            )  # fmt: skip
+            body = await reader.readexactly(length)
+        return int(head.split(b" ")[1]), head, body
+    finally:
+        writer.close()
+
+
+def tcp_state(sock: socket.socket) -> int:
+    """The kernel's TCP state of a client socket (1: established; a reset or a FIN from
+    the gateway moves it on) without reading what is buffered."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    return int(struct.unpack("B", info[:1])[0])
+
+
+async def until(check: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll `check` until it holds; the seconds it took (AssertionError after `timeout`)."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def client_fds(pid: int, port: int) -> int:
+    """The process's sockets that are client connections to its listening `port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if local_port == port and fields[3] != "0A":  # 0A: the listening socket
+                    inodes.add(fields[9])
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                held += 1
+    return held
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    return tcp_state(sock) != TCP_ESTABLISHED

@@ -1,0 +1,108 @@
+"""A crowd of hostile clients at once: slow heads, slow bodies, idle keep-alive connections
+and clients that never read their answers. With the limits at about a second, every one of
+their connections is closed, the gateway's file descriptors come back to where they were,
+and the keys of the clients that never read are complete and replay byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from testkit.ports import free_port
+
+from .hostile import (
+    BigAnswers,
+    client_fds,
+    closed_by_peer,
+    connect,
+    exchange,
+    open_fds,
+    request,
+    start_gateway,
+)
+from .scrape import sample
+from .upstream import serving
+
+LIMITS = {
+    "request_header_timeout": "1s",
+    "request_body_gap_timeout": "1s",
+    "request_body_timeout": "2s",
+    "keepalive_timeout": "2s",  # longer than the head's: slow heads are cut by theirs
+    "client_write_timeout": "2s",
+}
+SLOW_HEADS, SLOW_BODIES, IDLE, NOT_READING = 50, 20, 20, 8
+
+
+def _trickle(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # closed by the gateway: what the test waits for
+        sock.send(data)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+async def test_hostile_clients_are_closed_and_their_keys_complete(
+    redis_url: str, tmp_path: Path, loop: str
+) -> None:
+    upstream = BigAnswers(8 << 20)
+    async with serving(upstream) as origin:
+        admin = free_port()
+        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin)
+        assert gateway.process is not None
+        pid = gateway.process.pid
+        try:
+            status, _, _ = await exchange(gateway.port, request("/warm", "warm"))
+            assert status == 201  # Redis, blob store and upstream connections are open
+            baseline = open_fds(pid)
+            heads = [connect(gateway.port) for _ in range(SLOW_HEADS)]
+            for sock in heads:
+                sock.sendall(b"POST /pay HTTP/1.1\r\nHost: gw\r\n")
+            bodies = [connect(gateway.port) for _ in range(SLOW_BODIES)]
+            for n, sock in enumerate(bodies):
+                sock.sendall(request("/pay", f"body-{n}", b"x" * 1000)[:-990])
+            idle = [connect(gateway.port) for _ in range(IDLE)]
+            for sock in idle:
+                sock.sendall(request("/pay", ""))  # 400 (an empty key), then nothing
+            stalled = [connect(gateway.port, receive_buffer=4096) for _ in range(NOT_READING)]
+            for n, sock in enumerate(stalled):
+                sock.sendall(request("/pay", f"stalled-{n}"))
+            every = heads + bodies + idle + stalled
+            assert client_fds(pid, gateway.port) > len(every) // 2  # they did get in
+            started = time.monotonic()
+            while True:
+                for sock in heads:
+                    _trickle(sock, b"X-Slow: y\r\n")
+                for sock in bodies:
+                    _trickle(sock, b"x")
+                open_ = [sock for sock in every if not closed_by_peer(sock)]
+                # Pooled upstream connections may have grown by one per concurrent call.
+                held, fds = client_fds(pid, gateway.port), open_fds(pid)
+                if not open_ and not held and fds <= baseline + NOT_READING + 2:
+                    break
+                assert time.monotonic() - started < 12, (
+                    f"{len(open_)} hostile clients not closed, gateway holds {held} client "
+                    f"sockets and {fds} fds (from {baseline})"
+                )
+                await asyncio.sleep(0.2)
+            for sock in every:
+                sock.close()
+            for n in range(NOT_READING):
+                status, head, body = await exchange(gateway.port, request("/pay", f"stalled-{n}"))
+                assert status == 201 and b"Idempotent-Replayed: true" in head
+                assert body == upstream.body
+            assert upstream.count == 1 + NOT_READING
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://127.0.0.1:{admin}/metrics") as scraped,
+            ):
+                text = await scraped.text()
+            cut = "idem_client_connections_cut_total"
+            assert sample(text, cut, reason="header-timeout") >= SLOW_HEADS
+            assert sample(text, cut, reason="write-timeout") == NOT_READING
+            assert sample(text, "idem_client_connections") <= 1  # the scrape's own, if any
+        finally:
+            gateway.stop()
