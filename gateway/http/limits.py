@@ -29,26 +29,17 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import cast
 
-import orjson
-
 from gateway.config.settings import Limits
+from gateway.http.problems import PROBLEM_TYPE, problem_body
 from gateway.telemetry.metrics import Metrics
 
 
 def _written_problem(status: int, slug: str, title: str, detail: str) -> bytes:
     """A problem+json answer as bytes on the wire, for a connection aiohttp never sees."""
-    body = orjson.dumps(
-        {
-            "type": f"urn:idem-gateway:problem:{slug}",
-            "title": title,
-            "status": status,
-            "detail": detail,
-            "code": slug,
-        }
-    )
+    body = problem_body(status, slug, title, detail)
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        f"Content-Type: application/problem+json\r\nRetry-After: 1\r\n"
+        f"Content-Type: {PROBLEM_TYPE}\r\nRetry-After: 1\r\n"
         f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body

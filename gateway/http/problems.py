@@ -18,7 +18,16 @@ def problem(
     """A problem+json response; `slug` names the problem type and is its stable `code`.
     `detail` is for people and never names internal classes or addresses (those go to the
     log, under the request id)."""
-    body = orjson.dumps(
+    response = web.Response(
+        status=status, body=problem_body(status, slug, title, detail), headers=headers
+    )
+    response.content_type = PROBLEM_TYPE
+    return response
+
+
+def problem_body(status: int, slug: str, title: str, detail: str) -> bytes:
+    """The problem+json document itself."""
+    return orjson.dumps(
         {
             "type": f"urn:idem-gateway:problem:{slug}",
             "title": title,
@@ -27,6 +36,3 @@ def problem(
             "code": slug,
         }
     )
-    response = web.Response(status=status, body=body, headers=headers)
-    response.content_type = PROBLEM_TYPE
-    return response
