@@ -61,9 +61,11 @@ def _value(node: dict[str, Any]) -> dict[str, Any]:
 
 def _without_defaults(node: Any) -> Any:
     """A default belongs to the field, not to one of its alternatives (pydantic 2.6 leaks one
-    field's default into a shared annotation's schema)."""
+    field's default into a shared annotation's schema). A string constant is typed as newer
+    pydantic types it (2.6 leaves its type out), so every supported pydantic prints the same."""
     if isinstance(node, list):
         return [_without_defaults(item) for item in node]
     if isinstance(node, dict):
-        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+        typed = {"type": "string"} if isinstance(node.get("const"), str) else {}
+        return {**typed, **{k: _without_defaults(v) for k, v in node.items() if k != "default"}}
     return node
