@@ -61,8 +61,9 @@ def _direct(app: web.Application, server: web.Server) -> None:
         """A request that no router matched: its application is `app`.
 
         `_prepare_hook` is aiohttp's (private) hook into `StreamResponse.prepare`, where a
-        routed request sends `on_response_prepare`; tests/test_metrics.py's request-id tests
-        (through a gateway process) fail when that stops working."""
+        routed request sends `on_response_prepare`, and `_default_expect_handler` is the
+        router's answer to `Expect`: tests/test_served.py (through a gateway process) fails
+        when either stops working."""
 
         @property
         def app(self) -> web.Application:
