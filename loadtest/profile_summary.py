@@ -34,7 +34,10 @@ PARTS = (
 
 
 def part(leaf: str) -> str:
-    if "(aiohttp/web.py" in leaf or "(loadtest/procs.py" in leaf:
+    if any(
+        at in leaf
+        for at in ("(aiohttp/web.py", "(loadtest/procs.py", "run (gateway/http/server.py")
+    ):
         return "event loop and sockets (uvloop, C)"  # the loop's native code runs in run_app
     match = _FRAME.search(leaf)
     path = match.group(1) if match else ""

@@ -39,6 +39,8 @@ TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
 CONNECTIONS = web.AppKey("connections", Connections)
+# Every request's handler: the router's one route, and what `http.server` serves directly.
+ENTRY: web.AppKey[Handler] = web.AppKey("entry")
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
@@ -133,11 +135,12 @@ def create_app(
 
         tracing = Tracing(settings.tracing)
     app.cleanup_ctx.append(_resources(redis_url, tracing))
-    handle: Handler = _gateway
+    handle: Handler = partial(_gateway, app)
     if tracing is not None:
         app.on_cleanup.append(partial(_stop_tracing, tracing))  # after the drain
-        handle = tracing.serve(_gateway)
-    app.router.add_route("*", "/{tail:.*}", observed(handle, metrics))
+        handle = tracing.serve(handle)
+    app[ENTRY] = observed(handle, metrics)
+    app.router.add_route("*", "/{tail:.*}", app[ENTRY])
     return app
 
 
@@ -145,10 +148,10 @@ async def _stop_tracing(tracing: Tracing, _: web.Application) -> None:
     await asyncio.to_thread(tracing.close)  # the last export may wait for the collector
 
 
-async def _gateway(request: web.Request) -> web.StreamResponse:
-    connections = request.app[CONNECTIONS]
+async def _gateway(app: web.Application, request: web.Request) -> web.StreamResponse:
+    connections = app[CONNECTIONS]
     connections.request_started(request.transport)  # its head is read: no header timeout
     try:
-        return await request.app[GATEWAY].handle(request)
+        return await app[GATEWAY].handle(request)
     finally:
         connections.request_ended(request.transport)

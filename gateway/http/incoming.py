@@ -78,12 +78,16 @@ async def read_body(request: web.Request, limit: int, limits: Limits) -> bytes:
     client that pauses or takes longer than `limits` allow."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
+    if request.content.is_eof():
+        # The body came whole with its head (the usual small one): no timers, no loop.
+        body = request.content.read_nowait()
+        if len(body) > limit:
+            raise BodyTooLarge
+        return body
     chunks: list[bytes] = []
     size = 0
-    # A body that came whole with its head (the usual small one) needs no timers.
-    arriving = request.content.iter_any() if request.content.is_eof() else None
     gap, total = limits.request_body_gap_timeout, limits.request_body_timeout
-    async for chunk in arriving or TimedBody(request, gap, total):
+    async for chunk in TimedBody(request, gap, total):
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge

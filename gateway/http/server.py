@@ -1,5 +1,11 @@
 """Serving the application on a bound socket, as aiohttp's `run_app` does, with every client
-connection guarded by the limits of `http.limits`."""
+connection guarded by the limits of `http.limits`.
+
+The application's one route catches every path, so its router and match info are skipped:
+aiohttp's low-level server hands each request straight to the application's handler
+(`ENTRY`). The application still starts, drains and cleans up as under `run_app`, and its
+`on_response_prepare` signal still runs on every answer (the request id, aiohttp's own
+error answers included)."""
 
 from __future__ import annotations
 
@@ -8,10 +14,16 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
+from typing import cast
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_urldispatcher import _default_expect_handler
 
-from gateway.http.app import CONNECTIONS
+from gateway.http.app import CONNECTIONS, ENTRY
 from gateway.http.limits import fit_open_files
 
 log = logging.getLogger(__name__)
@@ -40,6 +52,45 @@ class _GuardedSite(web.SockSite):
         )
 
 
+def _direct(app: web.Application, server: web.Server) -> None:
+    """Let `server` hand each request to the application's handler, not to its router."""
+    loop = asyncio.get_running_loop()
+    handle = app[ENTRY]
+
+    class Served(web.Request):
+        """A request that no router matched: its application is `app`.
+
+        `_prepare_hook` is aiohttp's (private) hook into `StreamResponse.prepare`, where a
+        routed request sends `on_response_prepare`, and `_default_expect_handler` is the
+        router's answer to `Expect`: tests/test_served.py (through a gateway process) fails
+        when either stops working."""
+
+        @property
+        def app(self) -> web.Application:
+            return app
+
+        async def _prepare_hook(self, response: web.StreamResponse) -> None:
+            await app.on_response_prepare.send(self, response)
+
+    def request(
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.Request:
+        return Served(message, payload, protocol, writer, task, loop)
+
+    async def serve(request: web.BaseRequest) -> web.StreamResponse:
+        served = cast(web.Request, request)  # made by `request` above
+        if request.headers.get(hdrs.EXPECT):  # as the router does: 100 Continue, or 417
+            await _default_expect_handler(served)
+        return await handle(served)
+
+    server.request_factory = request
+    server.request_handler = serve
+
+
 async def _serve(
     app: web.Application,
     sock: socket.socket,
@@ -54,6 +105,8 @@ async def _serve(
         app, handle_signals=True, access_log=None, shutdown_timeout=shutdown_timeout
     )
     await runner.setup()
+    assert runner.server is not None
+    _direct(app, runner.server)
     try:
         site = _GuardedSite(runner, sock, backlog)
         await site.start()

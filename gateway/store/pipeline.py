@@ -52,8 +52,13 @@ class Coalescer:
         queued behind batches that a hung Redis holds fails in time like any other, and is
         dropped unsent (TimeoutError)."""
         future = self._enqueue(script, key, args)
-        async with asyncio.timeout(self._timeout):
-            return await future  # cancelled at the deadline: its lane skips it
+        # A timer on the future rather than `asyncio.timeout`, whose context costs more than
+        # the rest of this call: at the deadline the future fails and its lane skips it.
+        timer = asyncio.get_running_loop().call_later(self._timeout, _time_out, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def _enqueue(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -163,6 +168,11 @@ def _pack(commands: list[tuple[Any, ...]]) -> bytes:
         return b"".join([hiredis.pack_command(command) for command in commands])
     except TypeError as exc:
         raise DataError(str(exc)) from exc
+
+
+def _time_out(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 def _fail(batch: list[_Call], exc: BaseException) -> None:

@@ -1,0 +1,79 @@
+"""A gateway process serves every request without aiohttp's router (`http.server`): what the
+router and its signals did still happens there, over raw sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from .hostile import BigAnswers, exchange, request, start_gateway
+from .upstream import serving
+
+
+def header(head: bytes, name: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
+        field, _, value = line.partition(b":")
+        if field.strip().lower() == name.lower():
+            return value.strip()
+    return None
+
+
+async def test_each_answer_names_its_request_id(redis_url: str, tmp_path: Path) -> None:
+    async with serving(BigAnswers(10)) as origin:
+        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        try:
+            sent = request("/pay", "k1", extra=b"X-Request-Id: first-1\r\n")
+            status, head, _ = await exchange(gateway.port, sent)
+            assert (status, header(head, b"X-Request-Id")) == (201, b"first-1")
+            again = request("/pay", "k1", extra=b"X-Request-Id: retry-2\r\n")
+            status, head, _ = await exchange(gateway.port, again)
+            assert header(head, b"Idempotent-Replayed") == b"true"
+            assert (status, header(head, b"X-Request-Id")) == (201, b"retry-2")
+            # A problem the gateway answers itself, with an id of its own.
+            status, head, _ = await exchange(gateway.port, request("/pay", "k1", b"{1}"))
+            fresh = header(head, b"X-Request-Id")
+            assert status == 422 and fresh is not None and len(fresh) == 32
+        finally:
+            gateway.stop()
+
+
+async def test_expect_is_answered_as_the_router_did(redis_url: str, tmp_path: Path) -> None:
+    async with serving(BigAnswers(10)) as origin:
+        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            head = request("/pay", "e1", extra=b"Expect: 100-continue\r\n")[: -len(b"{}")]
+            writer.write(head)
+            async with asyncio.timeout(10):
+                interim = await reader.readuntil(b"\r\n\r\n")
+                assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+                writer.write(b"{}")
+                final = await reader.readuntil(b"\r\n\r\n")
+            assert final.startswith(b"HTTP/1.1 201 ")
+            writer.close()
+            odd = request("/pay", "e2", extra=b"Expect: teapot\r\n")
+            status, _, _ = await exchange(gateway.port, odd)
+            assert status == 417
+        finally:
+            gateway.stop()
+
+
+async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_path: Path) -> None:
+    upstream = BigAnswers(10)
+    async with serving(upstream) as origin:
+        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        try:
+            smuggled = request("/pay", "c2")
+            sent = (
+                b"POST /pay HTTP/1.0\r\nHost: gw\r\nConnection: keep-alive\r\n"
+                b"Idempotency-Key: c1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+            )
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            writer.write(sent + smuggled)
+            async with asyncio.timeout(10):
+                answer = await reader.read()  # to the end: the gateway closes the connection
+            writer.close()
+            assert answer.startswith(b"HTTP/1.0 201 ") and answer.count(b"HTTP/1.") == 1
+            assert upstream.count == 1
+        finally:
+            gateway.stop()
