@@ -255,7 +255,6 @@ async def test_a_chunked_answers_trailer_is_not_taken_for_its_headers() -> None:
     [
         b"HTTP/1.1 200 OK\r\nX-F: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
         b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
-        b"HTTP/1.1 200 OK\r\nX-C: a\x01b\r\nContent-Length: 2\r\n\r\nok",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\nok\r\n0\r\n\r\n",
         (
             b"HTTP/1.1 150 Odd\r\nContent-Length: 3\r\n\r\nxyzHTTP/1.1 200 OK\r\n"
@@ -265,7 +264,6 @@ async def test_a_chunked_answers_trailer_is_not_taken_for_its_headers() -> None:
     ids=[
         "folded-header",
         "bare-lf",
-        "control-byte-in-value",
         "space-after-chunk-size",
         "body-on-informational",
     ],
@@ -276,12 +274,16 @@ async def test_answers_aiohttp_reads_despite_their_flaws_are_read_alike(answer: 
     assert (status, body) == (200, b"ok")
 
 
-async def test_header_values_lose_trailing_whitespace_and_a_nul_byte_is_refused() -> None:
+@pytest.mark.parametrize("control", [b"X-A: a\x00b", b"X-A: a\x01b", b"X-A: a\x7f", b"X\x01: 1"])
+async def test_header_values_lose_trailing_whitespace_and_a_control_byte_is_refused(
+    control: bytes,
+) -> None:
+    """aiohttp's parser lets such a byte through too, but no client could be sent it."""
     spaced = b"HTTP/1.1 200 OK\r\nX-A: 1 \t\r\nContent-Length: 2\r\n\r\nok"
     async with scripted(answering(spaced)) as (_, origin):
         assert (b"X-A", b"1") in (await read_all(UpstreamPool(origin, 8)))[2]
-    nul = b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 2\r\n\r\nok"
-    async with scripted(answering(nul)) as (_, origin):
+    flawed = b"HTTP/1.1 200 OK\r\n" + control + b"\r\nContent-Length: 2\r\n\r\nok"
+    async with scripted(answering(flawed)) as (_, origin):
         with pytest.raises(UpstreamBroken):
             await read_all(UpstreamPool(origin, 8))
 

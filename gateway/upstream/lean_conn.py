@@ -12,7 +12,7 @@ from typing import cast
 
 import httptools
 
-from gateway.core.headers import header_text
+from gateway.core.headers import header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
 
 # Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
@@ -100,8 +100,6 @@ class Connection(asyncio.Protocol):
         answer = cast(LeanAnswer, self._answer)
         if answer.head_done:
             return  # a chunked body's trailer: not forwarded, as by aiohttp
-        if b"\x00" in value:  # refused by aiohttp too, which the lenient parser lets through
-            raise ValueError("a NUL byte in a header value")
         # llhttp strips the whitespace before a value, not after it (RFC 9110 5.5)
         answer.raw_headers.append((name, value.rstrip(b" \t")))
 
@@ -112,6 +110,8 @@ class Connection(asyncio.Protocol):
             answer.reason_bytes = b""
             answer.raw_headers = []
             return
+        if unwritable_head(answer.reason_bytes, answer.raw_headers):
+            raise ValueError("a control byte in the answer's head")  # the parser stops
         answer.status = status
         answer.reason = header_text(answer.reason_bytes)
         length = chunked = False
