@@ -23,6 +23,7 @@ from testkit.ports import free_port
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, value
+from .scripted import answering, scripted
 
 
 class Orders:
@@ -216,6 +217,50 @@ async def test_an_unexpected_lookup_status_falls_back_to_on_unknown_outcome(
     assert upstream.runs["k4"] == 1
     metrics = metrics_of(client)
     assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 1
+
+
+async def test_a_key_that_is_a_dot_segment_is_not_looked_up_at_another_path(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """`..` is a valid key, but in `/orders/{key}/state` it would be resolved before the
+    lookup is sent, asking about `/state`: its 404 would say "not happened" and let a
+    retry create the order a second time. No lookup is made; on_unknown_outcome applies."""
+    upstream, origin = orders
+    rule = {**_reconcile(origin), "url": f"{origin}/orders/{{key}}/state"}
+    settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep")
+    client = await make_gateway(settings=settings)
+    upstream.cut = "after"
+    for key in ("..", "."):
+        headers = {**HEADERS, "Idempotency-Key": key}
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 502
+        upstream.cut = None
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 409
+        upstream.cut = "after"
+        assert upstream.runs[key] == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 2
+
+
+async def test_a_lookup_with_a_control_byte_in_its_content_type_is_not_recorded(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """Such a Content-Type could be replayed to no client (each replay would be a 500):
+    the lookup is no usable answer, and on_unknown_outcome applies."""
+    upstream, origin = orders
+    found = b"HTTP/1.1 200 OK\r\nContent-Type: text/x\x01y\r\nContent-Length: 2\r\n\r\n{}"
+    async with scripted(answering(found)) as (lookups, lookup_origin):
+        settings = gateway_settings(
+            origin, reconcile=_reconcile(lookup_origin), on_unknown_outcome="keep"
+        )
+        client = await make_gateway(settings=settings)
+        upstream.cut = "after"
+        headers = {**HEADERS, "Idempotency-Key": "k6"}
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 502
+        upstream.cut = None
+        retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert len(lookups.requests) == 1
+    assert retry.status == 409  # kept: never a recorded answer that no replay could send
+    assert upstream.runs["k6"] == 1
 
 
 RULE = Reconcile(url="http://h/o?id={key}", happened=(200,), not_happened=(404, 410))

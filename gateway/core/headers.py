@@ -41,11 +41,16 @@ def header_text(raw: bytes) -> str:
 _UNWRITABLE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+def unwritable(field: bytes) -> bool:
+    """Whether a header name, value or reason phrase holds a control byte."""
+    return _UNWRITABLE.search(field) is not None
+
+
 def unwritable_head(reason: bytes, raw_headers: Iterable[tuple[bytes, bytes]]) -> bool:
     """Whether an answer's head holds a control byte: it could be neither written to the
     client nor replayed, so it is a malformed answer."""
-    return bool(_UNWRITABLE.search(reason)) or any(
-        _UNWRITABLE.search(name) or _UNWRITABLE.search(value) for name, value in raw_headers
+    return unwritable(reason) or any(
+        unwritable(name) or unwritable(value) for name, value in raw_headers
     )
 
 

@@ -14,6 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.config.reconcile import Reconcile
+from gateway.core.headers import unwritable
 from gateway.core.keys import BadKey, parse_key
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,10 @@ class Found:
     status: int | None
     content_type: str | None = None
     body: bytes = b""
+
+
+# A key that is a whole path segment of these would be resolved away by the URL parser.
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 class _TooLarge(Exception):
@@ -43,6 +48,9 @@ async def look_up(config: Reconcile, request: web.Request, key_header: str) -> F
         key = None
     if key is None:  # the handler accepted the key: this is not expected
         return Found(None)
+    if key in _DOT_SEGMENTS:  # resolved away before sending: it would ask about another path
+        log.warning("reconcile lookup not made: the key is a dot-segment (. or ..)")
+        return Found(None)
     if config.after is not None:
         await asyncio.sleep(config.after)  # the lease is kept by the caller's heartbeat
     headers = {
@@ -58,7 +66,10 @@ async def look_up(config: Reconcile, request: web.Request, key_header: str) -> F
             ) as answer,
         ):
             body = await _read(answer, config.max_body)
-            return Found(answer.status, answer.headers.get("Content-Type"), body)
+            content_type = answer.headers.get("Content-Type")
+            if content_type is not None and unwritable(content_type.encode("utf-8", "replace")):
+                raise ValueError("a control byte in the lookup's Content-Type")  # unreplayable
+            return Found(answer.status, content_type, body)
     except (TimeoutError, aiohttp.ClientError, _TooLarge, ValueError) as exc:
         log.warning("reconcile lookup failed: %s", type(exc).__name__)
         return Found(None)
