@@ -19,7 +19,7 @@ from gateway.core.decision import Failure
 from gateway.upstream import lean as lean_module
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent, failure_of
 from gateway.upstream.lean import UpstreamPool, lean_enough
-from gateway.upstream.lean_conn import HIGH_WATER
+from gateway.upstream.lean_conn import HIGH_WATER, MAX_HEAD
 
 from .conftest import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
@@ -286,6 +286,38 @@ async def test_header_values_lose_trailing_whitespace_and_a_control_byte_is_refu
     async with scripted(answering(flawed)) as (_, origin):
         with pytest.raises(UpstreamBroken):
             await read_all(UpstreamPool(origin, 8))
+
+
+async def test_an_endless_head_is_cut_before_it_fills_the_gateways_memory() -> None:
+    """A broken upstream that sends header lines and never ends its head: the client gives
+    up once the head passes MAX_HEAD (it held every line until the deadline: 13 GiB for
+    one answer), and the upstream's writes fail soon after."""
+    sent = 0
+    total = 48 << 20
+    line = b"X-A: " + b"a" * 1000 + b"\r\n"
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        try:
+            while sent < total:
+                writer.write(line * 64)
+                sent += len(line) * 64
+                await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    origin = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        with pytest.raises(UpstreamBroken, match="head"):
+            await read_all(UpstreamPool(origin, 8))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert MAX_HEAD < sent < MAX_HEAD + (16 << 20)  # what the socket buffers held beyond
 
 
 async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_unused() -> None:
