@@ -43,8 +43,9 @@ class Orders:
         self.lookups: list[tuple[str | None, str | None]] = []
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
-        key = request.headers["Idempotency-Key"].strip('"')  # an sf-string, read as one
+        body = await request.read()
+        key = request.headers.get("Idempotency-Key", "").strip('"')  # an sf-string, read as one
+        key = key or request.headers.get("X-Request-Key") or orjson.loads(body)["request_id"]
         self.runs[key] += 1
         if self.cut == "slow":  # creates the order a while after the gateway gave up
             order = {"id": f"ord_{next(self.ids)}", "key": key}
@@ -217,6 +218,35 @@ async def test_an_unexpected_lookup_status_falls_back_to_on_unknown_outcome(
     assert upstream.runs["k4"] == 1
     metrics = metrics_of(client)
     assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 1
+
+
+@pytest.mark.parametrize(
+    ("route", "headers", "body"),
+    [
+        ({"key_headers": ["X-Request-Key"]}, {"X-Request-Key": "k7"}, b"{}"),
+        ({"key_json_pointer": "/request_id"}, {}, b'{"request_id": "k7"}'),
+    ],
+    ids=["alias-header", "json-body"],
+)
+async def test_a_key_from_an_alias_header_or_the_body_is_looked_up_too(
+    route: dict[str, Any],
+    headers: dict[str, str],
+    body: bytes,
+    make_gateway: GatewayFactory,
+    orders: tuple[Orders, str],
+) -> None:
+    """The lookup asks about the request's key wherever the route read it from (only
+    key_header was read: the lookup was never made, and the call's outcome stayed unknown)."""
+    upstream, origin = orders
+    rule = _reconcile(origin)
+    settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep", **route)
+    client = await make_gateway(settings=settings)
+    upstream.cut = "before"
+    first = await client.post("/orders", data=body, headers={**HEADERS, **headers})
+    assert first.status == 502
+    assert upstream.lookups == [("k7", "Bearer t1")]
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="not_happened") == 1
 
 
 async def test_a_key_that_is_a_dot_segment_is_not_looked_up_at_another_path(

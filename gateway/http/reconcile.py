@@ -15,7 +15,6 @@ from aiohttp import web
 
 from gateway.config.reconcile import Reconcile
 from gateway.core.headers import unwritable
-from gateway.core.keys import BadKey, parse_key
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +36,12 @@ class _TooLarge(Exception):
     pass
 
 
-async def look_up(config: Reconcile, request: web.Request, key_header: str) -> Found:
-    """Ask the upstream about the client's idempotency key, as the route's `reconcile` says.
+async def look_up(config: Reconcile, request: web.Request, key: str) -> Found:
+    """Ask the upstream about the client's idempotency key (from whichever source the route
+    read it), as the route's `reconcile` says.
 
-    A refused connection, a timeout, a body over `max_body` or an unreadable key give a
-    Found without status: the caller falls back to `on_unknown_outcome`."""
-    try:
-        key = parse_key(request.headers.getall(key_header, []))
-    except BadKey:
-        key = None
-    if key is None:  # the handler accepted the key: this is not expected
-        return Found(None)
+    A refused connection, a timeout, a body over `max_body` or a key that cannot be put in
+    the URL give a Found without status: the caller falls back to `on_unknown_outcome`."""
     if key in _DOT_SEGMENTS:  # resolved away before sending: it would ask about another path
         log.warning("reconcile lookup not made: the key is a dot-segment (. or ..)")
         return Found(None)
