@@ -151,3 +151,30 @@ async def test_a_head_with_a_control_byte_is_a_broken_upstream_not_a_500_on_ever
         assert b'"code":"upstream-broken"' in reply
     assert b"Idempotent-Replayed" not in replies[1]
     assert len(upstream.requests) == 3  # released, as any broken answer by default
+
+
+async def test_a_record_holding_a_control_byte_replays_as_corrupt_not_as_a_500(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """Records written before such heads were refused may still hold one: each replay is
+    the documented 502 record-corrupt, not a 500 with a traceback."""
+    async with scripted(answering(OBS_TEXT)) as (upstream, origin):
+        settings = gateway_settings(origin)
+        client = await make_gateway(settings=settings)
+        await exchange(client.port, REQUEST % b"old-ctl")
+        rkey = hashed_record_key(
+            settings.redis.key_prefix, "api", tenant_id([""]), digest("old-ctl")
+        )
+        redis = Redis.from_url(redis_url)
+        old = {
+            "st": 201, "h": [["X-A", "a\x01b"]], "n": 2, "d": hashlib.sha256(b"ok").hexdigest(),
+            "blob": None, "at": 0.0, "u": False, "x": {}, "r": "Created", "hb": 1,
+        }  # fmt: skip
+        try:
+            assert await redis.hset(rkey, "m", orjson.dumps(old)) == 0
+        finally:
+            await redis.aclose()
+        replay = await exchange(client.port, REQUEST % b"old-ctl")
+    assert head_lines(replay)[0] == b"HTTP/1.1 502 Bad Gateway"
+    assert b'"code":"record-corrupt"' in replay
+    assert len(upstream.requests) == 1
