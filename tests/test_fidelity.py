@@ -124,3 +124,57 @@ def test_a_head_written_as_bytes_refuses_line_breaks_in_any_line() -> None:
     for headers in ([("X-A", "a\r\nX-Injected: 1")], [("X-A\n", "1")], [("X-A", "\x00")]):
         with pytest.raises(ValueError):
             head_bytes("HTTP/1.1 200 OK", headers)
+
+
+# Control bytes no client may be sent (HTAB is allowed), which the upstream parser lets
+# through: in a value, in a value beside obs-text, and in the reason phrase.
+UNWRITABLE = {
+    "value": b"HTTP/1.1 201 Created\r\nX-A: a\x01b\r\nContent-Length: 2\r\n\r\nok",
+    "obs-text-value": b"HTTP/1.1 201 Created\r\nX-A: caf\xe9\x0bb\r\nContent-Length: 2\r\n\r\nok",
+    "delete": b"HTTP/1.1 201 Created\r\nX-A: a\x7fb\r\nContent-Length: 2\r\n\r\nok",
+    "reason": b"HTTP/1.1 201 Cre\x01ated\r\nContent-Length: 2\r\n\r\nok",
+}
+
+
+@pytest.mark.parametrize("name", list(UNWRITABLE))
+async def test_a_head_with_a_control_byte_is_a_broken_upstream_not_a_500_on_every_replay(
+    name: str, make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """Such a head cannot be written to a client: it is a malformed answer (502, as for
+    a NUL), nothing is recorded, and neither the first answer nor a retry is a 500."""
+    async with scripted(answering(UNWRITABLE[name])) as (upstream, origin):
+        client = await make_gateway(settings=gateway_settings(origin))
+        replies = [await exchange(client.port, REQUEST % b"ctl-1") for _ in range(2)]
+        passed = await exchange(client.port, PASSED)
+    for reply in (*replies, passed):
+        assert head_lines(reply)[0] == b"HTTP/1.1 502 Bad Gateway"
+        assert b'"code":"upstream-broken"' in reply
+    assert b"Idempotent-Replayed" not in replies[1]
+    assert len(upstream.requests) == 3  # released, as any broken answer by default
+
+
+async def test_a_record_holding_a_control_byte_replays_as_corrupt_not_as_a_500(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """Records written before such heads were refused may still hold one: each replay is
+    the documented 502 record-corrupt, not a 500 with a traceback."""
+    async with scripted(answering(OBS_TEXT)) as (upstream, origin):
+        settings = gateway_settings(origin)
+        client = await make_gateway(settings=settings)
+        await exchange(client.port, REQUEST % b"old-ctl")
+        rkey = hashed_record_key(
+            settings.redis.key_prefix, "api", tenant_id([""]), digest("old-ctl")
+        )
+        redis = Redis.from_url(redis_url)
+        old = {
+            "st": 201, "h": [["X-A", "a\x01b"]], "n": 2, "d": hashlib.sha256(b"ok").hexdigest(),
+            "blob": None, "at": 0.0, "u": False, "x": {}, "r": "Created", "hb": 1,
+        }  # fmt: skip
+        try:
+            assert await redis.hset(rkey, "m", orjson.dumps(old)) == 0
+        finally:
+            await redis.aclose()
+        replay = await exchange(client.port, REQUEST % b"old-ctl")
+    assert head_lines(replay)[0] == b"HTTP/1.1 502 Bad Gateway"
+    assert b'"code":"record-corrupt"' in replay
+    assert len(upstream.requests) == 1

@@ -93,6 +93,9 @@ def test_tenants_differ_and_are_stable() -> None:
         (b'{"other": 1}', "/request_id", None),
         (b'{"request_id": null}', "/request_id", None),
         (b"not json", "/request_id", None),
+        # JSON that orjson refuses but JSON parsers commonly read: the key is still found.
+        (b'{"request_id": "r2", "note": "cut \\ud83d"}', "/request_id", "r2"),
+        (b'\xef\xbb\xbf{"request_id": "r3"}', "/request_id", "r3"),
     ],
 )
 def test_a_key_from_a_json_body_member(body: bytes, pointer: str, key: str | None) -> None:

@@ -23,6 +23,7 @@ from testkit.ports import free_port
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, value
+from .scripted import answering, scripted
 
 
 class Orders:
@@ -42,8 +43,9 @@ class Orders:
         self.lookups: list[tuple[str | None, str | None]] = []
 
     async def create(self, request: web.Request) -> web.StreamResponse:
-        await request.read()
-        key = request.headers["Idempotency-Key"].strip('"')  # an sf-string, read as one
+        body = await request.read()
+        key = request.headers.get("Idempotency-Key", "").strip('"')  # an sf-string, read as one
+        key = key or request.headers.get("X-Request-Key") or orjson.loads(body)["request_id"]
         self.runs[key] += 1
         if self.cut == "slow":  # creates the order a while after the gateway gave up
             order = {"id": f"ord_{next(self.ids)}", "key": key}
@@ -216,6 +218,79 @@ async def test_an_unexpected_lookup_status_falls_back_to_on_unknown_outcome(
     assert upstream.runs["k4"] == 1
     metrics = metrics_of(client)
     assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 1
+
+
+@pytest.mark.parametrize(
+    ("route", "headers", "body"),
+    [
+        ({"key_headers": ["X-Request-Key"]}, {"X-Request-Key": "k7"}, b"{}"),
+        ({"key_json_pointer": "/request_id"}, {}, b'{"request_id": "k7"}'),
+    ],
+    ids=["alias-header", "json-body"],
+)
+async def test_a_key_from_an_alias_header_or_the_body_is_looked_up_too(
+    route: dict[str, Any],
+    headers: dict[str, str],
+    body: bytes,
+    make_gateway: GatewayFactory,
+    orders: tuple[Orders, str],
+) -> None:
+    """The lookup asks about the request's key wherever the route read it from (only
+    key_header was read: the lookup was never made, and the call's outcome stayed unknown)."""
+    upstream, origin = orders
+    rule = _reconcile(origin)
+    settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep", **route)
+    client = await make_gateway(settings=settings)
+    upstream.cut = "before"
+    first = await client.post("/orders", data=body, headers={**HEADERS, **headers})
+    assert first.status == 502
+    assert upstream.lookups == [("k7", "Bearer t1")]
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="not_happened") == 1
+
+
+async def test_a_key_that_is_a_dot_segment_is_not_looked_up_at_another_path(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """`..` is a valid key, but in `/orders/{key}/state` it would be resolved before the
+    lookup is sent, asking about `/state`: its 404 would say "not happened" and let a
+    retry create the order a second time. No lookup is made; on_unknown_outcome applies."""
+    upstream, origin = orders
+    rule = {**_reconcile(origin), "url": f"{origin}/orders/{{key}}/state"}
+    settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep")
+    client = await make_gateway(settings=settings)
+    upstream.cut = "after"
+    for key in ("..", "."):
+        headers = {**HEADERS, "Idempotency-Key": key}
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 502
+        upstream.cut = None
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 409
+        upstream.cut = "after"
+        assert upstream.runs[key] == 1
+    metrics = metrics_of(client)
+    assert value(metrics, "idem_reconciled_total", route="api", result="unclear") == 2
+
+
+async def test_a_lookup_with_a_control_byte_in_its_content_type_is_not_recorded(
+    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+) -> None:
+    """Such a Content-Type could be replayed to no client (each replay would be a 500):
+    the lookup is no usable answer, and on_unknown_outcome applies."""
+    upstream, origin = orders
+    found = b"HTTP/1.1 200 OK\r\nContent-Type: text/x\x01y\r\nContent-Length: 2\r\n\r\n{}"
+    async with scripted(answering(found)) as (lookups, lookup_origin):
+        settings = gateway_settings(
+            origin, reconcile=_reconcile(lookup_origin), on_unknown_outcome="keep"
+        )
+        client = await make_gateway(settings=settings)
+        upstream.cut = "after"
+        headers = {**HEADERS, "Idempotency-Key": "k6"}
+        assert (await client.post("/orders", data=b"{}", headers=headers)).status == 502
+        upstream.cut = None
+        retry = await client.post("/orders", data=b"{}", headers=headers)
+    assert len(lookups.requests) == 1
+    assert retry.status == 409  # kept: never a recorded answer that no replay could send
+    assert upstream.runs["k6"] == 1
 
 
 RULE = Reconcile(url="http://h/o?id={key}", happened=(200,), not_happened=(404, 410))

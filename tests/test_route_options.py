@@ -178,6 +178,23 @@ async def test_a_key_may_come_from_a_json_body_member(
     assert len(upstream.requests) == 2  # j1 once, and the request without a key
 
 
+async def test_a_body_key_is_found_beside_a_lone_surrogate_escape(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """A JavaScript client that cut an emoji in half sends `"\\ud83d"` in some field: valid
+    JSON text that orjson refuses. The key beside it still protects the request (it was
+    taken as absent, and every retry ran again)."""
+    answer = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
+    async with scripted(answering(answer)) as (upstream, origin):
+        settings = gateway_settings(origin, key_json_pointer="/request_id")
+        client = await make_gateway(settings=settings)
+        body = b'{"request_id": "j2", "note": "thanks \\ud83d"}'
+        replies = [await exchange(client.port, post(None, body=body)) for _ in range(2)]
+    assert [status_of(reply) for reply in replies] == [201, 201]
+    assert b"Idempotent-Replayed: true" in replies[1]
+    assert len(upstream.requests) == 1
+
+
 @pytest.mark.parametrize("name", [None, "X-Protection-Skipped"])
 async def test_fail_open_answers_are_marked_degraded(
     name: str | None, make_gateway: GatewayFactory

@@ -158,3 +158,40 @@ def test_the_state_folder_is_private_whatever_the_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("redis", [None, {"url": "redis://127.0.0.1:9/0"}], ids=["embedded", "own"])
+def test_a_state_dir_that_cannot_be_a_folder_is_one_line_not_a_traceback(
+    redis: dict[str, str] | None, tmp_path: Path
+) -> None:
+    """A file in the way (or a folder that cannot be made) is an operator's mistake: one
+    line naming the folder, exit 2."""
+    (tmp_path / "a-file").write_text("")
+    state_dir = tmp_path / "a-file" / "state"
+    config = {"state_dir": str(state_dir), **_config("http://127.0.0.1:9")}
+    if redis is not None:
+        config["redis"] = redis
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "1"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(
+        f"idem-gateway: cannot start: state_dir: cannot make the private folder {state_dir}"
+    )
+    assert line.endswith(": Not a directory")
+
+
+def test_a_relative_state_dir_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"state_dir": "state", **_config("http://127.0.0.1:9")}))
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "--check", str(path)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert "state_dir" in line and "absolute" in line and "blob" not in line

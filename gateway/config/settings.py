@@ -225,6 +225,8 @@ class Settings(_Model):
         """A `state_dir` given in the config takes the default blob folder along with it."""
         if not isinstance(data, dict) or not data.get("state_dir"):
             return data
+        if not Path(str(data["state_dir"])).is_absolute():
+            raise ValueError(f"state_dir {data['state_dir']!r} must be an absolute path")
         blob = data.get("blob")
         if blob is None or (isinstance(blob, dict) and "url" not in blob):
             url = "file://" + str(Path(str(data["state_dir"])) / "blobs")

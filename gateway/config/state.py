@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gateway.errors import ConfigError
+
 
 def default_state_dir() -> str:
     """$IDEM_STATE_DIR, else $XDG_STATE_HOME/idem-gateway, else ~/.local/state/idem-gateway."""
@@ -19,6 +21,11 @@ def default_state_dir() -> str:
 def private_folder(path: Path) -> Path:
     """`path` as a folder only its owner may enter (created with its parents if needed; the
     state folder itself made private too, whatever the umask)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.chmod(0o700)
+    except OSError as exc:  # a file in the way, a read-only disk: the operator's to fix
+        raise ConfigError(
+            f"state_dir: cannot make the private folder {path}: {exc.strerror}"
+        ) from None
     return path

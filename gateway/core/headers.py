@@ -5,6 +5,7 @@ Plain values in, plain values out: the HTTP layer and the upstream clients share
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
@@ -33,6 +34,24 @@ def header_text(raw: bytes) -> str:
     the character of the same number (Latin-1), so obs-text such as `caf\\xe9` and UTF-8
     alike come back as the same bytes (`http.answers` writes them so)."""
     return raw.decode("latin-1")
+
+
+# Bytes no HTTP/1.1 head may carry to a client (RFC 9110 5.5: HTAB is the one control byte
+# allowed in a field value); the upstream parsers are lenient and let them through.
+_UNWRITABLE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def unwritable(field: bytes) -> bool:
+    """Whether a header name, value or reason phrase holds a control byte."""
+    return _UNWRITABLE.search(field) is not None
+
+
+def unwritable_head(reason: bytes, raw_headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer's head holds a control byte: it could be neither written to the
+    client nor replayed, so it is a malformed answer."""
+    return unwritable(reason) or any(
+        unwritable(name) or unwritable(value) for name, value in raw_headers
+    )
 
 
 def connection_tokens(values: Iterable[str]) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
@@ -111,12 +112,30 @@ def _checked(key: str) -> str:
     return key
 
 
+_NOT_JSON = object()
+
+
+def _json(body: bytes) -> object:
+    """The body as JSON, else _NOT_JSON. What orjson refuses but JSON parsers commonly read
+    (a lone surrogate escape, as a JavaScript client sends for a cut emoji; a leading byte
+    order mark, RFC 8259 8.1) is read by the standard library's parser: a key beside it
+    must not go unseen, or the request runs unprotected on every retry."""
+    body = body.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
 def json_key(body: bytes, pointer: str) -> str | None:
     """The key a JSON body carries at `pointer` (RFC 6901): a string (or an integer, as its
     digits) with what an sf-string may hold; None when the body is no JSON or lacks it."""
-    try:
-        node = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    node = _json(body)
+    if node is _NOT_JSON:
         return None
     for token in pointer.split("/")[1:]:
         token = token.replace("~1", "/").replace("~0", "~")

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from gateway.core.headers import unwritable_head
+
 STATE_COMPLETED = "C"
 STATE_UNKNOWN = "U"
 
@@ -54,7 +56,7 @@ class Record:
         # as Latin-1 text, replay as those records always did.
         text = _same if raw.get("hb") else _from_utf8
         reason = raw.get("r")  # absent in records written before reasons were kept
-        return cls(
+        record = cls(
             status=raw["st"],
             headers=[(text(name), text(value)) for name, value in raw["h"]],
             size=raw["n"],
@@ -65,6 +67,11 @@ class Record:
             extra=raw.get("x") or {},
             reason=None if reason is None else text(reason),
         )
+        # Written before such heads were refused: no client could be sent it.
+        head = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in record.headers]
+        if unwritable_head((record.reason or "").encode("latin-1"), head):
+            raise ValueError("a control byte in the recorded head")
+        return record
 
 
 def _same(text: str) -> str:

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.config.reconcile import Reconcile
-from gateway.core.keys import BadKey, parse_key
+from gateway.core.headers import unwritable
 
 log = logging.getLogger(__name__)
 
@@ -28,20 +28,22 @@ class Found:
     body: bytes = b""
 
 
+# A key that is a whole path segment of these would be resolved away by the URL parser.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
 class _TooLarge(Exception):
     pass
 
 
-async def look_up(config: Reconcile, request: web.Request, key_header: str) -> Found:
-    """Ask the upstream about the client's idempotency key, as the route's `reconcile` says.
+async def look_up(config: Reconcile, request: web.Request, key: str) -> Found:
+    """Ask the upstream about the client's idempotency key (from whichever source the route
+    read it), as the route's `reconcile` says.
 
-    A refused connection, a timeout, a body over `max_body` or an unreadable key give a
-    Found without status: the caller falls back to `on_unknown_outcome`."""
-    try:
-        key = parse_key(request.headers.getall(key_header, []))
-    except BadKey:
-        key = None
-    if key is None:  # the handler accepted the key: this is not expected
+    A refused connection, a timeout, a body over `max_body` or a key that cannot be put in
+    the URL give a Found without status: the caller falls back to `on_unknown_outcome`."""
+    if key in _DOT_SEGMENTS:  # resolved away before sending: it would ask about another path
+        log.warning("reconcile lookup not made: the key is a dot-segment (. or ..)")
         return Found(None)
     if config.after is not None:
         await asyncio.sleep(config.after)  # the lease is kept by the caller's heartbeat
@@ -58,7 +60,10 @@ async def look_up(config: Reconcile, request: web.Request, key_header: str) -> F
             ) as answer,
         ):
             body = await _read(answer, config.max_body)
-            return Found(answer.status, answer.headers.get("Content-Type"), body)
+            content_type = answer.headers.get("Content-Type")
+            if content_type is not None and unwritable(content_type.encode("utf-8", "replace")):
+                raise ValueError("a control byte in the lookup's Content-Type")  # unreplayable
+            return Found(answer.status, content_type, body)
     except (TimeoutError, aiohttp.ClientError, _TooLarge, ValueError) as exc:
         log.warning("reconcile lookup failed: %s", type(exc).__name__)
         return Found(None)

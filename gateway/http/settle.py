@@ -32,6 +32,7 @@ from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.http.answers import upstream_failure
 from gateway.http.context import Claimed, Services
+from gateway.http.incoming import key_of
 from gateway.http.problems import problem
 from gateway.http.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
@@ -185,7 +186,7 @@ async def settle_failure(
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
         log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
         if route.reconcile is not None:
-            found = await look_up(route.reconcile, c.request, route.key_header)
+            found = await look_up(route.reconcile, c.request, _key(c))
             lookup = on_lookup(found.status, route.reconcile)
             s.metrics.reconciled.labels(route.name, lookup).inc()
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
@@ -211,6 +212,13 @@ async def settle_failure(
     if kind is Failure.UNSENT:
         log.warning("route %s: upstream unreachable: %s", route.name, detail)
     return upstream_failure(kind)
+
+
+def _key(c: Claimed) -> str:
+    """The request's key, from the sources the handler read it from (it accepted it)."""
+    key = key_of(c.request, c.route, c.body)
+    assert key is not None
+    return key
 
 
 async def _record_found(s: Services, c: Claimed, config: Reconcile, found: Found) -> web.Response:

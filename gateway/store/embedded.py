@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -56,6 +57,8 @@ class EmbeddedRedis:
         self._lock = _lock(self.dir / "lock", state_dir)
         self.socket = self._socket_path()
         self.process: subprocess.Popen[bytes] | None = None
+        self._guard = threading.Lock()
+        self._closing = False
 
     @property
     def url(self) -> str:
@@ -76,6 +79,18 @@ class EmbeddedRedis:
         return str(Path(folder) / "redis.sock")
 
     def start(self, timeout: float = 10.0) -> None:
+        try:
+            self._launch(timeout)
+        except (RuntimeError, TimeoutError) as exc:
+            self.close()
+            raise ConfigError(f"the embedded redis-server did not start: {exc}") from None
+        log.info(
+            "redis-server %s (from the %s) listening at %s, data in %s",
+            self.binary, self.source, self.url, self.dir,
+        )  # fmt: skip
+        threading.Thread(target=self._watch, name="embedded-redis", daemon=True).start()
+
+    def _launch(self, timeout: float) -> None:
         args = [
             self.binary,
             "--port", "0",
@@ -102,19 +117,36 @@ class EmbeddedRedis:
         )
         try:
             wait_ready(self.process, self.url, self.dir / "redis.log", timeout)
-        except (RuntimeError, TimeoutError) as exc:
-            self.close()
-            raise ConfigError(f"the embedded redis-server did not start: {exc}") from None
-        log.info(
-            "redis-server %s (from the %s) listening at %s, data in %s",
-            self.binary, self.source, self.url, self.dir,
-        )  # fmt: skip
+        except (RuntimeError, TimeoutError):
+            stop(self.process)
+            raise
+
+    def _watch(self) -> None:
+        """Start the server again when it dies under the gateway (the OOM killer, a stray
+        kill): its append-only file brings back what it held, where the gateway would
+        otherwise answer 503 until restarted. This thread lives as long as the server it
+        started (the server's lifeline is the thread that started it)."""
+        while True:
+            assert self.process is not None
+            code = self.process.wait()
+            while True:
+                with self._guard:
+                    if self._closing:
+                        return
+                    log.error("the embedded redis-server exited (code %s); starting it again", code)
+                    try:
+                        self._launch(_RESTART_WAIT)
+                        break
+                    except (RuntimeError, TimeoutError) as exc:
+                        log.error("the embedded redis-server did not start again: %s", exc)
+                time.sleep(_RESTART_PAUSE)
 
     def close(self) -> None:
         """Stop the server (its data stays for the next start) and let go of the folder."""
+        with self._guard:
+            self._closing = True  # the watching thread starts no other server
         if self.process is not None:
             stop(self.process)
-            self.process = None
         if not self.socket.startswith(str(self.dir)):
             shutil.rmtree(Path(self.socket).parent, ignore_errors=True)
             (self.dir / "socket-dir").unlink(missing_ok=True)
@@ -132,6 +164,10 @@ def running_url(state_dir: Path) -> str | None:
 
 # A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL).
 _SOCKET_PATH_MAX = 100
+# A server that died under the gateway: how long its next start may take, and the pause
+# between failed starts.
+_RESTART_WAIT = 10.0
+_RESTART_PAUSE = 1.0
 # How long a start waits for the lock of a state folder whose last owner is stopping.
 _LOCK_WAIT = 2.0
 

@@ -12,7 +12,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.config.policy import Timeouts
-from gateway.core.headers import header_text
+from gateway.core.headers import header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
@@ -106,4 +106,8 @@ async def send(
             )
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise _translated(exc) from exc
-    return AioAnswer(response)
+    answer = AioAnswer(response)
+    if unwritable_head(answer.reason.encode("latin-1"), answer.raw_headers):
+        response.close()
+        raise UpstreamBroken("malformed answer: a control byte in its head")
+    return answer

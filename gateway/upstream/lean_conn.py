@@ -12,12 +12,15 @@ from typing import cast
 
 import httptools
 
-from gateway.core.headers import header_text
+from gateway.core.headers import header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
 
 # Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
+# An answer's head (1xx answers before it included) past this size is refused: a broken
+# upstream that never ends its head would otherwise fill memory until the deadline.
+MAX_HEAD = 1 << 20
 # Bodies past this size are written after the head rather than copied onto it.
 _JOIN_MAX = 64 * 1024
 # Statuses whose answers never carry a body (RFC 9110 6.4.1).
@@ -71,6 +74,12 @@ class Connection(asyncio.Protocol):
             if not answer.complete:
                 self._wake(UpstreamBroken(f"malformed answer: {exc!r}"))
             self.abort()
+            return
+        if not answer.head_done:
+            answer.head_size += len(data)
+            if answer.head_size > MAX_HEAD:
+                self._wake(UpstreamBroken(f"the answer's head passed {MAX_HEAD} bytes"))
+                self.abort()
 
     def eof_received(self) -> bool:
         return False  # a half-closed connection is closed: the transport closes itself
@@ -100,8 +109,6 @@ class Connection(asyncio.Protocol):
         answer = cast(LeanAnswer, self._answer)
         if answer.head_done:
             return  # a chunked body's trailer: not forwarded, as by aiohttp
-        if b"\x00" in value:  # refused by aiohttp too, which the lenient parser lets through
-            raise ValueError("a NUL byte in a header value")
         # llhttp strips the whitespace before a value, not after it (RFC 9110 5.5)
         answer.raw_headers.append((name, value.rstrip(b" \t")))
 
@@ -112,6 +119,8 @@ class Connection(asyncio.Protocol):
             answer.reason_bytes = b""
             answer.raw_headers = []
             return
+        if unwritable_head(answer.reason_bytes, answer.raw_headers):
+            raise ValueError("a control byte in the answer's head")  # the parser stops
         answer.status = status
         answer.reason = header_text(answer.reason_bytes)
         length = chunked = False
@@ -246,6 +255,7 @@ class LeanAnswer:
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.content_length: int | None = None
         self.head_done = False
+        self.head_size = 0  # bytes received before the head was complete
         self.complete = False
         self.keep_alive = False
         self.until_close = False
