@@ -41,12 +41,14 @@ async def test_answer_headers_over_the_limit_are_not_recorded(
         client = await make_gateway(settings=gateway_settings(origin))
         port = client.server.port
         assert port is not None
-        status, _, body = await exchange(port, request("/pay", "k"))
-        assert status == 502
+        status, head, body = await exchange(port, request("/pay", "k"))
+        # The upstream ran: its answer reaches the client whole, and the key completes
+        # without it, so a retry is told it cannot be replayed and never runs it again.
+        assert status == 201 and b"X-Big: " + b"a" * (100 << 10) in head
+        status, head, body = await exchange(port, request("/pay", "k"))
+        assert status == 502 and b"X-Big" not in head
         assert orjson.loads(body)["code"] == "answer-headers-too-large"
-        # Released: the retry runs again rather than replaying or waiting.
-        status, _, _ = await exchange(port, request("/pay", "k"))
-        assert (status, upstream.count) == (502, 2)
+        assert upstream.count == 1
         roomy = await make_gateway(settings=gateway_settings(origin, max_recorded_headers="1MiB"))
         assert roomy.server.port is not None
         status, head, _ = await exchange(roomy.server.port, request("/pay", "k2"))

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 TOO_LARGE = "too-large"  # over max_recorded_body
 BLOB_FAILED = "blob-failed"  # the blob store refused it
 OMITTED = "omitted"  # over max_replay_body: replayed with its status and headers only
+HEADERS_TOO_LARGE = "headers-too-large"  # the answer's headers are over max_recorded_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,7 @@ class RecordedBody:
     sha256: str
     inline: bytes  # the body itself when it is kept in Redis, else b""
     blob: str | None = None  # the blob name when it is not
-    not_recorded: str | None = None  # TOO_LARGE, BLOB_FAILED or OMITTED: not kept
+    not_recorded: str | None = None  # TOO_LARGE, BLOB_FAILED, OMITTED, HEADERS_TOO_LARGE
 
 
 class BodyRecorder:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 
 from aiohttp import web
 
 from gateway.blobs.base import BlobStore
-from gateway.blobs.recorder import BodyRecorder, RecordedBody
+from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.core.decision import Settle, on_answer
 from gateway.core.headers import answer_headers
@@ -22,7 +23,6 @@ from gateway.http.context import Claimed, Services
 from gateway.http.feed import ClientFeed, Rest
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.outgoing import forward_headers, target
-from gateway.http.problems import problem
 from gateway.http.settle import FENCED, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
@@ -50,11 +50,10 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
             async with upstream:
                 settle = on_answer(upstream.status, route)
                 recorded_headers = answer_headers(upstream.raw_headers)
-                if settle is Settle.RECORD and _size(recorded_headers) > route.max_recorded_headers:
-                    await release(s, route, c.key, c.token)
-                    s.metrics.request(route.name, request.method, m.ERROR)
-                    feed.fail(_headers_too_large(route))
-                    return
+                # Headers too large to keep: the upstream ran, so the key completes all the
+                # same, without the answer (retries get 502, never a second run), while this
+                # client gets the answer whole, as for a body over max_recorded_body.
+                headers_kept = _size(recorded_headers) <= route.max_recorded_headers
                 if settle is Settle.RELEASE:
                     await release(s, c.route, c.key, c.token)  # a retry may run while it streams
                 # An answer that is recorded says until when (shadow mode adds nothing).
@@ -76,7 +75,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 async with BodyRecorder(
                     s.blobs,
                     route.inline_max,
-                    route.max_recorded_body,
+                    route.max_recorded_body if headers_kept else 0,
                     upstream.content_length,
                     route.max_replay_body,
                 ) as recorder:
@@ -95,6 +94,13 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                     s.metrics.upstream(route.name, time.monotonic() - started)
                     if recording:
                         recorded = await recorder.finish()
+                        if not headers_kept:
+                            recorded = replace(recorded, not_recorded=HEADERS_TOO_LARGE)
+                            log.warning(
+                                "route %s: answer headers over max_recorded_headers; "
+                                "recorded without them (retries get 502)",
+                                route.name,
+                            )
             # The answer is read: the upstream connection is back in its pool.
             if not recording:
                 feed.end()
@@ -103,8 +109,9 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                     _blob_write_failed(s, route, recorder.failure)
                 elif recorded.blob is not None:
                     s.metrics.blob_written.inc(recorded.size)
+                kept_headers = recorded_headers if headers_kept else []
                 stored = await record_answer(
-                    s, c, upstream.status, upstream.reason, recorded_headers, recorded, beat.lost
+                    s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
                 )
                 if stored is False and not response.prepared:
                     response.headers.update(FENCED)  # another claim's answer is the record
@@ -129,14 +136,6 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
 
 def _size(headers: list[tuple[str, str]]) -> int:
     return sum(len(name) + len(value) for name, value in headers)
-
-
-def _headers_too_large(route: Route) -> web.Response:
-    detail = (
-        f"the upstream's answer headers exceed max_recorded_headers "
-        f"({route.max_recorded_headers} bytes); the answer was not recorded"
-    )
-    return problem(502, "answer-headers-too-large", "Answer headers too large", detail)
 
 
 def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.blobs.recorder import OMITTED, TOO_LARGE
+from gateway.blobs.recorder import HEADERS_TOO_LARGE, OMITTED, TOO_LARGE
 from gateway.config.policy import Route
 from gateway.core.claims import ClaimResult
 from gateway.core.headers import replayed_headers
@@ -51,6 +51,12 @@ async def replay(
         )
         await prepare_quietly(response, request)
         return response
+    if not_recorded == HEADERS_TOO_LARGE:
+        detail = (
+            f"the upstream answered {record.status} with headers over max_recorded_headers, "
+            "so the answer cannot be replayed; the request is not run again"
+        )
+        return problem(502, "answer-headers-too-large", "Answer headers too large", detail, marker)
     if not_recorded:
         why = (
             "over max_recorded_body"
