@@ -204,6 +204,10 @@ def replicated() -> Iterator[ClusterServers]:
         servers.close()
 
 
+UNACKNOWLEDGED = "of 1 replicas in time"
+CLOSED_BY_SWITCH = "Connection closed by server."
+
+
 async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged_claims(
     replicated: ClusterServers,
 ) -> None:
@@ -230,8 +234,9 @@ async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged
             try:
                 try:
                     assert (await store.claim(key, "f", "t", 30.0)).outcome is Claim.CLAIMED
-                except StoreUnavailable:
-                    claims_failed.add(key)
+                except StoreUnavailable as exc:
+                    if UNACKNOWLEDGED in str(exc):
+                        claims_failed.add(key)
                     raise
                 # An unacknowledged completion is repeated by its caller (the journal does).
                 assert await store.complete(key, "t", "f", Record(201, [], 0, ""), b"", 60.0)
@@ -258,8 +263,12 @@ async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged
         await until(lambda: done["after"] >= 1000)
         stop.set()
         await asyncio.gather(*workers)
-        unacknowledged = "of 1 replicas in time"
-        assert all(unacknowledged in why for why in failed.values()), set(failed.values())
+        # The failover's own failures: a WAIT no replica acknowledged, or a connection the
+        # demoted master closed as it switched (such a claim may have been written: it holds
+        # its key until its lease ends, failing closed). Nothing else.
+        assert all(
+            UNACKNOWLEDGED in why or why.endswith(CLOSED_BY_SWITCH) for why in failed.values()
+        ), set(failed.values())
         assert len(failed) <= 32  # at most the calls in flight at the switch
         with client(replicated.replicas[0]) as direct:  # released: no claim left PENDING
             on_new_master = [key for key in claims_failed if direct.exists(key)]
