@@ -22,7 +22,7 @@ from testkit.redis_server import RedisServer
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .s3 import MotoServer
-from .upstream import CountingUpstream
+from .upstream import CountingUpstream, serving_app
 
 
 @pytest.fixture(autouse=True)
@@ -71,11 +71,9 @@ def own_redis() -> Iterator[RedisServer]:
 async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
     """A counting upstream on a loopback port, and its origin URL."""
     counting = CountingUpstream()
-    server = TestServer(counting.app(), host="127.0.0.1")
-    await server.start_server()
-    yield counting, str(server.make_url("")).rstrip("/")
-    counting.release.set()
-    await server.close()
+    async with serving_app(counting.app()) as origin:
+        yield counting, origin
+        counting.release.set()
 
 
 def gateway_settings(

@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from gateway.http.app import SERVICES
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, until, value
+from .upstream import serving_app
 
 SOCKET_TIMEOUT = 1.0
 # Scheduling on a shared machine: the event loop, the test client and the gateway share a core.
@@ -51,12 +52,10 @@ class HeldUpstream:
 @pytest.fixture
 async def held() -> AsyncIterator[tuple[HeldUpstream, str]]:
     upstream = HeldUpstream()
-    server = TestServer(upstream.app(), host="127.0.0.1")
-    await server.start_server()
-    yield upstream, str(server.make_url("")).rstrip("/")
-    for event in upstream.groups.values():
-        event.set()
-    await server.close()
+    async with serving_app(upstream.app()) as origin:
+        yield upstream, origin
+        for event in upstream.groups.values():
+            event.set()
 
 
 async def _until_first_503(client: TestClient, paused: float) -> float:

@@ -23,6 +23,8 @@ from gateway.config.loading import load_settings
 from gateway.config.policy import Timeouts
 from gateway.http.app import create_app
 
+from .upstream import serving_app
+
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = (ROOT / "docs" / "operations.md").read_text()
 
@@ -47,10 +49,8 @@ async def stalling_upstream() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", stall)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    yield str(server.make_url("")).rstrip("/")
-    await server.close()
+    async with serving_app(app) as origin:
+        yield origin
 
 
 async def test_fixing_a_key_commands_run_as_written(

@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.config.loading import settings_from_dict
 from gateway.config.policy import Policy
@@ -24,6 +23,7 @@ from testkit.ports import free_port
 from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, value
 from .scripted import answering, scripted
+from .upstream import serving_app
 
 
 class Orders:
@@ -87,10 +87,8 @@ class Orders:
 @pytest.fixture
 async def orders() -> AsyncIterator[tuple[Orders, str]]:
     upstream = Orders()
-    server = TestServer(upstream.app(), host="127.0.0.1")
-    await server.start_server()
-    yield upstream, str(server.make_url("")).rstrip("/")
-    await server.close()
+    async with serving_app(upstream.app()) as origin:
+        yield upstream, origin
 
 
 def _reconcile(origin: str) -> dict[str, Any]:

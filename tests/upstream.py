@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import orjson
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 
 async def read_raw_request(reader: asyncio.StreamReader) -> bytes:
@@ -58,6 +59,17 @@ async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def serving_app(app: web.Application) -> AsyncIterator[str]:
+    """An aiohttp application on a loopback port, and its origin URL."""
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
 
 
 def blob_chunks(size: int, chunk: int, seed: str) -> Iterator[bytes]:
