@@ -54,6 +54,7 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
         gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin)
         assert gateway.process is not None
         pid = gateway.process.pid
+        every: list[socket.socket] = []
         try:
             status, _, _ = await exchange(gateway.port, request("/warm", "warm"))
             assert status == 201  # Redis, blob store and upstream connections are open
@@ -71,7 +72,9 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
             for n, sock in enumerate(stalled):
                 sock.sendall(request("/pay", f"stalled-{n}"))
             every = heads + bodies + idle + stalled
-            assert client_fds(pid, gateway.port) > len(every) // 2  # they did get in
+            # The gateway accepts them at its own pace; the most it held at once shows they
+            # got in (each is cut a limit after its own accept, so the peak is seen).
+            most_held = 0
             started = time.monotonic()
             while True:
                 for sock in heads:
@@ -81,6 +84,7 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
                 open_ = [sock for sock in every if not closed_by_peer(sock)]
                 # Pooled upstream connections may have grown by one per concurrent call.
                 held, fds = client_fds(pid, gateway.port), open_fds(pid)
+                most_held = max(most_held, held)
                 if not open_ and not held and fds <= baseline + NOT_READING + 2:
                     break
                 assert time.monotonic() - started < 12, (
@@ -88,8 +92,7 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
                     f"sockets and {fds} fds (from {baseline})"
                 )
                 await asyncio.sleep(0.2)
-            for sock in every:
-                sock.close()
+            assert most_held > len(every) // 2  # they did get in
             for n in range(NOT_READING):
                 status, head, body = await exchange(gateway.port, request("/pay", f"stalled-{n}"))
                 assert status == 201 and b"Idempotent-Replayed: true" in head
@@ -105,4 +108,6 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
             assert sample(text, cut, reason="write-timeout") == NOT_READING
             assert sample(text, "idem_client_connections") <= 1  # the scrape's own, if any
         finally:
+            for sock in every:
+                sock.close()
             gateway.stop()
