@@ -126,13 +126,33 @@ def test_pass_through_runs_a_config_without_routes_on_purpose(tmp_path: Path) ->
     assert (out.returncode, out.stdout.strip()) == (0, f"{path}: OK (0 routes)")
 
 
-async def test_an_unreachable_redis_at_start_is_one_loud_line_and_fails_closed(
-    upstream: tuple[CountingUpstream, str], tmp_path: Path, started: list[GatewayProcess]
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("refused", "ConnectionError"),
+        ("db index", "DB index is out of range"),
+        ("password", "AuthenticationError"),
+    ],
+)
+async def test_a_redis_not_usable_at_start_is_one_loud_line_naming_why_and_fails_closed(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    started: list[GatewayProcess],
+    case: str,
+    why: str,
 ) -> None:
     counting, origin = upstream
     admin = free_port()
+    redis: dict[str, object] = {"connect_timeout": "200ms"}
+    if case == "refused":
+        redis["url"] = f"redis://127.0.0.1:{free_port()}/0"
+    elif case == "db index":
+        redis["url"] = redis_url.rsplit("/", 1)[0] + "/99"  # the server has 16
+    else:
+        redis.update(url=redis_url, username="nobody", password="wrong")
     config = {
-        "redis": {"url": f"redis://127.0.0.1:{free_port()}/0", "connect_timeout": "200ms"},
+        "redis": redis,
         "admin": {"port": admin},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
@@ -144,6 +164,8 @@ async def test_an_unreachable_redis_at_start_is_one_loud_line_and_fails_closed(
             assert resp.status == 503
         async with http.get(f"http://127.0.0.1:{admin}/readyz") as resp:
             assert resp.status == 503
-    loud = [line for line in gateway.log().splitlines() if "redis is unreachable at start" in line]
+    loud = [line for line in gateway.log().splitlines() if "redis is not usable at start" in line]
     assert len(loud) == 1 and '"level":"error"' in loud[0]
+    assert why in loud[0]
+    assert "wrong" not in loud[0]  # the password is never logged
     assert counting.count("/pay") == 0

@@ -29,10 +29,12 @@ async def refuse_evicting(s: Services) -> None:
     """At start: ConfigError for an evicting Redis, unless accepted (then a warning)."""
     risk = await eviction_risk(s)
     if risk is None:
-        if not await s.store.ping():
+        why = await s.store.unusable()
+        if why is not None:
             log.error(
-                "redis is unreachable at start: requests to protected routes fail as their "
-                "fail_mode says, /readyz reports not ready, until it answers"
+                "redis is not usable at start (%s): requests to protected routes fail as "
+                "their fail_mode says, /readyz reports not ready, until it answers",
+                why,
             )
         else:
             log.warning("redis: maxmemory-policy unknown (CONFIG refused); eviction unchecked")

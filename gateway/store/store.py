@@ -285,11 +285,14 @@ class Store:
             return None
         return {str(reply.get("maxmemory-policy", ""))}
 
-    async def ping(self) -> bool:
+    async def unusable(self) -> str | None:
+        """Why Redis does not answer a PING (refused, a wrong password or db index, not Redis
+        at all), or None when it answers."""
         try:
-            return bool(await self.client.ping())
-        except _FAILURES:
-            return False
+            await self.client.ping()
+        except _FAILURES as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     async def close(self) -> None:
         if self._batch is not None:
