@@ -168,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(path) if path else Settings()
     except ConfigError as exc:
         message = one_line(str(exc))
+        if not path:  # no file: the environment's fault (IDEM_STATE_DIR)
+            print(f"idem-gateway: cannot start: {message}", file=sys.stderr)
+            return EXIT_CONFIG
         if not message.startswith(str(path)):  # a read or YAML error names the file itself
             message = f"{path}: {message}"
         print(f"idem-gateway: invalid config {message}", file=sys.stderr)

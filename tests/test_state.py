@@ -195,3 +195,22 @@ def test_a_relative_state_dir_is_refused_by_name(tmp_path: Path) -> None:
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()
     assert "state_dir" in line and "absolute" in line and "blob" not in line
+
+
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "no-config"])
+def test_a_relative_idem_state_dir_is_refused_by_name(tmp_path: Path, with_config: bool) -> None:
+    """The environment's state folder must be absolute, as the config's must: one line that
+    names the variable, not a complaint about the blob store it would have led to."""
+    args = [sys.executable, "-m", "gateway"]
+    if with_config:
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(_config("http://127.0.0.1:9")))
+        args += ["--check", str(path)]
+    run = subprocess.run(
+        args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        cwd=tmp_path, env={**os.environ, "IDEM_STATE_DIR": "state"},
+    )  # fmt: skip
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert "IDEM_STATE_DIR 'state' must be an absolute path" in line and "blob" not in line
+    assert not (tmp_path / "state").exists()

@@ -13,7 +13,10 @@ from gateway.errors import ConfigError
 def default_state_dir() -> str:
     """$IDEM_STATE_DIR, else $XDG_STATE_HOME/idem-gateway, else ~/.local/state/idem-gateway."""
     if os.environ.get("IDEM_STATE_DIR"):
-        return os.environ["IDEM_STATE_DIR"]
+        given = os.environ["IDEM_STATE_DIR"]
+        if not Path(given).is_absolute():  # as a relative `state_dir` in the config is
+            raise ConfigError(f"IDEM_STATE_DIR {given!r} must be an absolute path")
+        return given
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return str(Path(base) / "idem-gateway")
 
