@@ -19,7 +19,6 @@ import uvloop
 import yaml
 
 from gateway.config.loading import settings_from_dict
-from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.upstream.base import UpstreamError, failure_of
@@ -29,11 +28,12 @@ from testkit.procs import GatewayProcess
 from .conftest import GatewayFactory
 from .scripted import Scripted, answering, scripted
 from .test_faults_input import exchange
+from .test_reconcile import Orders, _reconcile
 from .test_upstream_conformance import CLIENTS
 from .tls_certs import PrivateCa, private_ca
+from .upstream import serving_app
 
 OK = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX-Run: 1\r\n\r\nok"
-FAST = Timeouts(connect=2.0, total=2.0, read=2.0)
 
 
 @pytest.fixture
@@ -91,12 +91,43 @@ async def test_a_private_ca_configured_is_accepted_and_the_name_sent(
 ) -> None:
     server = ca.server("localhost")
     names: list[str | None] = []
-    server.sni_callback = lambda sock, name, context: names.append(name)  # type: ignore[assignment,misc]
+    server.sni_callback = lambda sock, name, context: names.append(name)
     async with scripted(answering(OK), server) as (upstream, origin):
         origin = origin.replace("127.0.0.1", "localhost")
         assert await _call(kind, origin, UpstreamTls(ca=ca.ca_file).context()) == [b"ok"]
     assert names == ["localhost"]  # SNI
     assert upstream.requests[0][0].split(b"\r\n")[0] == b"POST /pay HTTP/1.1"
+
+
+@pytest.mark.parametrize("kind", sorted(CLIENTS))
+async def test_a_handshake_never_answered_is_unsent_at_the_connect_timeout(kind: str) -> None:
+    """A port that accepts the connection but never speaks TLS: the handshake is part of
+    connecting, bounded by `timeouts.connect` (1 s here), and nothing was sent."""
+    received = bytearray()
+    done = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            received.extend(await reader.read(65536))  # the ClientHello, then nothing more
+            await reader.read()  # until the client gives up
+        finally:
+            writer.close()
+            done.set()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    origin = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    started = asyncio.get_running_loop().time()
+    try:
+        with pytest.raises(UpstreamError) as caught:
+            await _call(kind, origin, UpstreamTls().context())
+        elapsed = asyncio.get_running_loop().time() - started
+        await asyncio.wait_for(done.wait(), 5)  # the client closed its end
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert failure_of(caught.value) is Failure.UNSENT
+    assert 0.9 < elapsed < 1.9
+    assert received[:1] == b"\x16" and b"POST" not in received  # a handshake record only
 
 
 @pytest.mark.parametrize("kind", sorted(CLIENTS))
@@ -205,6 +236,21 @@ async def test_a_tls_cut_through_the_gateway_is_recorded_unknown_and_never_resen
         assert reply.startswith(b"HTTP/1.1 502 ") and b"Idempotency-Outcome: unknown" in reply
     assert b"Idempotent-Replayed: true" in retry
     assert len(upstream.requests) == 1
+
+
+async def test_a_reconcile_lookup_over_https_trusts_what_the_upstreams_trust(
+    make_gateway: GatewayFactory, ca: PrivateCa
+) -> None:
+    orders = Orders()
+    async with serving_app(orders.app(), ca.server()) as origin:
+        assert origin.startswith("https://")
+        settings = _settings(origin, {"ca": ca.ca_file}, reconcile=_reconcile(origin))
+        gateway = await make_gateway(settings=settings)
+        orders.cut = "after"  # the order is made, its answer lost: only the lookup can tell
+        answer = await gateway.post("/orders", data=b"{}", headers={"Idempotency-Key": "r1"})
+        assert answer.status == 201
+        assert answer.headers["Idempotency-Outcome"] == "reconciled"
+    assert orders.runs["r1"] == 1 and orders.lookups == [("r1", None)]
 
 
 @pytest.fixture
