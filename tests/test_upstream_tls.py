@@ -13,10 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import uvloop
 import yaml
+import yarl
 
 from gateway.config.loading import settings_from_dict
 from gateway.config.tls import UpstreamTls
@@ -128,6 +130,41 @@ async def test_a_handshake_never_answered_is_unsent_at_the_connect_timeout(kind:
     assert failure_of(caught.value) is Failure.UNSENT
     assert 0.9 < elapsed < 1.9
     assert received[:1] == b"\x16" and b"POST" not in received  # a handshake record only
+
+
+async def test_over_tls_the_lean_client_sends_what_aiohttp_sends(ca: PrivateCa) -> None:
+    tls = UpstreamTls(ca=ca.ca_file).context()
+    headers = [("X-Forwarded-For", "127.0.0.1"), ("Idempotency-Key", "k")]
+    async with scripted(answering(OK), ca.server()) as (upstream, origin):
+        origin = origin.replace("127.0.0.1", "localhost")
+        pool = UpstreamPool(origin, 8, tls)
+        async with await pool.request("POST", "/pay?a=%2F", headers, b"body", 2.0, 2.0):
+            pass
+        pool.close()
+        skipped = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+        async with aiohttp.ClientSession(skip_auto_headers=skipped) as session:
+            url = yarl.URL(origin + "/pay?a=%2F", encoded=True)
+            async with session.post(url, headers=headers, data=b"body", ssl=tls) as theirs:
+                await theirs.read()
+    ours, aiohttps = upstream.requests
+    assert sorted(ours[0].split(b"\r\n")) == sorted(aiohttps[0].split(b"\r\n"))
+    assert ours[1] == aiohttps[1] == b"body"
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        ("https://api.test", b"api.test"),
+        ("https://api.test:443", b"api.test"),
+        ("https://api.test:8443", b"api.test:8443"),
+        ("https://[::1]:443/base", b"[::1]"),
+    ],
+)
+def test_the_host_header_names_the_port_only_when_it_is_not_https_s_own(
+    origin: str, host: bytes
+) -> None:
+    head = UpstreamPool(origin, 1)._head("POST", "/pay", [], 0)
+    assert head.split(b"\r\n")[1] == b"Host: " + host  # as aiohttp writes it
 
 
 @pytest.mark.parametrize("kind", sorted(CLIENTS))
