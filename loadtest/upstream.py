@@ -5,12 +5,15 @@
 - GET /get: a small 200 answer, not counted per key;
 - GET /__counts: {"total": n, "keys": {key: calls}}; POST /__reset?sleep_ms=N clears them
   and sets the sleep for the next scenario.
+With `--tls-port P --cert FILE --key FILE` it also serves the same counters over TLS on P
+(the plain port stays, for the harness's own calls).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 from collections import Counter
 
 import orjson
@@ -53,11 +56,14 @@ class Counting:
         return web.Response(status=404)
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, tls_port: int | None = None, tls: ssl.SSLContext | None = None) -> None:
     counting = Counting()
     server = web.Server(counting.handle, access_log=None)
     runner = web.ServerRunner(server)
     await runner.setup()
+    if tls_port is not None:  # first: the harness waits for the plain port
+        site = web.TCPSite(runner, "127.0.0.1", tls_port, backlog=4096, ssl_context=tls)
+        await site.start()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
     try:
         await asyncio.Event().wait()
@@ -69,8 +75,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--tls-port", type=int, help="also serve over TLS on this port")
+    parser.add_argument("--cert", help="the TLS port's certificate chain (PEM)")
+    parser.add_argument("--key", help="its private key (PEM)")
     args = parser.parse_args()
-    run_server(args.loop, serve(args.port))
+    tls = None
+    if args.tls_port is not None:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.cert, args.key)
+    run_server(args.loop, serve(args.port, args.tls_port, tls))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 Respond = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
@@ -47,11 +48,15 @@ class Scripted:
 
 
 @contextlib.asynccontextmanager
-async def scripted(respond: Respond) -> AsyncIterator[tuple[Scripted, str]]:
+async def scripted(
+    respond: Respond, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[Scripted, str]]:
+    """The upstream and its origin: https:// when it is given a server-side `tls` context."""
     upstream = Scripted(respond)
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0, ssl=tls)
+    scheme = "https" if tls is not None else "http"
     try:
-        yield upstream, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        yield upstream, f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
         await server.wait_closed()

@@ -455,11 +455,13 @@ def test_an_exchange_under_uvloop() -> None:
     [
         ("http://127.0.0.1:9000", True),
         ("http://[::1]:9000/base", True),
-        ("https://127.0.0.1:9000", False),
+        ("https://127.0.0.1:9000", True),
+        ("https://[::1]/base", True),
         ("http://user:secret@127.0.0.1:9000", False),
+        ("ftp://127.0.0.1:9000", False),
     ],
 )
-def test_only_plain_http_origins_take_the_lean_client(origin: str, lean: bool) -> None:
+def test_http_and_https_origins_take_the_lean_client(origin: str, lean: bool) -> None:
     assert lean_enough(origin) is lean
 
 

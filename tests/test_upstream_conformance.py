@@ -1,33 +1,39 @@
 """One set of conformance tests for both upstream clients behind the `Answer` interface: the
 lean httptools client and aiohttp's. Each answer is written as exact bytes by a scripted raw
-upstream; both clients must read it the same way and fail the same way."""
+upstream, over plain http and over TLS (https, a private CA both clients are configured to
+trust); both clients must read it the same way and fail the same way."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 from multidict import CIMultiDict
 
 from gateway.config.policy import Timeouts
+from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.upstream import aio
 from gateway.upstream.base import Answer, UpstreamError, failure_of
 from gateway.upstream.lean import UpstreamPool
 from gateway.upstream.upstreams import Upstreams
 
-from .scripted import answering, scripted
+from .scripted import Respond, Scripted, answering, scripted
+from .tls_certs import PrivateCa, private_ca
 
 Send = Callable[[str, str, bytes | None, float], Any]
 FAST = Timeouts(connect=1.0, total=0.5, read=0.5)
 
 
 @contextlib.asynccontextmanager
-async def _lean(origin: str) -> AsyncIterator[Send]:
-    pool = UpstreamPool(origin, 8)
+async def _lean(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
+    pool = UpstreamPool(origin, 8, tls)
 
     async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
         return await pool.request(method, target, [("X-A", "1")], body, 1.0, total)
@@ -39,8 +45,8 @@ async def _lean(origin: str) -> AsyncIterator[Send]:
 
 
 @contextlib.asynccontextmanager
-async def _aiohttp(origin: str) -> AsyncIterator[Send]:
-    session = aio.session(8)
+async def _aiohttp(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
+    session = aio.session(8, tls or True)
 
     async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
         timeouts = Timeouts(connect=1.0, total=total, read=total)
@@ -56,15 +62,45 @@ async def _aiohttp(origin: str) -> AsyncIterator[Send]:
 CLIENTS = {"lean": _lean, "aiohttp": _aiohttp}
 
 
-@pytest.fixture(params=sorted(CLIENTS))
-def client(request: pytest.FixtureRequest) -> Callable[[str], Any]:
-    return CLIENTS[request.param]
+@dataclass(frozen=True)
+class Client:
+    """One client over one scheme: `serve` starts a scripted upstream it can reach, and
+    calling it with that upstream's origin opens the client."""
+
+    name: str
+    scheme: str
+    server_tls: ssl.SSLContext | None = None  # the upstream's, for https
+    client_tls: ssl.SSLContext | None = None  # the gateway's: trusts the upstream's CA
+
+    def __call__(self, origin: str) -> contextlib.AbstractAsyncContextManager[Send]:
+        return CLIENTS[self.name](origin, self.client_tls)
+
+    def serve(
+        self, respond: Respond
+    ) -> contextlib.AbstractAsyncContextManager[tuple[Scripted, str]]:
+        return scripted(respond, self.server_tls)
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> PrivateCa:
+    return private_ca(Path(tmp_path_factory.mktemp("ca")))
+
+
+@pytest.fixture(
+    params=[(name, scheme) for name in sorted(CLIENTS) for scheme in ("http", "https")],
+    ids="-".join,
+)
+def client(request: pytest.FixtureRequest, ca: PrivateCa) -> Client:
+    name, scheme = request.param
+    if scheme == "http":
+        return Client(name, scheme)
+    return Client(name, scheme, ca.server(), UpstreamTls(ca=ca.ca_file).context())
 
 
 async def _exchange(
-    client: Callable[[str], Any], *chunks: bytes, method: str = "POST", keep: bool = True
+    client: Client, *chunks: bytes, method: str = "POST", keep: bool = True
 ) -> tuple[int, str, list[tuple[bytes, bytes]], bytes]:
-    async with scripted(answering(*chunks, keep=keep)) as (_, origin), client(origin) as send:
+    async with client.serve(answering(*chunks, keep=keep)) as (_, origin), client(origin) as send:
         answer = await send(method, "/pay", b"x" if method != "HEAD" else None, 1.0)
         async with answer:
             body = b""
@@ -73,8 +109,8 @@ async def _exchange(
             return answer.status, answer.reason, answer.raw_headers, body
 
 
-async def _failure(client: Callable[[str], Any], *chunks: bytes, total: float = 1.0) -> Failure:
-    async with scripted(answering(*chunks, keep=False)) as (_, origin), client(origin) as send:
+async def _failure(client: Client, *chunks: bytes, total: float = 1.0) -> Failure:
+    async with client.serve(answering(*chunks, keep=False)) as (_, origin), client(origin) as send:
         with pytest.raises(UpstreamError) as caught:
             answer = await send("POST", "/pay", b"x", total)
             async with answer:
@@ -83,7 +119,7 @@ async def _failure(client: Callable[[str], Any], *chunks: bytes, total: float = 
         return failure_of(caught.value)
 
 
-async def test_a_length_framed_answer(client: Callable[[str], Any]) -> None:
+async def test_a_length_framed_answer(client: Client) -> None:
     raw = b"HTTP/1.1 201 Order Accepted\r\nX-B: 1\r\nX-B: 2\r\nContent-Length: 5\r\n\r\nhello"
     status, reason, headers, body = await _exchange(client, raw)
     assert (status, reason, body) == (201, "Order Accepted", b"hello")
@@ -91,7 +127,7 @@ async def test_a_length_framed_answer(client: Callable[[str], Any]) -> None:
 
 
 async def test_a_chunked_answer_with_trailers_keeps_the_trailers_out_of_the_head(
-    client: Callable[[str], Any],
+    client: Client,
 ) -> None:
     raw = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n"
@@ -102,13 +138,13 @@ async def test_a_chunked_answer_with_trailers_keeps_the_trailers_out_of_the_head
     assert (b"X-T", b"late") not in headers
 
 
-async def test_a_close_delimited_answer_ends_at_the_close(client: Callable[[str], Any]) -> None:
+async def test_a_close_delimited_answer_ends_at_the_close(client: Client) -> None:
     raw = b"HTTP/1.1 200 OK\r\nX-C: 1\r\n\r\nall of it until the close"
     status, _, _, body = await _exchange(client, raw, keep=False)
     assert (status, body) == (200, b"all of it until the close")
 
 
-async def test_an_informational_answer_is_skipped(client: Callable[[str], Any]) -> None:
+async def test_an_informational_answer_is_skipped(client: Client) -> None:
     early = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
     raw = early + b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     status, _, headers, body = await _exchange(client, raw)
@@ -116,15 +152,15 @@ async def test_an_informational_answer_is_skipped(client: Callable[[str], Any]) 
     assert (b"Link", b"</a>") not in headers
 
 
-async def test_a_204_has_no_body(client: Callable[[str], Any]) -> None:
+async def test_a_204_has_no_body(client: Client) -> None:
     status, _, _, body = await _exchange(client, b"HTTP/1.1 204 No Content\r\nX-D: 1\r\n\r\n")
     assert (status, body) == (204, b"")
 
 
 async def test_a_head_answer_has_no_body_whatever_its_length(
-    client: Callable[[str], Any], request: pytest.FixtureRequest
+    client: Client, request: pytest.FixtureRequest
 ) -> None:
-    if request.node.callspec.params["client"] == "lean":
+    if client.name == "lean":
         pytest.skip("HEAD always goes over aiohttp's client (see the chooser's test below)")
     raw = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
     status, _, headers, body = await _exchange(client, raw, method="HEAD")
@@ -132,9 +168,9 @@ async def test_a_head_answer_has_no_body_whatever_its_length(
     assert (b"Content-Length", b"10") in headers
 
 
-async def test_nothing_listening_is_unsent(client: Callable[[str], Any]) -> None:
+async def test_nothing_listening_is_unsent(client: Client) -> None:
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    origin = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    origin = f"{client.scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     server.close()
     await server.wait_closed()
     async with client(origin) as send:
@@ -143,27 +179,27 @@ async def test_nothing_listening_is_unsent(client: Callable[[str], Any]) -> None
     assert failure_of(caught.value) is Failure.UNSENT
 
 
-async def test_a_close_after_the_request_is_broken(client: Callable[[str], Any]) -> None:
+async def test_a_close_after_the_request_is_broken(client: Client) -> None:
     assert await _failure(client) is Failure.BROKEN
 
 
-async def test_a_reset_mid_body_is_broken(client: Callable[[str], Any]) -> None:
+async def test_a_reset_mid_body_is_broken(client: Client) -> None:
     cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"
     assert await _failure(client, cut) is Failure.BROKEN
 
 
-async def test_no_head_in_time_is_a_timeout(client: Callable[[str], Any]) -> None:
+async def test_no_head_in_time_is_a_timeout(client: Client) -> None:
     async def never(n: int, writer: asyncio.StreamWriter) -> bool:
         await asyncio.Event().wait()  # until the test's end closes the server
         return False
 
-    async with scripted(never) as (_, origin), client(origin) as send:
+    async with client.serve(never) as (_, origin), client(origin) as send:
         with pytest.raises(UpstreamError) as caught:
             await send("POST", "/pay", b"x", 0.2)
     assert failure_of(caught.value) is Failure.TIMEOUT
 
 
-async def test_a_stalled_body_is_a_timeout(client: Callable[[str], Any]) -> None:
+async def test_a_stalled_body_is_a_timeout(client: Client) -> None:
     stall = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nsome"
 
     async def stalls(n: int, writer: asyncio.StreamWriter) -> bool:
@@ -172,7 +208,7 @@ async def test_a_stalled_body_is_a_timeout(client: Callable[[str], Any]) -> None
         await asyncio.Event().wait()
         return False
 
-    async with scripted(stalls) as (_, origin), client(origin) as send:
+    async with client.serve(stalls) as (_, origin), client(origin) as send:
         answer = await send("POST", "/pay", b"x", 1.0)
         async with answer:
             assert await answer.read_chunk(1.0) == b"some"
@@ -187,7 +223,8 @@ async def test_a_stalled_body_is_a_timeout(client: Callable[[str], Any]) -> None
         ("http://127.0.0.1:1", "POST", b"x", True),
         ("http://127.0.0.1:1", "GET", None, True),
         ("http://127.0.0.1:1", "HEAD", None, False),
-        ("https://127.0.0.1:1", "POST", b"x", False),
+        ("https://127.0.0.1:1", "POST", b"x", True),
+        ("https://127.0.0.1:1", "HEAD", None, False),
     ],
 )
 async def test_the_chooser_sends_only_what_the_lean_client_serves(

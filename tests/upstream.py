@@ -8,6 +8,7 @@ import gzip
 import itertools
 import os
 import random
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 
@@ -62,10 +63,12 @@ async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def serving_app(app: web.Application) -> AsyncIterator[str]:
-    """An aiohttp application on a loopback port, and its origin URL."""
+async def serving_app(
+    app: web.Application, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """An aiohttp application on a loopback port, and its origin URL (https with `tls`)."""
     server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
+    await server.start_server(ssl=tls)
     try:
         yield str(server.make_url("")).rstrip("/")
     finally:

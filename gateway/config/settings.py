@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.config.policy import Policy, Route, _Model
 from gateway.config.state import default_state_dir
+from gateway.config.tls import UpstreamTls
 from gateway.config.units import Duration, HostPort, HttpUrl, Size
 
 
@@ -214,6 +215,7 @@ class Settings(_Model):
     tracing: TracingSettings = TracingSettings()
     admin: Admin | None = None  # no admin listener unless configured
     upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
+    upstream_tls: UpstreamTls = UpstreamTls()  # to every https:// upstream, both clients
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
     # Run with no routes, as a plain proxy to `upstream`; without it such a config is refused.

@@ -15,6 +15,7 @@ from aiohttp.typedefs import Handler
 from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
 from gateway.config.settings import Settings
 from gateway.config.state import private_folder
+from gateway.errors import ConfigError
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
 from gateway.http.eviction import refuse_evicting
@@ -71,7 +72,11 @@ def _resources(
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
         )
-        upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections)
+        try:  # its files were loaded when the config was validated; they may have gone since
+            tls = settings.upstream_tls.context()
+        except ValueError as exc:
+            raise ConfigError(f"upstream_tls: {exc}") from None
+        upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
         journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_journal(lambda: journal.depth)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
 
 import aiohttp
@@ -36,9 +37,12 @@ class _TooLarge(Exception):
     pass
 
 
-async def look_up(config: Reconcile, request: web.Request, key: str) -> Found:
+async def look_up(
+    config: Reconcile, request: web.Request, key: str, tls: ssl.SSLContext | bool = True
+) -> Found:
     """Ask the upstream about the client's idempotency key (from whichever source the route
-    read it), as the route's `reconcile` says.
+    read it), as the route's `reconcile` says; an https lookup trusts what `tls` trusts
+    (the upstream clients' context).
 
     A refused connection, a timeout, a body over `max_body` or a key that cannot be put in
     the URL give a Found without status: the caller falls back to `on_unknown_outcome`."""
@@ -56,7 +60,11 @@ async def look_up(config: Reconcile, request: web.Request, key: str) -> Found:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
             session.request(
-                config.method, config.url_for(key), headers=headers, allow_redirects=False
+                config.method,
+                config.url_for(key),
+                headers=headers,
+                allow_redirects=False,
+                ssl=tls,
             ) as answer,
         ):
             body = await _read(answer, config.max_body)

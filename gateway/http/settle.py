@@ -186,7 +186,7 @@ async def settle_failure(
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
         log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
         if route.reconcile is not None:
-            found = await look_up(route.reconcile, c.request, _key(c))
+            found = await look_up(route.reconcile, c.request, _key(c), s.upstreams.tls)
             lookup = on_lookup(found.status, route.reconcile)
             s.metrics.reconciled.labels(route.name, lookup).inc()
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)

@@ -1,9 +1,9 @@
 """Reloading the config on SIGHUP: routes change for new requests, nothing is dropped.
 
 Requests already running keep the route they started with. A file that does not validate is
-refused and logged; the running config stays. Listener, limits, Redis, admin, loop, blob and
-tracing settings are bound at start: a change to them is logged and takes effect only after a
-restart.
+refused and logged; the running config stays. Listener, limits, Redis, admin, loop, blob,
+tracing and upstream TLS settings are bound at start: a change to them is logged and takes
+effect only after a restart.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from gateway.http.app import LIVE, SERVICES
 log = logging.getLogger(__name__)
 
 # Settings fixed for the life of the process.
-FIXED = ("listen", "limits", "redis", "admin", "loop", "log_format", "blob", "tracing")
+FIXED = (
+    "listen", "limits", "redis", "admin", "loop", "log_format", "blob", "tracing", "upstream_tls"
+)  # fmt: skip
 
 
 def apply(app: web.Application, path: str | Path) -> bool:

@@ -1,10 +1,11 @@
-"""aiohttp's client behind the `Answer` interface: for https origins, HEAD, and request bodies
-that stream in as the client sends them."""
+"""aiohttp's client behind the `Answer` interface: for HEAD, request bodies that stream in as
+the client sends them, and origins the lean client does not serve."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 from collections.abc import AsyncIterable, Mapping
 from types import TracebackType
 
@@ -16,13 +17,15 @@ from gateway.core.headers import header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
+# A refused certificate or a failed handshake is a ClientConnectorError too.
 _UNSENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp.InvalidURL)
 
 
-def session(pool_size: int) -> aiohttp.ClientSession:
-    """A pooled keep-alive session that sends exactly what it is given."""
+def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.ClientSession:
+    """A pooled keep-alive session that sends exactly what it is given; `tls` is the context
+    for https origins (True: aiohttp's default, the system's trust store)."""
     made = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size),
+        connector=aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls),
         auto_decompress=False,  # bodies pass through and are recorded byte for byte
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),

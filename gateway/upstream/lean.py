@@ -5,18 +5,22 @@ one request than all of the gateway's own work on it (loadtest/RESULTS.md). This
 only what that call needs: a request whose body is already in memory, sent with one write,
 and an answer parsed by httptools (llhttp, the parser aiohttp uses too) and streamed with
 back-pressure. It never resends a request: a failure before the request is written raises
-`UpstreamUnsent`; any later one leaves the outcome unknown. Only plain http:// origins and
-bodies in hand; `Upstreams` sends everything else (https, HEAD, a body that streams in)
-through aiohttp.
-"""
+`UpstreamUnsent`; any later one leaves the outcome unknown. An https:// origin is reached
+over TLS on the asyncio transport, with the `ssl.SSLContext` aiohttp's client is given too:
+the handshake, certificate checks included, completes before the connection is handed out,
+so a refused certificate is a failure before sending. Only bodies in hand; `Upstreams` sends
+everything else (HEAD, a body that streams in) through aiohttp."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import ssl
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from gateway.config.tls import UpstreamTls
 from gateway.upstream.base import UpstreamUnsent
 from gateway.upstream.lean_conn import Connection, LeanAnswer
 
@@ -26,19 +30,25 @@ KEEPALIVE_SECONDS = 15.0
 
 
 class UpstreamPool:
-    """Keep-alive connections to one plain http:// origin, at most `limit` in use at once."""
+    """Keep-alive connections to one http:// or https:// origin, at most `limit` in use at
+    once. `tls` is the context for an https origin (None: the system's trust store)."""
 
-    def __init__(self, origin: str, limit: int) -> None:
+    def __init__(self, origin: str, limit: int, tls: ssl.SSLContext | None = None) -> None:
         parts = urlsplit(origin)
         if not lean_enough(origin):
-            raise ValueError(f"{origin!r} is not a plain http origin")
+            raise ValueError(f"{origin!r} is not a plain http or https origin")
         assert parts.hostname is not None
         self._host = parts.hostname
-        self._port = parts.port or 80
+        secure = parts.scheme == "https"
+        default_port = 443 if secure else 80
+        self._port = parts.port or default_port
+        self._tls = (tls or default_tls()) if secure else None
+        # The name the certificate must carry, and SNI: as aiohttp sends it (no final dot).
+        self._server_hostname = parts.hostname.rstrip(".") if secure else None
         self._prefix = parts.path.rstrip("/")  # an origin may name a base path
-        # As aiohttp writes it: the port only when it is not the default one.
+        # As aiohttp writes it: the port only when it is not the scheme's default one.
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        self._host_header = host if self._port == 80 else f"{host}:{self._port}"
+        self._host_header = host if self._port == default_port else f"{host}:{self._port}"
         self._idle: collections.deque[Connection] = collections.deque()  # oldest first
         self._slots = asyncio.Semaphore(limit)
         self._closed = False
@@ -126,9 +136,15 @@ class UpstreamPool:
                 if connection.usable() and connection.idle_since > fresh_since:
                     return connection
                 connection.close()
-            try:
+            try:  # over TLS: the handshake is part of connecting (ssl.SSLError is an OSError)
                 async with asyncio.timeout_at(deadline):
-                    _, fresh = await loop.create_connection(Connection, self._host, self._port)
+                    _, fresh = await loop.create_connection(
+                        Connection,
+                        self._host,
+                        self._port,
+                        ssl=self._tls,
+                        server_hostname=self._server_hostname,
+                    )
             except (OSError, TimeoutError) as exc:
                 raise UpstreamUnsent(f"cannot connect to {self._where()}: {exc!r}") from None
             return fresh
@@ -140,11 +156,17 @@ class UpstreamPool:
         return f"{self._host}:{self._port}"
 
 
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """The context for https origins when none is given: the system's trust store."""
+    return UpstreamTls().context()
+
+
 def lean_enough(origin: str) -> bool:
-    """Whether the lean client can serve `origin`: plain http, no credentials or query."""
+    """Whether the lean client can serve `origin`: http or https, no credentials or query."""
     parts = urlsplit(origin)
     return (
-        parts.scheme == "http"
+        parts.scheme in ("http", "https")
         and parts.hostname is not None
         and parts.username is None
         and not parts.query

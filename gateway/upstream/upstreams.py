@@ -4,6 +4,7 @@ aiohttp's. One pooled keep-alive client per origin, of each kind."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterable, Iterable
 from typing import TypeGuard
 
@@ -13,15 +14,19 @@ from multidict import CIMultiDict
 from gateway.config.policy import Timeouts
 from gateway.upstream import aio
 from gateway.upstream.base import Answer
-from gateway.upstream.lean import UpstreamPool, lean_enough
+from gateway.upstream.lean import UpstreamPool, default_tls, lean_enough
 
 
 class Upstreams:
-    """Per origin: aiohttp's session, and for a plain http:// origin the lean client's pool,
-    which carries every request whose body is in hand (or that has none)."""
+    """Per origin: aiohttp's session, and the lean client's pool, which carries every request
+    whose body is in hand (or that has none). Both reach https origins with the one `tls`
+    context (None: the system's trust store), so they trust and show the same certificates."""
 
-    def __init__(self, origins: Iterable[str], pool_size: int = 1024) -> None:
+    def __init__(
+        self, origins: Iterable[str], pool_size: int = 1024, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._pool_size = pool_size
+        self._tls = tls or default_tls()
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self._pools: dict[str, UpstreamPool] = {}
         self.add(origins)
@@ -32,8 +37,8 @@ class Upstreams:
             if origin in self._sessions:
                 continue
             if lean_enough(origin):
-                self._pools[origin] = UpstreamPool(origin, self._pool_size)
-            self._sessions[origin] = aio.session(self._pool_size)
+                self._pools[origin] = UpstreamPool(origin, self._pool_size, self._tls)
+            self._sessions[origin] = aio.session(self._pool_size, self._tls)
 
     async def send(
         self,
@@ -55,8 +60,13 @@ class Upstreams:
         session = self._sessions[origin]
         return await aio.send(session, method, origin + target, headers, body, timeouts)
 
+    @property
+    def tls(self) -> ssl.SSLContext:
+        """The context both clients reach https origins with."""
+        return self._tls
+
     def lean_for(self, origin: str, method: str, body: object) -> bool:
-        """Whether `send` gives this request to the lean client: a plain http origin, a body
+        """Whether `send` gives this request to the lean client: an http(s) origin, a body
         in hand (or none), and not HEAD (whose answer announces a body it does not send)."""
         return origin in self._pools and method != "HEAD" and _in_hand(body)
 

@@ -1,0 +1,58 @@
+"""TLS to https:// upstreams: whom the gateway trusts and which certificate it shows.
+
+One `ssl.SSLContext` made from these settings serves both upstream clients, so the lean client
+and aiohttp's verify alike. The files are loaded when the config is validated: a path that
+does not exist, or a file that holds no certificate or key, stops `--check` and the start.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from pydantic import model_validator
+
+from gateway.config.policy import _Model
+
+
+class UpstreamTls(_Model):
+    """Without any field set: the system's trust store, certificates and host names checked
+    (as aiohttp's client does by default)."""
+
+    ca: str | None = None  # PEM bundle trusted instead of the system's (a private CA)
+    cert: str | None = None  # client certificate (mutual TLS), PEM; may hold its key too
+    key: str | None = None  # the client certificate's key, PEM
+    verify: bool = True  # check the upstream's certificate and host name
+
+    @model_validator(mode="after")
+    def _files_load(self) -> UpstreamTls:
+        if self.key is not None and self.cert is None:
+            raise ValueError("key needs cert: the client certificate it belongs to")
+        if self.ca is not None or self.cert is not None:
+            self.context()  # only files named here are worth loading twice
+        return self
+
+    def context(self) -> ssl.SSLContext:
+        """A client context as aiohttp makes its default one, with these settings applied.
+        Raises ValueError naming the field whose file cannot be used."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"ca {self.ca!r} cannot be loaded: {_why(exc)}") from None
+        if self.cert is not None:
+            try:
+                context.load_cert_chain(self.cert, self.key)
+            except (OSError, ssl.SSLError) as exc:
+                pair = f"cert {self.cert!r}" + (f" with key {self.key!r}" if self.key else "")
+                raise ValueError(f"{pair} cannot be loaded: {_why(exc)}") from None
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["http/1.1"])
+        return context
+
+
+def _why(exc: OSError | ssl.SSLError) -> str:
+    """What went wrong, without the C source location ssl adds to its messages."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return exc.reason.lower().replace("_", " ")
+    return exc.strerror or str(exc)

@@ -1,0 +1,50 @@
+"""A private CA for TLS upstreams on loopback: certificates issued by trustme, written to
+files as an operator's config names them."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import trustme
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+@dataclass(frozen=True)
+class PrivateCa:
+    ca: trustme.CA
+    folder: Path
+
+    @property
+    def ca_file(self) -> str:
+        path = self.folder / "ca.pem"
+        if not path.exists():
+            self.ca.cert_pem.write_to_path(str(path))
+        return str(path)
+
+    def server(self, *names: str, client_ca: trustme.CA | None = None) -> ssl.SSLContext:
+        """An upstream's server context with a certificate for `names` (loopback's by
+        default); with `client_ca`, it requires a client certificate that CA signed."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert(*(names or LOOPBACK_NAMES)).configure_cert(context)
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            client_ca.configure_trust(context)
+        return context
+
+    def client_files(self, name: str = "gateway") -> tuple[str, str]:
+        """A client certificate this CA signed and its key, as two PEM files."""
+        issued = self.ca.issue_cert(f"{name}.test")
+        cert, key = self.folder / f"{name}.crt", self.folder / f"{name}.key"
+        for blob in issued.cert_chain_pems:
+            with cert.open("ab") as out:
+                out.write(blob.bytes())
+        issued.private_key_pem.write_to_path(str(key))
+        return str(cert), str(key)
+
+
+def private_ca(folder: Path) -> PrivateCa:
+    folder.mkdir(parents=True, exist_ok=True)
+    return PrivateCa(trustme.CA(), folder)
