@@ -99,3 +99,33 @@ def test_a_tiny_chaos_run_holds_through_kills_a_full_redis_and_a_restart() -> No
     assert "error replies" in lines["redis full"]
     assert lines["duplicates found"].endswith(" 0 keys")
     assert "chaos: OK" in out.stdout
+
+
+def _quick(module: str, *args: str) -> str:
+    """`python -m loadtest.MODULE --quick`: its output, after checking it exited 0."""
+    out = subprocess.run(
+        [sys.executable, "-m", f"loadtest.{module}", "--quick", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The cells of the markdown table's data lines."""
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| scenario")
+    ]
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_workers_scaling_compares_one_and_two_workers_exactly_once() -> None:
+    rows = _table_rows(_quick("workers_scaling"))
+    assert {(r[0], r[1]) for r in rows} == {
+        (scenario, f"--workers {n}") for scenario in ("new-key", "replay") for n in (1, 2)
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
