@@ -129,3 +129,18 @@ def test_workers_scaling_compares_one_and_two_workers_exactly_once() -> None:
         (scenario, f"--workers {n}") for scenario in ("new-key", "replay") for n in (1, 2)
     }
     assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_stored_records_fills_records_that_replay_and_measures_both_redis() -> None:
+    """The filled records are the gateway's own: the script replays one through the gateway
+    before measuring, and replays of filled keys must not run upstream ("exactly once")."""
+    stdout = _quick("stored_records")
+    rows = _table_rows(stdout)
+    assert {(r[0], r[1]) for r in rows} == {
+        (scenario, name) for scenario in ("new-key", "replay") for name in ("empty", "full")
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
+    assert "filled 5,000 records" in stdout and "per record:" in stdout
