@@ -65,10 +65,11 @@ class Gateway(Child):
         workers: int = 1,
         route: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
+        listen: dict[str, Any] | None = None,
     ) -> None:
         port = free_port()
         config = {
-            "listen": {"host": "127.0.0.1", "port": port},
+            "listen": {"host": "127.0.0.1", "port": port, **(listen or {})},
             "log_level": "warning",
             "state_dir": str(workdir / f"{name}-state"),
             "redis": {"url": redis_url, "pipeline": True},
@@ -120,6 +121,7 @@ class Measured:
     upstream_calls: int
     duplicates: int  # keys the upstream ran more than once
     answered: int  # 2xx answers wrk read
+    stray_calls: int = 0  # upstream calls for keys of earlier runs, arriving late
 
     @property
     def rps(self) -> float:
@@ -146,8 +148,11 @@ def drive(
     connections: int,
     target: str,
     before: Callable[[], None] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> Measured:
-    """Reset the upstream's counters, run `before` (a prefill), then wrk; the counters after."""
+    """Reset the upstream's counters, run `before` (a prefill), then wrk, then `after`; the
+    counters once calls stopped arriving. Calls for keys of other runs (a request a client
+    gave up on, reaching the upstream late) are counted apart."""
     urllib.request.urlopen(f"{upstream}/__reset?sleep_ms=0", data=b"", timeout=10).close()
     if before is not None:
         before()
@@ -155,7 +160,10 @@ def drive(
     cpu = gateway.cpu()
     result = run_wrk(wrk, gateway.url, scenario, run, seconds, connections)
     cpu = gateway.cpu() - cpu
+    if after is not None:
+        after()
     counts = settle(upstream)
+    ours = {key: n for key, n in counts["keys"].items() if key.startswith(f"{run}-")}
     requests = max(1, result["requests"])
     by_p = dict((p, us) for p, us in result["percentiles"])
     codes = result["codes"]
@@ -163,7 +171,8 @@ def drive(
         target=target, scenario=scenario.name, requests=result["requests"],
         seconds=result["duration_us"] / 1e6, codes=codes, p50_ms=by_p[50] / 1000,
         p99_ms=by_p[99] / 1000, socket_errors=result["errors"], cpu_us=cpu * 1e6 / requests,
-        upstream_calls=counts["total"], duplicates=len(find_duplicates(counts["keys"])),
+        upstream_calls=sum(ours.values()), duplicates=len(find_duplicates(counts["keys"])),
+        stray_calls=counts["total"] - sum(ours.values()),
         answered=sum(n for code, n in codes.items() if code.startswith("2")),
     )  # fmt: skip
 
@@ -200,6 +209,19 @@ def summary_table(rows: list[Measured], order: Sequence[str]) -> str:
                 f"| {spread([r.cpu_us for r in mine])} | {other} | {errors} | {once} |"
             )
     return "\n".join(lines)
+
+
+def quiet_listen_counters(still: float = 1.5, timeout: float = 20.0) -> None:
+    """Until the kernel's listen drops stopped growing for `still` seconds: a handshake
+    dropped at a full accept queue is retried by the client and the drops go on for a while
+    after the load ends (a run's drops are then not counted in the next one)."""
+    deadline = time.monotonic() + timeout
+    last, since = listen_counters(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < still:
+        time.sleep(0.25)
+        now = listen_counters()
+        if now != last:
+            last, since = now, time.monotonic()
 
 
 def load_average() -> str:

@@ -112,11 +112,13 @@ def _quick(module: str, *args: str) -> str:
 
 
 def _table_rows(stdout: str) -> list[list[str]]:
-    """The cells of the markdown table's data lines."""
+    """The cells of the data lines of the markdown tables (a header line is followed by
+    the `|---|` line)."""
+    lines = stdout.splitlines()
     return [
         [cell.strip() for cell in line.strip("|").split("|")]
-        for line in stdout.splitlines()
-        if line.startswith("| ") and not line.startswith("| scenario")
+        for line, following in zip(lines, [*lines[1:], ""], strict=True)
+        if line.startswith("| ") and not following.startswith("|---")
     ]
 
 
@@ -144,3 +146,20 @@ def test_stored_records_fills_records_that_replay_and_measures_both_redis() -> N
     }
     assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
     assert "filled 5,000 records" in stdout and "per record:" in stdout
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_many_connections_reports_socket_errors_and_listen_drops() -> None:
+    stdout = _quick("many_connections")
+    rows = _table_rows(stdout)
+    measured = [r for r in rows if len(r) == 10]
+    assert {(r[0], r[1]) for r in measured} == {
+        ("new-key", "backlog 4096"),
+        ("replay", "backlog 4096"),
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in measured), measured
+    listen = [r for r in rows if len(r) == 5]
+    assert [r[2] for r in listen] == ["4096", "4096"]  # the kernel's accept queue
+    assert all(r[3].startswith("+") for r in listen), listen
