@@ -163,3 +163,12 @@ def test_many_connections_reports_socket_errors_and_listen_drops() -> None:
     listen = [r for r in rows if len(r) == 5]
     assert [r[2] for r in listen] == ["4096", "4096"]  # the kernel's accept queue
     assert all(r[3].startswith("+") for r in listen), listen
+
+
+def test_big_body_curve_stores_small_bodies_inline_and_large_ones_as_blobs() -> None:
+    rows = _table_rows(_quick("big_body"))
+    assert [(r[0], r[2].split(" ")[0], r[-1]) for r in rows] == [
+        ("1 KiB", "inline", "yes"),
+        ("256 KiB", "blob", "yes"),
+        ("2 MiB", "blob", "yes"),
+    ]
