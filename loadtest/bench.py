@@ -211,7 +211,7 @@ def summary_table(rows: list[Measured], order: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def quiet_listen_counters(still: float = 1.5, timeout: float = 20.0) -> None:
+def quiet_listen_counters(still: float = 3.0, timeout: float = 20.0) -> None:
     """Until the kernel's listen drops stopped growing for `still` seconds: a handshake
     dropped at a full accept queue is retried by the client and the drops go on for a while
     after the load ends (a run's drops are then not counted in the next one)."""
@@ -222,6 +222,22 @@ def quiet_listen_counters(still: float = 1.5, timeout: float = 20.0) -> None:
         now = listen_counters()
         if now != last:
             last, since = now, time.monotonic()
+
+
+def paired_ratios(rows: list[Measured], first: str, second: str) -> str:
+    """`second` over `first`, round by round (each pair measured next to each other in
+    time, so a noisy spell of a shared machine hits both): RPS and CPU per request."""
+    out = []
+    for scenario in dict.fromkeys(r.scenario for r in rows):
+        a = [r for r in rows if (r.scenario, r.target) == (scenario, first)]
+        b = [r for r in rows if (r.scenario, r.target) == (scenario, second)]
+        rps = sorted(y.rps / x.rps for x, y in zip(a, b, strict=True))
+        cpu = sorted(y.cpu_us / x.cpu_us for x, y in zip(a, b, strict=True) if x.cpu_us)
+        out.append(
+            f"{scenario}: {second} / {first} per round, RPS {', '.join(f'{v:.2f}' for v in rps)};"
+            f" CPU per request {', '.join(f'{v:.2f}' for v in cpu)}"
+        )
+    return "\n".join(out)
 
 
 def load_average() -> str:

@@ -43,6 +43,7 @@ from .bench import (
     Measured,
     drive,
     load_average,
+    paired_ratios,
     start_children,
     summary_table,
 )
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} rounds alternating"
     )
     print(summary_table(rows, ["empty", "full"]))
+    print(paired_ratios(rows, "empty", "full"))
     print(f"load average at end: {load_average()}")
     if not all(r.once for r in rows):
         print("EXACTLY-ONCE VIOLATED")

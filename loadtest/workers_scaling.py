@@ -31,6 +31,7 @@ from .bench import (
     descendants,
     drive,
     load_average,
+    paired_ratios,
     start_children,
     summary_table,
 )
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(summary_table(rows, names))
     print()
-    print(ratios(rows))
+    print(paired_ratios(rows, "--workers 1", "--workers 2"))
     print(f"--workers 2, CPU seconds per process over the whole run: {shares}")
     print(f"load average at end: {load_average()}")
     if not all(r.once for r in rows):
@@ -107,21 +108,6 @@ def worker_shares(parent: int) -> str:
         role = "supervisor" if pid == parent else f"worker {pid}"
         parts.append(f"{role} {cpu_seconds(pid):.1f}")
     return ", ".join(parts)
-
-
-def ratios(rows: list[Measured]) -> str:
-    """--workers 2 over --workers 1, per round (same round, adjacent in time): RPS and CPU."""
-    out = []
-    for scenario in dict.fromkeys(r.scenario for r in rows):
-        one = [r for r in rows if (r.scenario, r.target) == (scenario, "--workers 1")]
-        two = [r for r in rows if (r.scenario, r.target) == (scenario, "--workers 2")]
-        rps = sorted(b.rps / a.rps for a, b in zip(one, two, strict=True))
-        cpu = sorted(b.cpu_us / a.cpu_us for a, b in zip(one, two, strict=True) if a.cpu_us)
-        out.append(
-            f"{scenario}: RPS 2/1 per round {', '.join(f'{x:.2f}' for x in rps)}; "
-            f"CPU per request 2/1 {', '.join(f'{x:.2f}' for x in cpu)}"
-        )
-    return "\n".join(out)
 
 
 if __name__ == "__main__":
