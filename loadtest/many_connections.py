@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--backlog", type=int, action="append", help="listen.backlog, repeatable")
-    parser.add_argument("--quick", action="store_true", help="200 connections, 1 round of 2 s")
+    parser.add_argument("--quick", action="store_true", help="200 connections, 1 round of 1 s")
     args = parser.parse_args(argv)
     if args.quick:
-        args.connections, args.seconds, args.rounds = 200, 2.0, 1
+        args.connections, args.seconds, args.rounds = 200, 1.0, 1
     backlogs = sorted(args.backlog or [DEFAULT_BACKLOG], reverse=True)
     # wrk's sockets, and per gateway a client and an upstream socket per connection.
     soft, hard = raise_open_files(4 * args.connections + 1024)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     row = drive(
                         wrk, gateway, upstream.url, scenario, run, args.seconds,
                         args.connections, name, fill if scenario.mode == "fixed" else None,
-                        quiet_listen_counters,
+                        lambda: quiet_listen_counters(still=0.5 if args.quick else 3.0),
                     )  # fmt: skip
                     after = listen_counters()
                     grew = (
