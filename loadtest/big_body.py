@@ -1,6 +1,7 @@
 """Large bodies through a gateway process: memory and throughput.
 
     python -m loadtest.big_body [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
+    python -m loadtest.big_body --curve 1KiB,16KiB,256KiB,1MiB,8MiB,64MiB [--budget-mib 256]
 
 Starts a redis-server, an upstream answering POST /big with SIZE MiB (Content-Length), and
 the gateway (`python -m gateway`) in child processes; then sends, per round,
@@ -10,6 +11,12 @@ the gateway (`python -m gateway`) in child processes; then sends, per round,
 For each, it reports the transfer rate seen by the client and the gateway's peak RSS
 growth: VmHWM after the transfer minus VmRSS before it, with the peak reset in between
 (/proc/PID/clear_refs). The last replay is hashed on the client and compared.
+
+With --curve, per body size: a series of fresh keys one after another, then each replayed
+once: the median time per request and the gateway's peak RSS over each series (VmHWM, reset
+before it), whether the bodies were stored inline in Redis or as files in the blob store,
+and exactly once from the upstream's counters (each key ran once, no replay ran). The last
+key's new-key and replay bodies are hashed and compared. Exits 1 if a key ran twice.
 """
 
 from __future__ import annotations
@@ -22,26 +29,36 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import yaml
 from aiohttp import web
 
+from gateway.config.units import parse_size
 from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
+from .bench import load_average
 from .procs import Child, cpu_seconds
 
 MiB = 1 << 20
 BLOCK = random.Random(0).randbytes(MiB)  # the same in the upstream child
 
 
-def serve_upstream(port: int, size: int) -> None:
-    """The upstream: POST /big answers `size` bytes, one random MiB block repeated."""
+def serve_upstream(port: int, default_size: int) -> None:
+    """The upstream: POST /big answers `size` bytes (the query's `size`, else the default),
+    one random MiB block repeated; GET /__calls: its calls so far per Idempotency-Key."""
+    calls: Counter[str] = Counter()
+
+    async def counts(request: web.Request) -> web.Response:
+        return web.json_response(calls)
 
     async def big(request: web.Request) -> web.StreamResponse:
         await request.read()
+        calls[request.headers.get("Idempotency-Key", "")] += 1
+        size = int(request.query.get("size", default_size))
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         response.content_length = size
         await response.prepare(request)
@@ -55,6 +72,7 @@ def serve_upstream(port: int, size: int) -> None:
 
     app = web.Application()
     app.router.add_post("/big", big)
+    app.router.add_get("/__calls", counts)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -134,19 +152,95 @@ async def measure(args: argparse.Namespace, gateway: Child) -> dict[str, list]:
     return results
 
 
+async def curve(
+    gateway: Child, upstream: str, blobs: Path, sizes: list[int], budget: int
+) -> list[dict]:
+    """Per body size: a series of new keys, each replayed once; the median time per request,
+    the gateway's peak RSS over each series, where the body was stored, and exactly once
+    (each new key ran once upstream, no replay did). `budget`: bytes per series, at most."""
+    pid = gateway.process.pid
+    rows = []
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        await transfer(session, f"{gateway.url}/big?size=1024", {})  # warm-up
+        for size in sizes:
+            count = max(3, min(200, budget // size))
+            url = f"{gateway.url}/big?size={size}"
+            keys = [f"curve-{size}-{n}-{time.time_ns()}" for n in range(count)]
+            row: dict = {"size": size, "count": count}
+            files = sum(1 for f in blobs.rglob("*") if f.is_file()) if blobs.exists() else 0
+            for phase in ("recorded", "replay"):
+                await settle(pid)
+                before = status_kib(pid, "VmRSS")
+                reset_peak(pid)
+                times = []
+                for key in keys:
+                    got, seconds, digest, answer = await transfer(
+                        session, url, {"Idempotency-Key": key}, digest=key == keys[-1]
+                    )
+                    assert got == size, (phase, size, got)
+                    assert (phase == "replay") == ("Idempotent-Replayed" in answer), phase
+                    if key == keys[-1]:
+                        assert digest == expected_digest(size), f"{phase} body differs"
+                    times.append(seconds)
+                await settle(pid)  # the last record is stored after its last byte
+                peak = status_kib(pid, "VmHWM")
+                row[phase] = (statistics.median(times), min(times), before / 1024, peak / 1024)
+                if phase == "recorded":
+                    row["blobs"] = sum(1 for f in blobs.rglob("*") if f.is_file()) - files
+            async with session.get(f"{upstream}/__calls") as answer:
+                calls = await answer.json()
+            row["once"] = all(calls.get(key) == 1 for key in keys)
+            rows.append(row)
+            print(curve_line(row), flush=True)
+    return rows
+
+
+def curve_line(row: dict) -> str:
+    size = row["size"]
+    name = f"{size >> 20} MiB" if size >= MiB else f"{size >> 10} KiB"
+    where = f"blob ({row['blobs']} files)" if row["blobs"] else "inline"
+    cells = [name, str(row["count"]), where]
+    for phase in ("recorded", "replay"):
+        median, fastest, before, peak = row[phase]
+        rate = size / MiB / median
+        cells += [f"{median * 1000:.2f} ({fastest * 1000:.2f})", f"{rate:.0f}"]
+        cells += [f"{peak:.0f} (+{peak - before:.1f})"]
+    cells.append("yes" if row["once"] else "NO")
+    return "| " + " | ".join(cells) + " |"
+
+
+CURVE_HEAD = (
+    "| body | keys | stored | new key ms median (min) | MiB/s | peak RSS MiB (+ over RSS before) "
+    "| replay ms median (min) | MiB/s | peak RSS MiB (+) | exactly once |\n"
+    "|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--curve",
+        help="comma-separated body sizes (e.g. 1KiB,16KiB,256KiB,1MiB,8MiB,64MiB): time per "
+        "request and peak RSS per size, new key and replay, instead of the --size-mib rounds",
+    )
+    parser.add_argument("--budget-mib", type=int, default=256, help="--curve: MiB per series")
+    parser.add_argument("--quick", action="store_true", help="a small --curve, for the tests")
     parser.add_argument("--blob-url", help="blob.url (default: file:// in a temp dir)")
     parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.curve, args.budget_mib = args.curve or "1KiB,256KiB,2MiB", 4
+    sizes = [parse_size(part) for part in args.curve.split(",")] if args.curve else []
     size = args.size_mib * MiB
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, size)
         return 0
+    largest = max(sizes) if sizes else size
 
+    print(f"load average at start: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="big-body-") as tmp:
         work = Path(tmp)
         redis = RedisServer()
@@ -157,14 +251,15 @@ def main() -> int:
             upstream_args = ["--size-mib", str(args.size_mib), "--serve-upstream", str(port)]
             children.append(Child("upstream", "loadtest.big_body", port, upstream_args, work))
             config = {
-                "listen": {"port": free_port()},
+                "listen": {"host": "127.0.0.1", "port": free_port()},
                 "redis": {"url": redis.url},
                 "loop": args.loop,
                 "log_level": "warning",
+                "state_dir": str(work / "state"),
                 "blob": {"url": args.blob_url or f"file://{work}/blobs"},
                 "routes": [{
                     "name": "big", "path_prefix": "/big", "upstream": children[0].url,
-                    "max_recorded_body": f"{args.size_mib + 1}MiB", "timeouts": {"total": 600},
+                    "max_recorded_body": largest + MiB, "timeouts": {"total": 600},
                 }],
             }  # fmt: skip
             path = work / "gateway.yaml"
@@ -177,12 +272,26 @@ def main() -> int:
                 work,
             )
             children.append(gateway)
-            results = asyncio.run(measure(args, gateway))
+            if sizes:
+                budget = args.budget_mib * MiB
+                store = args.blob_url or "file:// (temp dir)"
+                print(
+                    f"loop {args.loop}, blob store {store}, inline up to 64 KiB (inline_max), "
+                    f"one client, keys one after another; up to {args.budget_mib} MiB or 200 "
+                    "keys per size"
+                )
+                print(CURVE_HEAD, flush=True)
+                rows = asyncio.run(curve(gateway, children[0].url, work / "blobs", sizes, budget))
+            else:
+                results = asyncio.run(measure(args, gateway))
         finally:
             for child in reversed(children):
                 child.stop()
             redis.close()
 
+    if sizes:
+        print(f"load average at end: {load_average()}")
+        return 0 if all(row["once"] for row in rows) else 1
     print(f"{args.size_mib} MiB per transfer, {args.rounds} rounds, loop {args.loop}, "
           f"blob store {args.blob_url or 'file:// (temp dir)'}; medians:")  # fmt: skip
     plain_rate = args.size_mib / statistics.median(row[0] for row in results["plain"])

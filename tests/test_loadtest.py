@@ -99,3 +99,76 @@ def test_a_tiny_chaos_run_holds_through_kills_a_full_redis_and_a_restart() -> No
     assert "error replies" in lines["redis full"]
     assert lines["duplicates found"].endswith(" 0 keys")
     assert "chaos: OK" in out.stdout
+
+
+def _quick(module: str, *args: str) -> str:
+    """`python -m loadtest.MODULE --quick`: its output, after checking it exited 0."""
+    out = subprocess.run(
+        [sys.executable, "-m", f"loadtest.{module}", "--quick", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    """The cells of the data lines of the markdown tables (a header line is followed by
+    the `|---|` line)."""
+    lines = stdout.splitlines()
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line, following in zip(lines, [*lines[1:], ""], strict=True)
+        if line.startswith("| ") and not following.startswith("|---")
+    ]
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_workers_scaling_compares_one_and_two_workers_exactly_once() -> None:
+    rows = _table_rows(_quick("workers_scaling"))
+    assert {(r[0], r[1]) for r in rows} == {
+        (scenario, f"--workers {n}") for scenario in ("new-key", "replay") for n in (1, 2)
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_stored_records_fills_records_that_replay_and_measures_both_redis() -> None:
+    """The filled records are the gateway's own: the script replays one through the gateway
+    before measuring, and replays of filled keys must not run upstream ("exactly once")."""
+    stdout = _quick("stored_records")
+    rows = _table_rows(stdout)
+    assert {(r[0], r[1]) for r in rows} == {
+        (scenario, name) for scenario in ("new-key", "replay") for name in ("empty", "full")
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in rows), rows
+    assert "filled 5,000 records" in stdout and "per record:" in stdout
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
+)
+def test_many_connections_reports_socket_errors_and_listen_drops() -> None:
+    stdout = _quick("many_connections")
+    rows = _table_rows(stdout)
+    measured = [r for r in rows if len(r) == 10]
+    assert {(r[0], r[1]) for r in measured} == {
+        ("new-key", "backlog 4096"),
+        ("replay", "backlog 4096"),
+    }
+    assert all(r[-1] == "yes" and r[-2] == "0" for r in measured), measured
+    listen = [r for r in rows if len(r) == 5]
+    assert [r[2] for r in listen] == ["4096", "4096"]  # the kernel's accept queue
+    assert all(r[3].startswith("+") for r in listen), listen
+
+
+def test_big_body_curve_stores_small_bodies_inline_and_large_ones_as_blobs() -> None:
+    rows = _table_rows(_quick("big_body"))
+    assert [(r[0], r[2].split(" ")[0], r[-1]) for r in rows] == [
+        ("1 KiB", "inline", "yes"),
+        ("256 KiB", "blob", "yes"),
+        ("2 MiB", "blob", "yes"),
+    ]
