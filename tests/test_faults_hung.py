@@ -80,15 +80,19 @@ def _stores_out(client: TestClient, lanes: int) -> bool:
     return batch is None or (batch._busy >= lanes and not batch._pending)
 
 
-@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "plain"])
+@pytest.mark.parametrize(
+    ("pipeline", "lean"), [(True, True), (True, False), (False, False)],
+    ids=["lean", "pipelined", "plain"],
+)  # fmt: skip
 async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     pipeline: bool,
+    lean: bool,
     make_gateway: GatewayFactory,
     held: tuple[HeldUpstream, str],
     own_redis: RedisServer,
 ) -> None:
     upstream, origin = held
-    redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline}
+    redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline, "lean": lean}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every
     # pipelined batch out (one group per batch) while new claims arrive.
