@@ -13,13 +13,13 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
-from redis.exceptions import AuthenticationError, ConnectionError, InvalidResponse, ResponseError
+from redis.exceptions import AuthenticationError, ConnectionError, InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # hiredis's "no whole reply yet": an object no reply can be.
@@ -63,8 +63,8 @@ class RedisProtocol(asyncio.Protocol):
         self._reported = False  # on_lost is called once
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports have the methods but are not asyncio.Transport subclasses.
+        self.transport = cast(asyncio.Transport, transport)
 
     def send(self, commands: list[Command]) -> None:
         for command in commands:
@@ -86,7 +86,7 @@ class RedisProtocol(asyncio.Protocol):
                 command = waiting.popleft()  # IndexError: a reply nothing asked for
                 future = command.future
                 if not future.done():  # else its caller went away; it ran all the same
-                    if isinstance(reply, ResponseError):
+                    if isinstance(reply, Exception):  # an error reply, as its class
                         future.set_exception(reply)
                     else:
                         future.set_result(reply)
