@@ -100,12 +100,17 @@ def main(argv: list[str] | None = None) -> int:
 def cpu_per_request(
     wrk: str, target: Child, upstream: Child, scenario: Scenario, tag: str, seconds: float
 ) -> float:
-    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request."""
+    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request.
+
+    Fails when an answer was not 2xx: a cheap 503 is no measurement of the work."""
     _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
     before = target.cpu()
     result = run_wrk(wrk, target.url, scenario, tag, seconds, scenario.connections)
     used = target.cpu() - before
     settle(upstream.url)
+    failed = {code: n for code, n in result["codes"].items() if not str(code).startswith("2")}
+    if failed:
+        raise RuntimeError(f"{target.name} answered {failed} in {scenario.name}")
     return used * 1e6 / max(1, result["requests"])
 
 

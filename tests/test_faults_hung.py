@@ -15,6 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.http.app import SERVICES
+from gateway.store.lean import LeanPipeline
+from gateway.store.pipeline import Coalescer
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
@@ -94,6 +96,10 @@ async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     upstream, origin = held
     redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline, "lean": lean}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
+    batch = client.server.app[SERVICES].store._batch
+    assert type(batch) is {(True, True): LeanPipeline, (True, False): Coalescer}.get(
+        (pipeline, lean), type(None)
+    )
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every
     # pipelined batch out (one group per batch) while new claims arrive.
     answers = [

@@ -49,6 +49,7 @@ class LeanPipeline:
         self._connection: RedisProtocol | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._drained: asyncio.Future[None] | None = None  # what close() waits on
+        self._watchdog: asyncio.TimerHandle | None = None  # see _watch
 
     async def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
         """The reply of `script` run on `key` with `args`, once its batch is back."""
@@ -57,17 +58,16 @@ class LeanPipeline:
         except TypeError as exc:  # an argument Redis cannot take: redis-py's error for it
             raise DataError(str(exc)) from exc
         loop = asyncio.get_running_loop()
-        command = Command(packed, loop.create_future())
+        deadline = loop.time() + self._timeout
+        command = Command(packed, loop.create_future(), deadline)
         self._pending.append(command)
         if not self._flush_scheduled and self._busy < LANES:
             # Sent at the end of this loop turn, with every call made during it.
             self._flush_scheduled = True
             loop.call_soon(self._flush)
-        timer = loop.call_later(self._timeout, self._expire, command)
-        try:
-            return await command.future
-        finally:
-            timer.cancel()
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(deadline, self._watch)
+        return await command.future
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -103,15 +103,35 @@ class LeanPipeline:
         self._connection = connection
         self._flush()
 
-    def _expire(self, command: Command) -> None:
-        if command.future.done():
-            return
-        command.future.set_exception(TimeoutError())
-        connection = command.connection
-        if connection is not None and connection is self._connection:
+    def _watch(self) -> None:
+        """Fail the calls made a socket timeout ago and still unanswered. One timer for all,
+        set for the oldest call, rather than one per call: the calls are made, queued and
+        sent in order, so the oldest is the first waiting for a reply, or else queued."""
+        self._watchdog = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        connection = self._connection
+        if connection is not None and connection.waiting and connection.waiting[0].deadline <= now:
             # Sent and unanswered for a whole socket timeout: Redis hangs. Every call
             # behind it on this connection would wait as long; they all fail now.
             connection.abort(TimeoutError())
+        for command in self._pending:  # queued all that time: they are never sent
+            if command.deadline > now:
+                break
+            if not command.future.done():
+                command.future.set_exception(TimeoutError())
+        oldest = self._oldest_deadline()
+        if oldest is not None:
+            self._watchdog = loop.call_at(oldest, self._watch)
+
+    def _oldest_deadline(self) -> float | None:
+        connection = self._connection
+        if connection is not None and connection.waiting:
+            return connection.waiting[0].deadline
+        for command in self._pending:
+            if not command.future.done():
+                return command.deadline
+        return None
 
     def _lost(self, connection: RedisProtocol, waiting: list[Command], reason: Exception) -> None:
         """The connection ended with `waiting` unanswered: they go out once more on a new
@@ -130,7 +150,6 @@ class LeanPipeline:
             else:
                 command.resent = True
                 command.ends_batch = False
-                command.connection = None
                 again.append(command)
         self._pending[:0] = again
         self._flush()
@@ -147,6 +166,9 @@ class LeanPipeline:
         self._drained = asyncio.get_running_loop().create_future()
         self._settle()
         await self._drained  # bounded: each call fails at its deadline, and its batch with it
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         connection, self._connection = self._connection, None
         if connection is not None and connection.transport is not None:
             connection.transport.close()

@@ -29,12 +29,12 @@ _NOT_ENOUGH = object()
 class Command:
     """A packed command and the future its reply resolves."""
 
-    __slots__ = ("connection", "ends_batch", "future", "packed", "resent")
+    __slots__ = ("deadline", "ends_batch", "future", "packed", "resent")
 
-    def __init__(self, packed: bytes, future: asyncio.Future[Any]) -> None:
+    def __init__(self, packed: bytes, future: asyncio.Future[Any], deadline: float) -> None:
         self.packed = packed
         self.future = future
-        self.connection: RedisProtocol | None = None  # where it waits for its reply, once sent
+        self.deadline = deadline  # the loop's time when its caller gives up
         self.resent = False
         self.ends_batch = False
 
@@ -67,8 +67,6 @@ class RedisProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def send(self, commands: list[Command]) -> None:
-        for command in commands:
-            command.connection = self
         self.waiting.extend(commands)
         assert self.transport is not None
         if len(commands) == 1:
@@ -181,8 +179,9 @@ class Endpoint:
                 else:
                     await loop.create_connection(made, self.host, self.port, ssl=self.ssl)
                 assert protocol is not None
-                commands = [
-                    Command(hiredis.pack_command(c), loop.create_future()) for c in self.handshake()
+                commands = [  # no deadlines of their own: the connect timeout covers them
+                    Command(hiredis.pack_command(c), loop.create_future(), 0.0)
+                    for c in self.handshake()
                 ]
                 if commands:
                     protocol.send(commands)
