@@ -100,12 +100,18 @@ def main(argv: list[str] | None = None) -> int:
 def cpu_per_request(
     wrk: str, target: Child, upstream: Child, scenario: Scenario, tag: str, seconds: float
 ) -> float:
-    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request."""
+    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request.
+
+    Fails when the gateway answered 5xx: a cheap 503 is no measurement of the work (a 409
+    is one: a replayed key's first requests may meet it in flight)."""
     _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
     before = target.cpu()
     result = run_wrk(wrk, target.url, scenario, tag, seconds, scenario.connections)
     used = target.cpu() - before
     settle(upstream.url)
+    failed = {code: n for code, n in result["codes"].items() if str(code).startswith("5")}
+    if failed:
+        raise RuntimeError(f"{target.name} answered {failed} in {scenario.name}")
     return used * 1e6 / max(1, result["requests"])
 
 

@@ -10,6 +10,8 @@ ratio to the first one. It stops by itself and stops its children.
 `--traced NAME[=RATIO]` turns tracing on in that tree's gateway (sampling RATIO of the
 requests, all by default), exporting by OTLP to a stand-in collector (`loadtest.otlp_sink`);
 a tree may be named more than once, e.g. `--tree off=. --tree on=. --traced on`.
+`--set NAME:SECTION.FIELD=VALUE` sets one config field (a YAML value) in that tree's gateway,
+e.g. `--tree lean=. --tree redis-py=. --set redis-py:redis.lean=false`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--traced", action="append", default=[], metavar="NAME[=RATIO]")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME:FIELD=VALUE")
     args = parser.parse_args(argv)
     trees = dict(item.split("=", 1) for item in args.tree)
     traced = {name: float(ratio or 1) for name, _, ratio in (t.partition("=") for t in args.traced)}
@@ -74,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                     "endpoint": endpoint,
                     "sample_ratio": traced[name],
                 }
+            for name_, _, assignment in (item.partition(":") for item in args.set):
+                if name_ == name:
+                    _set_field(raw, assignment)
             config.write_text(yaml.safe_dump(raw))
             args_ = ["--config", str(config), "--workers", "1"]
             env = {"PYTHONPATH": str(Path(path).resolve())}
@@ -93,6 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(cpu, list(trees)))
     return 0
+
+
+def _set_field(raw: dict[str, Any], assignment: str) -> None:
+    """`section.field=value` into the raw config, the value read as YAML."""
+    path, _, value = assignment.partition("=")
+    *sections, field = path.split(".")
+    for section in sections:
+        raw = raw.setdefault(section, {})
+    raw[field] = yaml.safe_load(value)
 
 
 def report(cpu: dict[tuple[str, str], list[float]], names: list[str]) -> str:

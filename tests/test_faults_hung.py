@@ -15,6 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.http.app import SERVICES
+from gateway.store.lean import LeanPipeline
+from gateway.store.pipeline import Coalescer
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
@@ -80,16 +82,24 @@ def _stores_out(client: TestClient, lanes: int) -> bool:
     return batch is None or (batch._busy >= lanes and not batch._pending)
 
 
-@pytest.mark.parametrize("pipeline", [True, False], ids=["pipelined", "plain"])
+@pytest.mark.parametrize(
+    ("pipeline", "lean"), [(True, True), (True, False), (False, False)],
+    ids=["lean", "pipelined", "plain"],
+)  # fmt: skip
 async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     pipeline: bool,
+    lean: bool,
     make_gateway: GatewayFactory,
     held: tuple[HeldUpstream, str],
     own_redis: RedisServer,
 ) -> None:
     upstream, origin = held
-    redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline}
+    redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline, "lean": lean}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
+    batch = client.server.app[SERVICES].store._batch
+    assert type(batch) is {(True, True): LeanPipeline, (True, False): Coalescer}.get(
+        (pipeline, lean), type(None)
+    )
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every
     # pipelined batch out (one group per batch) while new claims arrive.
     answers = [

@@ -22,11 +22,16 @@ REDIS = {"breaker": {"failures": 2, "reset": "200ms"}, "socket_timeout": "300ms"
 keys = (f"k-{n}" for n in itertools.count())
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
 async def test_redis_killed_and_restarted(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], own_redis: RedisServer
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    own_redis: RedisServer,
+    lean: bool,
 ) -> None:
     counting, origin = upstream
-    client = await make_gateway(settings=gateway_settings(origin, redis=REDIS), url=own_redis.url)
+    redis = {**REDIS, "lean": lean}
+    client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     before = next(keys)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": before})).status == 201
     await until(lambda: b"C" in (r.get(b"s") for r in records(own_redis.url)))
@@ -54,11 +59,16 @@ async def test_redis_killed_and_restarted(
     assert counting.count("/pay") == 2
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
 async def test_hung_redis_gives_bounded_503s(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], own_redis: RedisServer
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    own_redis: RedisServer,
+    lean: bool,
 ) -> None:
     counting, origin = upstream
-    client = await make_gateway(settings=gateway_settings(origin, redis=REDIS), url=own_redis.url)
+    redis = {**REDIS, "lean": lean}
+    client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": "warm"})).status == 201
     await until(lambda: b"C" in (r.get(b"s") for r in records(own_redis.url)))
     assert own_redis.process is not None
@@ -104,15 +114,19 @@ async def test_script_flush_is_handled(
     assert counting.count("/pay") == 2
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
 async def test_a_pause_shorter_than_the_lease_runs_nothing_twice(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], own_redis: RedisServer
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    own_redis: RedisServer,
+    lean: bool,
 ) -> None:
     """Redis hangs for 2 s, longer than the breaker's patience, between the upstream's answer
     and its recording (lease 3 s): the outcome is journaled, the client gets its answer, the
     breaker refuses new claims but not the storing, and once Redis is back the outcome is
     stored before any retry can claim the key."""
     counting, origin = upstream
-    settings = gateway_settings(origin, redis=REDIS, lease="3s")
+    settings = gateway_settings(origin, redis={**REDIS, "lean": lean}, lease="3s")
     client = await make_gateway(settings=settings, url=own_redis.url)
     metrics = metrics_of(client)
     assert own_redis.process is not None

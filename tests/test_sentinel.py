@@ -15,7 +15,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gateway.config.loading import settings_from_dict
-from gateway.http.app import METRICS, TASKS
+from gateway.http.app import METRICS, SERVICES, TASKS
+from gateway.store.pipeline import Coalescer
 
 from .conftest import GatewayFactory
 from .topologies import SERVICE, SentinelServers, wait_until
@@ -91,6 +92,8 @@ async def test_failover_under_traffic_runs_no_key_twice(
         }
     )
     client = await make_gateway(settings=settings)
+    # The master moves: its pipelines stay on redis-py's pool, which follows it.
+    assert isinstance(client.server.app[SERVICES].store._batch, Coalescer)
     traffic = Traffic(client)
     clients = [asyncio.create_task(traffic.run(f"c{i}")) for i in range(CLIENTS)]
     try:

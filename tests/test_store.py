@@ -26,9 +26,12 @@ KEY = "idem:{api:t:k}"
 RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3, "d")
 
 
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[Store]:
-    s = Store(make_client(RedisSettings(url=redis_url), redis_url), CircuitBreaker(5, 1.0))
+@pytest.fixture(params=["plain", "lean", "redis-py"])
+async def store(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Each call alone, or pipelined on the gateway's own connection or on redis-py's."""
+    client = make_client(RedisSettings(url=redis_url), redis_url)
+    pipeline, lean = request.param != "plain", request.param == "lean"
+    s = Store(client, CircuitBreaker(5, 1.0), pipeline=pipeline, lean=lean)
     yield s
     await s.close()
 

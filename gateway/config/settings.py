@@ -106,6 +106,7 @@ class RedisSettings(_Model):
     connect_timeout: Duration = 0.5
     socket_timeout: Duration = 1.0
     pipeline: bool = True  # send the script calls of one loop turn as one pipeline
+    lean: bool = True  # pipelines on a connection of the gateway's own (one node only)
     breaker: Breaker = Breaker()
     # Replicas that must acknowledge a claim (WAIT) before the request is forwarded.
     claim_replicas: int = Field(default=0, ge=0)

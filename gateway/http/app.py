@@ -68,6 +68,7 @@ def _resources(
             make_client(redis, redis_url),
             CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
             pipeline=redis.pipeline,
+            lean=redis.lean,
             timeout=redis.socket_timeout,
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,

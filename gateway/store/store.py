@@ -19,7 +19,7 @@ from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit, CircuitBreaker
 from gateway.store.cluster import ClusterScripts
-from gateway.store.pipeline import Coalescer
+from gateway.store.lean import batcher
 
 T = TypeVar("T")
 
@@ -44,7 +44,8 @@ class Store:
 
     Every call is one EVALSHA (a script Redis forgot is loaded again after NOSCRIPT). With
     `pipeline`, the calls of one loop turn go out together as one pipeline (not for a
-    RedisCluster client, whose calls go to many nodes). Redis failures are raised as
+    RedisCluster client, whose calls go to many nodes), on a connection of its own when
+    `lean` (`redis.lean`) for one node. Redis failures are raised as
     StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
 
     With `replicas` > 0, a claim and a completion are followed by WAIT on the same
@@ -61,6 +62,7 @@ class Store:
         timeout: float = 1.0,
         replicas: int = 0,
         replicas_timeout: float = 0.5,
+        lean: bool = True,
     ) -> None:
         self.client = client
         self.breaker = breaker
@@ -70,7 +72,7 @@ class Store:
         )
         # A Cluster client's calls go to many nodes: they are sent one by one.
         self._batch = (
-            Coalescer(client, timeout)
+            batcher(client, timeout, lean)
             if pipeline and not isinstance(client, RedisCluster)
             else None
         )
