@@ -45,8 +45,7 @@ class Store:
     Every call is one EVALSHA (a script Redis forgot is loaded again after NOSCRIPT). With
     `pipeline`, the calls of one loop turn go out together as one pipeline (not for a
     RedisCluster client, whose calls go to many nodes), on a connection of its own when
-    `lean` (`redis.lean`) for one node. Redis failures are raised as
-    StoreUnavailable; a circuit breaker makes them fail fast while Redis is down.
+    `lean`. Redis failures are StoreUnavailable; a breaker fails them fast while Redis is down.
 
     With `replicas` > 0, a claim and a completion are followed by WAIT on the same
     connection (one pipeline, one round trip): a claim that fewer replicas acknowledge
@@ -288,8 +287,7 @@ class Store:
         return {str(reply.get("maxmemory-policy", ""))}
 
     async def unusable(self) -> str | None:
-        """Why Redis does not answer a PING (refused, a wrong password or db index, not Redis
-        at all), or None when it answers."""
+        """Why Redis does not answer a PING (refused, a wrong password, no such db), or None."""
         try:
             await self.client.ping()
         except _FAILURES as exc:
