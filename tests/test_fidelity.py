@@ -3,6 +3,7 @@ header the upstream did not send beyond the documented ones."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 
 import orjson
@@ -178,3 +179,38 @@ async def test_a_record_holding_a_control_byte_replays_as_corrupt_not_as_a_500(
     assert head_lines(replay)[0] == b"HTTP/1.1 502 Bad Gateway"
     assert b'"code":"record-corrupt"' in replay
     assert len(upstream.requests) == 1
+
+
+async def test_a_gzip_transfer_coding_reaches_the_client_and_its_replay_as_the_content(
+    make_gateway: GatewayFactory, redis_url: str
+) -> None:
+    """A transfer coding is the upstream's hop, not the client's: the first answer and its
+    replay carry the content, with no coding left that no header names."""
+    content = b'{"order": 1001}' * 40
+    coded = gzip.compress(content)
+    answer = (
+        b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(coded), coded)
+    )
+    async with scripted(answering(answer)) as (upstream, origin):
+        client = await make_gateway(settings=gateway_settings(origin))
+        first = await exchange(client.port, REQUEST % b"te-1")
+        replay = await exchange(client.port, REQUEST % b"te-1")
+    assert len(upstream.requests) == 1
+    for reply in (first, replay):
+        head, body = reply.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 201 Created")
+        assert b"gzip" not in head.lower()
+        if b"transfer-encoding: chunked" in head.lower():  # the first answer streams
+            body = _dechunked(body)
+        assert body == content
+    assert b"Idempotent-Replayed: true" in replay
+
+
+def _dechunked(body: bytes) -> bytes:
+    content = b""
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        if not int(size, 16):
+            return content
+        content, body = content + body[: int(size, 16)], body[int(size, 16) + 2 :]

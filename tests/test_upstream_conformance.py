@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import ssl
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.upstream import aio
 from gateway.upstream.base import Answer, UpstreamError, failure_of
+from gateway.upstream.codings import PIECE
 from gateway.upstream.lean import UpstreamPool
 from gateway.upstream.upstreams import Upstreams
 
@@ -215,6 +218,78 @@ async def test_a_stalled_body_is_a_timeout(client: Client) -> None:
             with pytest.raises(UpstreamError) as caught:
                 await answer.read_chunk(0.2)
     assert failure_of(caught.value) is Failure.TIMEOUT
+
+
+def _chunked(data: bytes, size: int = 7) -> bytes:
+    pieces = [data[at : at + size] for at in range(0, len(data), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+CONTENT = b'{"order": 1001, "state": "created"}' * 20
+
+
+@pytest.mark.parametrize(
+    ("coding", "coded"),
+    [
+        (b"gzip, chunked", gzip.compress(CONTENT)),
+        (b"x-gzip, chunked", gzip.compress(CONTENT)),
+        (b"deflate, chunked", zlib.compress(CONTENT)),
+    ],
+    ids=["gzip", "x-gzip", "deflate"],
+)
+async def test_a_transfer_coding_is_undone(client: Client, coding: bytes, coded: bytes) -> None:
+    """A transfer coding is the hop's, not the content's: the body read is what the upstream
+    coded, never its coded bytes (which no header would name once the framing is dropped)."""
+    raw = b"HTTP/1.1 201 Created\r\nTransfer-Encoding: " + coding + b"\r\n\r\n" + _chunked(coded)
+    status, _, _, body = await _exchange(client, raw)
+    assert (status, body) == (201, CONTENT)
+
+
+async def test_a_transfer_coding_until_the_close_is_undone(client: Client) -> None:
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n" + gzip.compress(CONTENT)
+    status, _, _, body = await _exchange(client, raw, keep=False)
+    assert (status, body) == (200, CONTENT)
+
+
+async def test_a_coded_body_that_inflates_hugely_comes_in_bounded_pieces(client: Client) -> None:
+    content = bytes(32 << 20)
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+    raw += _chunked(gzip.compress(content), 64 << 10)
+    async with client.serve(answering(raw)) as (_, origin), client(origin) as send:
+        answer = await send("POST", "/pay", b"x", 1.0)
+        async with answer:
+            sizes = []
+            while chunk := await answer.read_chunk(1.0):
+                sizes.append(len(chunk))
+    assert sum(sizes) == len(content)
+    assert max(sizes) <= PIECE
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: compress, chunked\r\n\r\n" + _chunked(b"x"),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, gzip, chunked\r\n\r\n" + _chunked(b"x"),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" + _chunked(b"not gzip"),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        + _chunked(gzip.compress(CONTENT)[:-12]),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+        + _chunked(gzip.compress(CONTENT) + b"trailing"),
+    ],
+    ids=["unknown-coding", "two-codings", "not-gzip", "cut-short", "bytes-after-the-end"],
+)
+async def test_a_transfer_coding_that_cannot_be_undone_is_broken(
+    client: Client, raw: bytes
+) -> None:
+    """The request ran, and its answer cannot be passed on as the upstream meant it: the
+    outcome is unknown, never coded bytes handed on as the content."""
+    assert await _failure(client, raw) is Failure.BROKEN
+
+
+async def test_a_204_naming_a_transfer_coding_has_no_body(client: Client) -> None:
+    raw = b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: gzip\r\n\r\n"
+    status, _, _, body = await _exchange(client, raw)
+    assert (status, body) == (204, b"")
 
 
 @pytest.mark.parametrize(

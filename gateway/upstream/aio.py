@@ -14,7 +14,8 @@ from yarl import URL
 
 from gateway.config.policy import Timeouts
 from gateway.core.headers import header_text, unwritable_head
-from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent
+from gateway.upstream.base import Answer, UpstreamBroken, UpstreamTimeout, UpstreamUnsent
+from gateway.upstream.codings import coded, decoded
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
 # A refused certificate or a failed handshake is a ClientConnectorError too.
@@ -94,7 +95,7 @@ async def send(
     headers: Mapping[str, str],
     body: bytes | AsyncIterable[bytes] | None,
     timeouts: Timeouts,
-) -> AioAnswer:
+) -> Answer:
     """Send the request; the answer's head must arrive within `timeouts.total`. The URL is
     marked encoded, or aiohttp would normalise it (`/a/../b%7E` to `/b~`)."""
     try:
@@ -113,4 +114,4 @@ async def send(
     if unwritable_head(answer.reason.encode("latin-1"), answer.raw_headers):
         response.close()
         raise UpstreamBroken("malformed answer: a control byte in its head")
-    return answer
+    return decoded(answer, coded(answer.raw_headers))

@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from gateway.config.tls import UpstreamTls
-from gateway.upstream.base import UpstreamUnsent
+from gateway.upstream.base import Answer, UpstreamUnsent
+from gateway.upstream.codings import coded, decoded
 from gateway.upstream.lean_conn import Connection, LeanAnswer
 
 # Idle connections older than this are closed rather than used, as aiohttp does: the
@@ -61,7 +62,7 @@ class UpstreamPool:
         body: bytes | None,
         connect_timeout: float | None,
         head_timeout: float,
-    ) -> LeanAnswer:
+    ) -> Answer:
         """Send the request and wait for the answer's head. `connect_timeout` bounds the
         wait for a connection (a pooled one included), `head_timeout` the wait after sending.
         A `body` of None sends no body and no Content-Length (a GET's usual form)."""
@@ -80,6 +81,8 @@ class UpstreamPool:
         except BaseException:
             answer.release()
             raise
+        if answer.transfer_encoded:  # rare: only then are the headers looked at again
+            return decoded(answer, coded(answer.raw_headers))
         return answer
 
     def give_back(self, connection: Connection) -> None:

@@ -131,6 +131,7 @@ class Connection(asyncio.Protocol):
                 length = True
             elif lowered == b"transfer-encoding":  # chunked only when it is the last coding
                 chunked = value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
+                answer.transfer_encoded = True
         # RFC 9112 6.3: a body with neither ends where the connection does.
         answer.until_close = not (length or chunked) and status not in _BODYLESS
         answer.keep_alive = self._parser.should_keep_alive() and not answer.until_close
@@ -259,6 +260,7 @@ class LeanAnswer:
         self.complete = False
         self.keep_alive = False
         self.until_close = False
+        self.transfer_encoded = False  # a Transfer-Encoding header: maybe a coding to undo
         self.buffer: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.error: BaseException | None = None
