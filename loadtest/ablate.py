@@ -10,7 +10,6 @@ rounds, and the difference to the whole gateway. It stops by itself and stops it
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -22,7 +21,7 @@ import yaml
 from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
-from .procs import Child
+from .procs import Child, pin, spare_last_core
 from .run import SCENARIOS, Scenario, _get, ensure_wrk, gateway_config, run_wrk, settle
 
 VARIANTS = (
@@ -44,12 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     wrk = ensure_wrk()
-    # The measured process gets a core of its own; wrk, the upstream and Redis share the
-    # other. Without this, CPU per request moved by 10-20% between runs of one variant.
-    cores = sorted(os.sched_getaffinity(0))
-    pinned = len(cores) >= 2
-    if pinned:
-        os.sched_setaffinity(0, cores[:-1])  # inherited by every child started below
+    measured_core = spare_last_core()
     scenario = next(s for s in SCENARIOS if s.name == "new-key")
     cpu: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     with ExitStack() as stack:
@@ -82,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"gateway-{i}", "loadtest.ablated_gateway",
                 ["--without", without, "--", "--config", str(config), "--workers", "1"], port,
             )  # fmt: skip
-        if pinned:
-            for target in targets.values():
-                os.sched_setaffinity(target.process.pid, cores[-1:])
+        for target in targets.values():
+            pin(target.process.pid, measured_core)
         for round_ in range(args.rounds):
             for name, target in targets.items():
                 tag = f"ab{round_}-{time.monotonic_ns()}"

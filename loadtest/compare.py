@@ -17,7 +17,6 @@ e.g. `--tree lean=. --tree redis-py=. --set redis-py:redis.lean=false`.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -31,7 +30,7 @@ from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
 from .ablate import cpu_per_request
-from .procs import Child
+from .procs import Child, pin, spare_last_core
 from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
@@ -48,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     trees = dict(item.split("=", 1) for item in args.tree)
     traced = {name: float(ratio or 1) for name, _, ratio in (t.partition("=") for t in args.traced)}
     wrk = ensure_wrk()
-    cores = sorted(os.sched_getaffinity(0))
-    pinned = len(cores) >= 2
-    if pinned:
-        os.sched_setaffinity(0, cores[:-1])  # inherited by every child started below
+    measured_core = spare_last_core()
     cpu: dict[tuple[str, str], list[float]] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-compare-")))
@@ -88,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"gateway-{name}", "gateway", port, args_, workdir, env, cwd=workdir
             )
             stack.callback(gateways[name].stop)
-            if pinned:
-                os.sched_setaffinity(gateways[name].process.pid, cores[-1:])
+            pin(gateways[name].process.pid, measured_core)
         for round_ in range(args.rounds):
             for scenario in (s for s in SCENARIOS if s.name in MEASURED):
                 for name, gateway in gateways.items():
@@ -111,17 +106,26 @@ def _set_field(raw: dict[str, Any], assignment: str) -> None:
     raw[field] = yaml.safe_load(value)
 
 
-def report(cpu: dict[tuple[str, str], list[float]], names: list[str]) -> str:
-    lines = [f"{'scenario':9} {'tree':10} {'min µs':>7} {'median':>7} {'vs ' + names[0]:>12}"]
+def report(
+    cpu: dict[tuple[str, str], list[float]],
+    names: list[str],
+    label: str = "tree",
+    scenarios: tuple[str, ...] = MEASURED,
+) -> str:
+    """CPU µs per request by scenario and by `label` (each of `names`): min, median, and the
+    median against the first name's."""
+    width = max(len(label), *(len(name) for name in names))
+    ratio_head = "vs " + names[0]
+    lines = [f"{'scenario':9} {label:{width}} {'min µs':>7} {'median':>7} {ratio_head:>12}"]
     lines.append("-" * len(lines[0]))
-    for scenario in MEASURED:
+    for scenario in scenarios:
         first = statistics.median(cpu[(scenario, names[0])])
         for name in names:
             values = cpu[(scenario, name)]
             ratio = statistics.median(values) / first
             lines.append(
-                f"{scenario:9} {name:10} {min(values):7.0f} {statistics.median(values):7.0f} "
-                f"{ratio:11.3f}x"
+                f"{scenario:9} {name:{width}} {min(values):7.0f} {statistics.median(values):7.0f} "
+                f"{ratio:{max(11, len(ratio_head) - 1)}.3f}x"
             )
     return "\n".join(lines)
 

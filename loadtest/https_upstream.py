@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from contextlib import ExitStack
@@ -29,7 +28,8 @@ from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
 from .ablate import cpu_per_request
-from .procs import Child
+from .compare import report
+from .procs import Child, pin, spare_last_core
 from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "get-pass")
@@ -47,10 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     wrk = ensure_wrk()
-    cores = sorted(os.sched_getaffinity(0))
-    pinned = len(cores) >= 2
-    if pinned:
-        os.sched_setaffinity(0, cores[:-1])  # inherited by every child started below
+    measured_core = spare_last_core()
     load_before = os.getloadavg()
     cpu: dict[tuple[str, str], list[float]] = {}
     with ExitStack() as stack:
@@ -86,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir,
             )  # fmt: skip
             stack.callback(gateways[name].stop)
-            if pinned:
-                os.sched_setaffinity(gateways[name].process.pid, cores[-1:])
+            pin(gateways[name].process.pid, measured_core)
         for round_ in range(args.rounds):
             for scenario in (s for s in SCENARIOS if s.name in MEASURED):
                 for name, gateway in gateways.items():
@@ -99,25 +95,10 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
     print()
-    print(report(cpu, list(TARGETS)))
+    print(report(cpu, list(TARGETS), "client", MEASURED))
     after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f}, after {after[0]:.2f} (1 min)")
     return 0
-
-
-def report(cpu: dict[tuple[str, str], list[float]], names: list[str]) -> str:
-    lines = [f"{'scenario':9} {'client':14} {'min µs':>7} {'median':>7} {'vs ' + names[0]:>17}"]
-    lines.append("-" * len(lines[0]))
-    for scenario in MEASURED:
-        first = statistics.median(cpu[(scenario, names[0])])
-        for name in names:
-            values = cpu[(scenario, name)]
-            ratio = statistics.median(values) / first
-            lines.append(
-                f"{scenario:9} {name:14} {min(values):7.0f} {statistics.median(values):7.0f} "
-                f"{ratio:16.3f}x"
-            )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -83,3 +83,20 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def spare_last_core() -> list[int] | None:
+    """Move this process, and every child it starts from now on, off the last core, and
+    return that core for the process to measure (`pin`); None on a single core. Without a
+    core of its own, the measured process's CPU per request moved by 10-20% between runs."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    os.sched_setaffinity(0, cores[:-1])
+    return cores[-1:]
+
+
+def pin(pid: int, core: list[int] | None) -> None:
+    """Run `pid` on `core` alone (the one `spare_last_core` kept), if there is one."""
+    if core is not None:
+        os.sched_setaffinity(pid, core)
