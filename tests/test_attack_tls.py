@@ -1,0 +1,161 @@
+"""A hostile or broken TLS upstream against the lean client's https:// path: raw sockets
+wrapped with `ssl` on the server side, so the test decides what TLS itself does (close_notify
+or a bare TCP close, a close_notify never answered). Each upstream counts executions: the
+requests whose bytes its application read."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from gateway.config.tls import UpstreamTls
+from gateway.core.decision import Failure
+from gateway.upstream.base import UpstreamError, failure_of
+from gateway.upstream.lean import UpstreamPool
+
+from .tls_certs import PrivateCa, private_ca
+
+Handler = Callable[[ssl.SSLSocket, "RawTlsUpstream"], None]
+
+
+class RawTlsUpstream:
+    """A TLS server on loopback run by a thread per connection: `handler(tls, self)` does
+    what it likes with the wrapped socket. `executions` counts requests read whole."""
+
+    def __init__(self, context: ssl.SSLContext, handler: Handler) -> None:
+        self._context = context
+        self._handler = handler
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.origin = f"https://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.executions = 0
+        self.events: dict[str, float] = {}  # what the upstream saw, and when (monotonic)
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+
+    def read_request(self, tls: ssl.SSLSocket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += tls.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += tls.recv(65536)
+        self.executions += 1
+        return head
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                raw, _ = self._listener.accept()
+            except OSError:
+                return  # the listener was closed: the test is over
+            self._sockets.append(raw)
+            thread = threading.Thread(target=self._serve, args=(raw,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            self._handler(self._context.wrap_socket(raw, server_side=True), self)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RawTlsUpstream]:
+        acceptor = threading.Thread(target=self._accept, daemon=True)
+        acceptor.start()
+        try:
+            yield self
+        finally:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            self._listener.close()
+            for raw in self._sockets:
+                with contextlib.suppress(OSError):
+                    raw.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked on it
+            for thread in (acceptor, *self._threads):
+                thread.join(5)
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> PrivateCa:
+    return private_ca(tmp_path / "ca")
+
+
+def _trusting(ca: PrivateCa) -> ssl.SSLContext:
+    return UpstreamTls(ca=ca.ca_file).context()
+
+
+async def _post(pool: UpstreamPool) -> bytes | Failure:
+    """One POST through the lean client: the whole body it read, or how it failed."""
+    try:
+        async with await pool.request("POST", "/pay", [], b"x", 2.0, 2.0) as answer:
+            body = b""
+            while chunk := await answer.read_chunk(2.0):
+                body += chunk
+            return body
+    except UpstreamError as exc:
+        return failure_of(exc)
+
+
+UNFRAMED = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nthe first half"
+
+
+def _answer_then_close(close_notify: bool) -> Handler:
+    """Answers without a length, then ends TLS with close_notify, or closes TCP bare."""
+
+    def handler(tls: ssl.SSLSocket, upstream: RawTlsUpstream) -> None:
+        upstream.read_request(tls)
+        tls.sendall(UNFRAMED)
+        if close_notify:
+            with contextlib.suppress(OSError):
+                tls.unwrap().close()
+        else:
+            tls.close()  # SSLSocket.close sends no close_notify: a truncation
+
+    return handler
+
+
+async def _unframed(ca: PrivateCa, close_notify: bool) -> tuple[bytes | Failure, int]:
+    with RawTlsUpstream(ca.server(), _answer_then_close(close_notify)).running() as upstream:
+        pool = UpstreamPool(upstream.origin, 4, _trusting(ca))
+        try:
+            return await _post(pool), upstream.executions
+        finally:
+            pool.close()
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_body_without_length_cut_without_close_notify_is_unknown_not_complete(
+    loop: str, ca: PrivateCa
+) -> None:
+    """RFC 9112 9.8: over TLS only close_notify ends a body that has no length; a bare TCP
+    close may be a cut. Read as the end, the cut body would be recorded and replayed as the
+    upstream's whole answer. With close_notify the same bytes are the complete answer."""
+    factory = uvloop.new_event_loop if loop == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        cut, cut_runs = runner.run(_unframed(ca, close_notify=False))
+        ended, ended_runs = runner.run(_unframed(ca, close_notify=True))
+    assert (cut, cut_runs) == (Failure.BROKEN, 1)
+    assert (ended, ended_runs) == (b"the first half", 1)
+
+
+def _socket_fds() -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:") for fd in _fds())
+
+
+def _fds() -> list[str]:
+    with contextlib.suppress(FileNotFoundError):
+        return os.listdir("/proc/self/fd")
+    return []
