@@ -11,6 +11,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class RawTlsUpstream:
         self.executions = 0
         self.events: dict[str, float] = {}  # what the upstream saw, and when (monotonic)
         self._threads: list[threading.Thread] = []
-        self._sockets: list[socket.socket] = []
+        self._sockets: list[ssl.SSLSocket] = []
 
     def read_request(self, tls: ssl.SSLSocket) -> bytes:
         data = b""
@@ -62,14 +63,18 @@ class RawTlsUpstream:
                 raw, _ = self._listener.accept()
             except OSError:
                 return  # the listener was closed: the test is over
-            self._sockets.append(raw)
             thread = threading.Thread(target=self._serve, args=(raw,), daemon=True)
             self._threads.append(thread)
             thread.start()
 
     def _serve(self, raw: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            self._handler(self._context.wrap_socket(raw, server_side=True), self)
+        with (
+            contextlib.suppress(OSError),
+            raw,
+            self._context.wrap_socket(raw, server_side=True) as tls,
+        ):
+            self._sockets.append(tls)
+            self._handler(tls, self)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RawTlsUpstream]:
@@ -81,9 +86,9 @@ class RawTlsUpstream:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
             self._listener.close()
-            for raw in self._sockets:
+            for tls in self._sockets:
                 with contextlib.suppress(OSError):
-                    raw.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked on it
+                    tls.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked on it
             for thread in (acceptor, *self._threads):
                 thread.join(5)
 
@@ -159,3 +164,44 @@ def _fds() -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         return os.listdir("/proc/self/fd")
     return []
+
+
+def _answer_then_hold(closing: bool) -> Handler:
+    """Answers, then reads the client's close_notify and never answers it, holding the TCP
+    connection open: records when the client's close_notify and its TCP close arrive."""
+
+    def handler(tls: ssl.SSLSocket, upstream: RawTlsUpstream) -> None:
+        upstream.read_request(tls)
+        close = b"Connection: close\r\n" if closing else b""
+        tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n" + close + b"\r\nok")
+        upstream.events["answered"] = time.monotonic()
+        assert tls.recv(1) == b""  # the client's close_notify
+        upstream.events["close_notify"] = time.monotonic()
+        with socket.socket(fileno=os.dup(tls.fileno())) as raw:  # under TLS: the TCP itself
+            raw.settimeout(40)
+            raw.recv(1)  # b"" at the client's FIN; a timeout when it never comes
+        upstream.events["closed"] = time.monotonic()
+
+    return handler
+
+
+@pytest.mark.parametrize("closing", [True, False], ids=["connection-close", "idle-at-close"])
+async def test_a_close_notify_the_upstream_never_answers_frees_the_connection_promptly(
+    closing: bool, ca: PrivateCa
+) -> None:
+    """asyncio waits 30 s for the upstream's close_notify before it closes the socket: an
+    upstream that ends every answer with `Connection: close` and then holds its end open
+    would pin one fd in the gateway per request for that long (thousands at a modest rate).
+    The gateway sends close_notify, then closes the connection within seconds."""
+    with RawTlsUpstream(ca.server(), _answer_then_hold(closing)).running() as upstream:
+        pool = UpstreamPool(upstream.origin, 4, _trusting(ca))
+        assert await _post(pool) == b"ok"
+        pool.close()  # closes the idle connection, when it was kept
+        deadline = time.monotonic() + 6
+        while "closed" not in upstream.events and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        events = dict(upstream.events)
+    assert "close_notify" in events, events
+    assert "closed" in events, "the connection was still open 6 s after its answer"
+    assert events["closed"] - events["answered"] < 3.5
+    assert upstream.executions == 1
