@@ -23,6 +23,9 @@ from gateway.core.decision import Failure
 from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.lean import UpstreamPool
 
+from .conftest import GatewayFactory
+from .test_faults_input import exchange
+from .test_upstream_tls import REQUEST, _settings
 from .tls_certs import PrivateCa, private_ca
 
 Handler = Callable[[ssl.SSLSocket, "RawTlsUpstream"], None]
@@ -205,3 +208,20 @@ async def test_a_close_notify_the_upstream_never_answers_frees_the_connection_pr
     assert "closed" in events, "the connection was still open 6 s after its answer"
     assert events["closed"] - events["answered"] < 3.5
     assert upstream.executions == 1
+
+
+async def test_a_cut_body_through_the_gateway_is_recorded_unknown_never_replayed_as_whole(
+    make_gateway: GatewayFactory, ca: PrivateCa
+) -> None:
+    """The same cut, end to end: the retry replays the unknown outcome, not the cut bytes
+    as a 200, and the upstream ran the operation once."""
+    handler = _answer_then_close(close_notify=False)
+    with RawTlsUpstream(ca.server(), handler).running() as upstream:
+        settings = _settings(upstream.origin, {"ca": ca.ca_file}, on_unknown_outcome="record")
+        gateway = await make_gateway(settings=settings)
+        first = await exchange(gateway.port, REQUEST % b"cut")
+        retry = await exchange(gateway.port, REQUEST % b"cut")
+    assert upstream.executions == 1
+    for reply in (first, retry):  # before the fix: 200 and "the first half", both times
+        assert reply.startswith(b"HTTP/1.1 502 ") and b"Idempotency-Outcome: unknown" in reply
+    assert b"Idempotent-Replayed: true" in retry
