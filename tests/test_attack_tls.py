@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 import uvloop
+from multidict import CIMultiDict
 
+from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
+from gateway.upstream import aio
 from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.lean import UpstreamPool
 
@@ -225,3 +228,27 @@ async def test_a_cut_body_through_the_gateway_is_recorded_unknown_never_replayed
     for reply in (first, retry):  # before the fix: 200 and "the first half", both times
         assert reply.startswith(b"HTTP/1.1 502 ") and b"Idempotency-Outcome: unknown" in reply
     assert b"Idempotent-Replayed: true" in retry
+
+
+async def test_aiohttp_s_client_too_frees_a_connection_whose_close_notify_is_never_answered(
+    ca: PrivateCa,
+) -> None:
+    """The same hold against aiohttp's client (streamed bodies, HEAD): the gateway sets its
+    private `_ssl_shutdown_timeout`, and this test fails when aiohttp stops reading it."""
+    with RawTlsUpstream(ca.server(), _answer_then_hold(closing=True)).running() as upstream:
+        session = aio.session(4, _trusting(ca))
+        try:
+            timeouts = Timeouts(connect=2.0, total=2.0, read=2.0)
+            headers: CIMultiDict[str] = CIMultiDict()
+            url = upstream.origin + "/pay"
+            async with await aio.send(session, "POST", url, headers, b"x", timeouts) as answer:
+                assert await answer.read_chunk(2.0) == b"ok"
+            deadline = time.monotonic() + 6
+            while "closed" not in upstream.events and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            events = dict(upstream.events)
+        finally:
+            await session.close()
+    assert "closed" in events, "the connection was still open 6 s after its answer"
+    assert events["closed"] - events["answered"] < 3.5
+    assert upstream.executions == 1
