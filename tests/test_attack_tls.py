@@ -8,8 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pty
+import select
+import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import uvloop
+import yaml
+from cryptography.hazmat.primitives import serialization
 from multidict import CIMultiDict
 
 from gateway.config.policy import Timeouts
@@ -252,3 +258,53 @@ async def test_aiohttp_s_client_too_frees_a_connection_whose_close_notify_is_nev
     assert "closed" in events, "the connection was still open 6 s after its answer"
     assert events["closed"] - events["answered"] < 3.5
     assert upstream.executions == 1
+
+
+def _encrypted_key_config(ca: PrivateCa, folder: Path) -> Path:
+    """A config whose client certificate's key is encrypted with a passphrase."""
+    cert, key = ca.client_files()
+    loaded = serialization.load_pem_private_key(Path(key).read_bytes(), password=None)
+    locked = loaded.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"),
+    )
+    Path(key).write_bytes(locked)
+    route = {"name": "api", "path_prefix": "/", "upstream": "https://127.0.0.1:1"}
+    path = folder / "gw.yaml"
+    path.write_text(yaml.safe_dump({"upstream_tls": {"cert": cert, "key": key}, "routes": [route]}))
+    return path
+
+
+def test_an_encrypted_client_key_is_one_line_at_check_even_at_a_terminal(
+    ca: PrivateCa, tmp_path: Path
+) -> None:
+    """OpenSSL asks the controlling terminal for a passphrase when a key is encrypted and no
+    password callback is set: `--check` (and the start) at an operator's terminal stopped at
+    "Enter PEM pass phrase:" and waited. The gateway has no passphrase to give: one line."""
+    path = _encrypted_key_config(ca, tmp_path)
+    pid, terminal = pty.fork()  # the child's controlling terminal is this pty
+    if pid == 0:
+        try:
+            os.execv(sys.executable, [sys.executable, "-m", "gateway", "--check", str(path)])
+        finally:
+            os._exit(127)
+    output, status = b"", None
+    deadline = time.monotonic() + 10
+    try:
+        while status is None and time.monotonic() < deadline:
+            if select.select([terminal], [], [], 0.1)[0]:
+                with contextlib.suppress(OSError):  # EIO once the child has gone
+                    output += os.read(terminal, 4096)
+            done, code = os.waitpid(pid, os.WNOHANG)
+            status = os.waitstatus_to_exitcode(code) if done else None
+    finally:
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(terminal)
+    text = output.decode(errors="replace")
+    assert status == 2, f"--check still running after 10 s: {text!r}"
+    assert "pass phrase" not in text.lower(), text
+    assert text.strip().count("\n") == 0 and "Traceback" not in text
+    assert "encrypted" in text, text
