@@ -39,16 +39,29 @@ class UpstreamTls(_Model):
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"ca {self.ca!r} cannot be loaded: {_why(exc)}") from None
         if self.cert is not None:
+            pair = f"cert {self.cert!r}" + (f" with key {self.key!r}" if self.key else "")
             try:
-                context.load_cert_chain(self.cert, self.key)
+                context.load_cert_chain(self.cert, self.key, password=_no_passphrase)
+            except _Encrypted:
+                why = "the key is encrypted; give it without a passphrase"
+                raise ValueError(f"{pair} cannot be loaded: {why}") from None
             except (OSError, ssl.SSLError) as exc:
-                pair = f"cert {self.cert!r}" + (f" with key {self.key!r}" if self.key else "")
                 raise ValueError(f"{pair} cannot be loaded: {_why(exc)}") from None
         if not self.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         context.set_alpn_protocols(["http/1.1"])
         return context
+
+
+class _Encrypted(Exception):
+    """The key asks for a passphrase."""
+
+
+def _no_passphrase() -> bytes:
+    """Without a password callback OpenSSL asks the terminal for the passphrase, and the
+    start (or `--check`) waits at its prompt: there is nobody to answer it."""
+    raise _Encrypted
 
 
 def _why(exc: OSError | ssl.SSLError) -> str:

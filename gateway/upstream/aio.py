@@ -16,6 +16,7 @@ from gateway.config.policy import Timeouts
 from gateway.core.headers import header_text, unwritable_head
 from gateway.upstream.base import Answer, UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 from gateway.upstream.codings import coded, decoded
+from gateway.upstream.lean import TLS_SHUTDOWN_SECONDS
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
 # A refused certificate or a failed handshake is a ClientConnectorError too.
@@ -25,8 +26,13 @@ _UNSENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp
 def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.ClientSession:
     """A pooled keep-alive session that sends exactly what it is given; `tls` is the context
     for https origins (True: aiohttp's default, the system's trust store)."""
+    connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls)
+    # A closing TLS connection waits for the upstream's close_notify as the lean client's
+    # does, not asyncio's 30 s. The parameter is deprecated, the attribute private:
+    # tests/test_attack_tls.py fails when aiohttp stops reading it.
+    connector._ssl_shutdown_timeout = TLS_SHUTDOWN_SECONDS
     made = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls),
+        connector=connector,
         auto_decompress=False,  # bodies pass through and are recorded byte for byte
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),

@@ -28,6 +28,9 @@ from gateway.upstream.lean_conn import Connection, LeanAnswer
 # Idle connections older than this are closed rather than used, as aiohttp does: the
 # older one is, the likelier the upstream is closing it just as a request goes out.
 KEEPALIVE_SECONDS = 15.0
+# A closing TLS connection waits this long for the upstream's close_notify, not asyncio's
+# 30 s: an upstream that never answers one would pin a socket per request meanwhile.
+TLS_SHUTDOWN_SECONDS = 2.0
 
 
 class UpstreamPool:
@@ -46,6 +49,7 @@ class UpstreamPool:
         self._tls = (tls or default_tls()) if secure else None
         # The name the certificate must carry, and SNI: as aiohttp sends it (no final dot).
         self._server_hostname = parts.hostname.rstrip(".") if secure else None
+        self._tls_shutdown = TLS_SHUTDOWN_SECONDS if secure else None
         self._prefix = parts.path.rstrip("/")  # an origin may name a base path
         # As aiohttp writes it: the port only when it is not the scheme's default one.
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
@@ -147,6 +151,7 @@ class UpstreamPool:
                         self._port,
                         ssl=self._tls,
                         server_hostname=self._server_hostname,
+                        ssl_shutdown_timeout=self._tls_shutdown,
                     )
             except (OSError, TimeoutError) as exc:
                 raise UpstreamUnsent(f"cannot connect to {self._where()}: {exc!r}") from None

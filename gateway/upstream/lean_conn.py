@@ -1,11 +1,12 @@
 """The lean client's connection: an asyncio protocol that writes one request and parses its
-answer with httptools (llhttp, aiohttp's parser, with aiohttp's leniencies), streaming the body
-into the answer with back-pressure."""
+answer with httptools (aiohttp's parser and leniencies), streaming the body with back-pressure."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 from typing import cast
@@ -61,6 +62,8 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        # Over TLS a body without length ends at close_notify, not a bare close (RFC 9112 9.8)
+        self._cut = transport.get_extra_info("ssl_object") is not None
 
     def data_received(self, data: bytes) -> None:
         answer = self._answer
@@ -82,6 +85,9 @@ class Connection(asyncio.Protocol):
                 self.abort()
 
     def eof_received(self) -> bool:
+        tls = cast(asyncio.Transport, self.transport).get_extra_info("ssl_object")
+        with contextlib.suppress(ssl.SSLError):  # after close_notify, TLS reads b"" for good
+            self._cut = self._cut and tls.read(1) != b""
         return False  # a half-closed connection is closed: the transport closes itself
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -89,10 +95,11 @@ class Connection(asyncio.Protocol):
         answer = self._answer
         if answer is None or answer.complete:
             return
-        if exc is None and answer.until_close and answer.head_done and not self._closed_here:
+        ended = answer.until_close and answer.head_done and not (self._closed_here or self._cut)
+        if exc is None and ended:
             self._message_complete()  # a body without length ends where the upstream closes
         else:
-            why = f": {exc!r}" if exc is not None else ""
+            why = f": {exc!r}" if exc is not None else " without TLS close_notify" * self._cut
             self._wake(UpstreamBroken(f"the upstream closed the connection mid-answer{why}"))
 
     # httptools callbacks (a callback's exception stops the parser)
