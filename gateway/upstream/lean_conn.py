@@ -33,8 +33,7 @@ class _Unsolicited(Exception):
 
 
 class Connection(asyncio.Protocol):
-    """One keep-alive connection: an asyncio protocol feeding httptools, one exchange at a
-    time. The parser's callbacks fill the current `LeanAnswer`."""
+    """One keep-alive connection, one exchange at a time; httptools fills its `LeanAnswer`."""
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -48,8 +47,7 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
 
     def _new_parser(self) -> httptools.HttpResponseParser:
-        """llhttp as aiohttp sets it up for answers: lenient where real servers stray (a
-        control byte in a header value, a bare LF, spaces after a chunk size)."""
+        """llhttp as aiohttp sets it up for answers, lenient where real servers stray."""
         parser = httptools.HttpResponseParser(self)
         parser.set_dangerous_leniencies(
             lenient_headers=True,
