@@ -24,6 +24,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # hiredis's "no whole reply yet": an object no reply can be.
 _NOT_ENOUGH = object()
+# RESP3's out-of-band frames (a proxy's, or a RESP3 server's): never the reply to a command.
+_PUSH = hiredis.PushNotification
 
 
 class Command:
@@ -82,6 +84,9 @@ class RedisProtocol(asyncio.Protocol):
         try:
             reply = reader.gets()
             while reply is not _NOT_ENOUGH:
+                if type(reply) is _PUSH:  # set aside, as redis-py does
+                    reply = reader.gets()
+                    continue
                 if not waiting:  # Redis refusing a client ("max number of clients") or garbage
                     self.abort(ConnectionError(f"Redis sent a reply nothing asked for: {reply}"))
                     return
