@@ -24,6 +24,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # hiredis's "no whole reply yet": an object no reply can be.
 _NOT_ENOUGH = object()
+# RESP3's out-of-band frames (a proxy's, or a RESP3 server's): never the reply to a command.
+_PUSH = hiredis.PushNotification
 
 
 class Command:
@@ -61,6 +63,7 @@ class RedisProtocol(asyncio.Protocol):
         self._on_batch = on_batch
         self._on_lost = on_lost
         self._reported = False  # on_lost is called once
+        self.lost: Exception | None = None  # why it ended, once it has
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the methods but are not asyncio.Transport subclasses.
@@ -81,7 +84,13 @@ class RedisProtocol(asyncio.Protocol):
         try:
             reply = reader.gets()
             while reply is not _NOT_ENOUGH:
-                command = waiting.popleft()  # IndexError: a reply nothing asked for
+                if type(reply) is _PUSH:  # set aside, as redis-py does
+                    reply = reader.gets()
+                    continue
+                if not waiting:  # Redis refusing a client ("max number of clients") or garbage
+                    self.abort(ConnectionError(f"Redis sent a reply nothing asked for: {reply}"))
+                    return
+                command = waiting.popleft()
                 future = command.future
                 if not future.done():  # else its caller went away; it ran all the same
                     if isinstance(reply, Exception):  # an error reply, as its class
@@ -91,7 +100,7 @@ class RedisProtocol(asyncio.Protocol):
                 if command.ends_batch:
                     self._on_batch()
                 reply = reader.gets()
-        except (InvalidResponse, IndexError) as exc:
+        except InvalidResponse as exc:
             self.abort(ConnectionError(f"Redis sent a reply that cannot be read: {exc!r}"))
 
     def abort(self, reason: Exception) -> None:
@@ -110,6 +119,7 @@ class RedisProtocol(asyncio.Protocol):
         if self._reported:
             return
         self._reported = True
+        self.lost = reason
         waiting = list(self.waiting)
         self.waiting.clear()
         self._on_lost(self, waiting, reason)
@@ -195,6 +205,12 @@ class Endpoint:
                             f"Redis at {where} closed the connection before answering "
                             f"{' and '.join(str(c[0]) for c in self.handshake())} ({exc})"
                         ) from exc
+                if protocol.lost is not None:
+                    # It ended before this task resumed (uvloop reads the socket first): a
+                    # connection never to send on, its on_lost already called.
+                    raise ConnectionError(
+                        f"Redis at {where} closed the connection: {protocol.lost}"
+                    )
         except TimeoutError as exc:
             _abort(protocol, exc)
             raise RedisTimeoutError(f"Timeout connecting to Redis at {where}") from exc
