@@ -19,9 +19,8 @@ from pathlib import Path
 import yaml
 
 from testkit.ports import free_port
-from testkit.redis_server import RedisServer
 
-from .procs import Child, pin, spare_last_core
+from .procs import Child, pin, spare_last_core, start_redis
 from .run import SCENARIOS, Scenario, _get, ensure_wrk, gateway_config, run_wrk, settle
 
 VARIANTS = (
@@ -48,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-ablate-")))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
 
         def child(name: str, module: str, args_: list[str], port: int) -> Child:
             started = Child(name, module, port, args_, workdir)

@@ -27,10 +27,9 @@ from typing import Any
 import yaml
 
 from testkit.ports import free_port
-from testkit.redis_server import RedisServer
 
 from .ablate import cpu_per_request
-from .procs import Child, pin, spare_last_core
+from .procs import Child, pin, spare_last_core, start_redis
 from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
@@ -51,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[tuple[str, str], list[float]] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-compare-")))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
         port = free_port()
         upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
         stack.callback(upstream.stop)

@@ -25,8 +25,8 @@ import aiohttp
 import yaml
 
 from testkit.ports import free_port, wait_for_port
-from testkit.redis_server import RedisServer
 
+from .procs import start_redis
 from .run import gateway_config
 
 # A server that reads a request's head and cuts the connection: the call was sent, its
@@ -80,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     body_size = int(args.body_mib * (1 << 20))
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-mem-")))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
         upstream_port = free_port()
         if args.upstream == "reset":
             cutter = subprocess.Popen([sys.executable, "-c", RESETTING, str(upstream_port)])

@@ -25,11 +25,10 @@ import trustme
 import yaml
 
 from testkit.ports import free_port
-from testkit.redis_server import RedisServer
 
 from .ablate import cpu_per_request
 from .compare import report
-from .procs import Child, pin, spare_last_core
+from .procs import Child, pin, spare_last_core, start_redis
 from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "get-pass")
@@ -58,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         issued = ca.issue_cert("127.0.0.1")
         issued.private_key_pem.write_to_path(str(key_file))
         cert_file.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
         port, tls_port = free_port(), free_port()
         upstream = Child(
             "upstream", "loadtest.upstream", port,

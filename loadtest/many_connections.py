@@ -31,8 +31,6 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from testkit.redis_server import RedisServer
-
 from .bench import (
     NEW_KEY,
     REPLAY,
@@ -46,6 +44,7 @@ from .bench import (
     start_children,
     summary_table,
 )
+from .procs import start_redis
 from .run import ensure_wrk, prefill
 
 DEFAULT_BACKLOG = 4096  # gateway/config/settings.py, Listen.backlog
@@ -81,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     queues = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-conns-")))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
         upstream = start_children(stack, workdir)
         gateways = {}
         for backlog in backlogs:

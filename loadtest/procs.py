@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Coroutine
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from gateway.cli import new_loop
 from testkit.ports import wait_for_port
+from testkit.redis_server import RedisServer
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -100,3 +102,11 @@ def pin(pid: int, core: list[int] | None) -> None:
     """Run `pid` on `core` alone (the one `spare_last_core` kept), if there is one."""
     if core is not None:
         os.sched_setaffinity(pid, core)
+
+
+def start_redis(stack: ExitStack) -> RedisServer:
+    """A redis-server of the run's own on a free loopback port, stopped when `stack` closes."""
+    server = RedisServer()
+    server.start()
+    stack.callback(server.close)
+    return server

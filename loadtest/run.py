@@ -28,10 +28,9 @@ from typing import Any
 import yaml
 
 from testkit.ports import free_port
-from testkit.redis_server import RedisServer
 
 from .nginx import Nginx, find_nginx
-from .procs import Child
+from .procs import Child, start_redis
 
 WRK_SCRIPT = Path(__file__).parent / "wrk" / "idem.lua"
 
@@ -394,9 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-")))
         out.mkdir(parents=True, exist_ok=True)
         workdir = out
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
 
         def child(name: str, module: str, args_: list[str]) -> Child:
             port = free_port()

@@ -34,7 +34,6 @@ import redis
 
 from gateway.core.keys import digest, hashed_record_key
 from gateway.store.store import load_script
-from testkit.redis_server import RedisServer
 
 from .bench import (
     NEW_KEY,
@@ -47,6 +46,7 @@ from .bench import (
     start_children,
     summary_table,
 )
+from .procs import start_redis
 from .run import ensure_wrk, prefill
 
 BODY = b'{"amount":100,"currency":"EUR"}'  # what loadtest/wrk/idem.lua sends
@@ -133,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         upstream = start_children(stack, workdir)
         gateways, clients = {}, {}
         for name in ("empty", "full"):
-            server = RedisServer()
-            server.start()
-            stack.callback(server.close)
+            server = start_redis(stack)
             clients[name] = stack.enter_context(redis.Redis.from_url(server.url))
             gateway = Gateway(name, workdir, upstream.url, server.url)
             stack.callback(gateway.stop)

@@ -21,8 +21,6 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from testkit.redis_server import RedisServer
-
 from .bench import (
     NEW_KEY,
     REPLAY,
@@ -35,7 +33,7 @@ from .bench import (
     start_children,
     summary_table,
 )
-from .procs import cpu_seconds
+from .procs import cpu_seconds, start_redis
 from .run import ensure_wrk, prefill
 
 
@@ -54,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Measured] = []
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-workers-")))
-        redis = RedisServer()
-        redis.start()
-        stack.callback(redis.close)
+        redis = start_redis(stack)
         upstream = start_children(stack, workdir)
         gateways = {}
         for n in (1, 2):
