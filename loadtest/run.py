@@ -47,6 +47,12 @@ class Scenario:
     extra_loops: bool = False  # also run it under the stock asyncio loop
 
 
+# The floors (`loadtest.floors`) and the one scenario each is measured in: what a request
+# costs on this stack with none of the gateway's work, read against the targets.
+FLOORS = {"floor-hop": ("hop", "new-key"), "floor-hop-redis": ("hop-redis", "new-key"),
+          "floor-answer": ("answer", "replay"), "floor-answer-redis": ("answer-redis", "replay"),
+          "floor-raw": ("raw", "replay")}  # fmt: skip
+
 SCENARIOS = (
     Scenario("new-key", "unique", 50),
     Scenario("replay", "fixed", 50),
@@ -317,6 +323,7 @@ def targets_report(rows: list[Row]) -> str:
                     out.append(f"{label:44} {gw.cpu_us / bare.cpu_us:5.2f}x")
             else:  # a process that did the work was not the one measured
                 out.append(f"{label:44}  not measured (CPU time of 0)")
+    out.extend(_floors(rows))
     gw, bare = _find(rows, "seed", "gateway"), _find(rows, "seed", "bare")
     if gw and bare:
         check("seed: 2xx+409 per second vs bare", _answered(gw) / _answered(bare), 1.7, True)
@@ -331,6 +338,25 @@ def targets_report(rows: list[Row]) -> str:
             cpu = f", CPU {r.cpu_us / nginx.cpu_us:.2f}x" if nginx.cpu_us > 0 else ""
             out.append(f"{r.scenario}: gateway/nginx RPS {r.rps / nginx.rps:.2f}x{cpu}")
     return "\n".join(out)
+
+
+def _floors(rows: list[Row]) -> list[str]:
+    """Each floor's CPU per request against the bare proxy's, beside what the gateway's
+    target leaves it: a floor above that share shows the target out of reach on this stack.
+    The RPS targets are CPU targets here: one process on a core of its own is CPU-bound."""
+    out = []
+    for name, (_, scenario) in FLOORS.items():
+        floor, bare = _find(rows, scenario, name), _find(rows, scenario, "bare")
+        gw = _find(rows, scenario, "gateway")
+        if not (floor and bare and gw and floor.cpu_us > 0 and bare.cpu_us > 0):
+            continue
+        share = 1.0 if scenario == "new-key" else 0.5  # 1.0x the bare CPU; 2.0x its RPS
+        out.append(
+            f"{scenario}: {name} {floor.cpu_us:.0f} µs/req = {floor.cpu_us / bare.cpu_us:.2f}x "
+            f"bare's (target leaves <= {share:.1f}x); the gateway's own work above it "
+            f"{gw.cpu_us - floor.cpu_us:.0f} µs"
+        )
+    return out
 
 
 def _answered(row: Row) -> float:
@@ -431,6 +457,24 @@ def main(argv: list[str] | None = None) -> int:
             ("gateway", "uvloop", gateway("gateway", "uvloop", True)),
             ("gateway-nopipe", "uvloop", gateway("gateway-nopipe", "uvloop", False)),
         ]
+        for name, (kind, scenario_name) in FLOORS.items():
+            if scenario_name not in wanted:
+                continue
+            floor = child(
+                name,
+                "loadtest.floors",
+                [
+                    "--kind",
+                    kind,
+                    "--port",
+                    "{port}",
+                    "--upstream",
+                    upstream.url,
+                    "--redis",
+                    redis.url,
+                ],
+            )
+            targets.append((name, "uvloop", floor))
         nginx = find_nginx()
         if nginx is not None:
             port = free_port()
@@ -458,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for target, loop, proc in targets:
                 if loop not in ("uvloop", "-") and not scenario.extra_loops:
+                    continue
+                if target in FLOORS and FLOORS[target][1] != scenario.name:
                     continue
                 row = measure(
                     wrk, scenario, proc, target, loop, upstream.url, seconds, scale, args.profile

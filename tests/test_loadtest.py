@@ -11,8 +11,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import redis
 import yaml
 
+from loadtest import floors
 from loadtest.run import find_duplicates, gateway_config
 from testkit.ports import free_port, wait_for_port
 
@@ -42,8 +44,10 @@ def test_tiny_run_holds_exactly_once_through_the_gateway_only(tmp_path: Path) ->
         (r["scenario"], r["target"]): r
         for r in json.loads((tmp_path / "results.json").read_text())["rows"]
     }
-    for target in ("bare", "gateway", "gateway-nopipe"):
+    for target in ("bare", "gateway", "gateway-nopipe", "floor-hop", "floor-hop-redis"):
         assert rows[("new-key", target)]["requests"] > 0
+        assert all(code.startswith("2") for code in rows[("new-key", target)]["codes"])
+    assert ("seed", "floor-hop") not in rows  # each floor runs in its own scenario only
     seed_gateway = rows[("seed", "gateway")]
     assert seed_gateway["upstream_keys"] > 0
     assert seed_gateway["duplicates"] == 0
@@ -172,3 +176,42 @@ def test_big_body_curve_stores_small_bodies_inline_and_large_ones_as_blobs() -> 
         ("256 KiB", "blob", "yes"),
         ("2 MiB", "blob", "yes"),
     ]
+
+
+@pytest.mark.parametrize("kind", ["hop", "hop-redis", "answer", "answer-redis", "raw"])
+async def test_each_floor_answers_and_does_only_its_named_work(
+    kind: str, redis_url: str, upstream: tuple[CountingUpstream, str]
+) -> None:
+    """A floor of `loadtest.run` is a cost read against the gateway's: it must answer every
+    request, call the upstream only when it is a hop, and Redis only when it says so."""
+    counting, origin = upstream
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "loadtest.floors", "--kind", kind, "--port", str(port),
+            "--upstream", origin, "--redis", redis_url,
+        ],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await asyncio.to_thread(wait_for_port, port, process)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):  # on one kept-alive connection
+                async with session.post(
+                    f"http://127.0.0.1:{port}/pay", data=b"x", headers={"Idempotency-Key": "k"}
+                ) as answer:
+                    assert answer.status == 201
+                    body = await answer.read()
+                    assert kind.startswith("hop") or body == floors.BODY
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+    assert counting.count("/pay", "k") == (2 if kind.startswith("hop") else 0)
+    stored = redis.Redis.from_url(redis_url)
+    try:
+        if kind == "hop-redis":  # claimed, then the answer stored under the key
+            assert await asyncio.to_thread(stored.get, "floor-k") == body
+        else:
+            assert await asyncio.to_thread(stored.exists, "floor-k") == 0
+    finally:
+        stored.close()
