@@ -55,6 +55,15 @@ def test_parse_key_rejects(values: list[str], problem: KeyProblem) -> None:
     assert raised.value.problem is problem
 
 
+def test_a_bare_key_is_every_visible_ascii_character_and_nothing_else() -> None:
+    visible = "".join(chr(c) for c in range(0x21, 0x7F))
+    assert parse_key([visible.replace('"', "") + '"']) == visible.replace('"', "") + '"'
+    for char in ("\x00", "\t", "\x1f", "\x7f", "\x80", "\xa0", "\xe9", "\u20ac", "\U0001f600"):
+        with pytest.raises(BadKey) as raised:
+            parse_key([f"a{char}b"])
+        assert raised.value.problem is KeyProblem.MALFORMED, repr(char)
+
+
 @pytest.mark.parametrize(
     ("value", "key"),
     [

@@ -54,6 +54,19 @@ def unwritable_head(reason: bytes, raw_headers: Iterable[tuple[bytes, bytes]]) -
     )
 
 
+_UNWRITABLE_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def unwritable_text(reason: str, headers: Iterable[tuple[str, str]]) -> bool:
+    """`unwritable_head` for a head held as text (`header_text`), in one search over all of
+    it (HTAB, allowed, parts the fields). Text holding no byte string (a character above
+    0xFF) is refused with UnicodeEncodeError, a ValueError, as encoding it would."""
+    text = reason + "\t" + "\t".join(map("\t".join, headers))
+    if not text.isascii():
+        text.encode("latin-1")
+    return _UNWRITABLE_TEXT.search(text) is not None
+
+
 def connection_tokens(values: Iterable[str]) -> set[str]:
     """The lower-case header names that `Connection` values list."""
     return {

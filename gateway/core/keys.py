@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -74,8 +75,9 @@ def _one_key(raw: str) -> str:
         _parameters(rest.strip())
     else:
         key = value
-        # The bare form: visible ASCII (0x21-0x7E), as a token and wider.
-        if key and not all("!" <= char <= "~" for char in key):
+        # The bare form: visible ASCII (0x21-0x7E), as a token and wider: the ASCII that is
+        # printable (0x20-0x7E) and no space.
+        if key and not (key.isascii() and key.isprintable() and " " not in key):
             raise BadKey(KeyProblem.MALFORMED, "the key may hold only visible ASCII characters")
     if not key:
         raise BadKey(KeyProblem.EMPTY, "the key is empty")
@@ -179,7 +181,15 @@ def digest(*parts: bytes | str) -> str:
 
 def tenant_id(scope_values: Iterable[str | None]) -> str:
     """The tenant, hashed: raw credentials never reach Redis."""
-    return digest(*(value or "" for value in scope_values))
+    values = [value or "" for value in scope_values]
+    if not any(values):  # the anonymous scope, which every request without one shares
+        return _anonymous(len(values))
+    return digest(*values)
+
+
+@functools.lru_cache(maxsize=8)
+def _anonymous(count: int) -> str:
+    return digest(*[""] * count)
 
 
 def record_key(prefix: str, route: str, tenant: str, key: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from gateway.core.headers import unwritable_head
+from gateway.core.headers import unwritable_text
 
 STATE_COMPLETED = "C"
 STATE_UNKNOWN = "U"
@@ -52,30 +52,28 @@ class Record:
     @classmethod
     def decode(cls, data: bytes) -> Record:
         raw = orjson.loads(data)
-        # Earlier records hold header text that was written out as UTF-8: the same bytes,
-        # as Latin-1 text, replay as those records always did.
-        text = _same if raw.get("hb") else _from_utf8
         reason = raw.get("r")  # absent in records written before reasons were kept
-        record = cls(
+        if raw.get("hb"):  # header text is bytes as Latin-1 already
+            headers = [(name, value) for name, value in raw["h"]]
+        else:
+            # Earlier records hold header text that was written out as UTF-8: the same
+            # bytes, as Latin-1 text, replay as those records always did.
+            headers = [(_from_utf8(name), _from_utf8(value)) for name, value in raw["h"]]
+            reason = None if reason is None else _from_utf8(reason)
+        # Written before such heads were refused: no client could be sent it.
+        if unwritable_text(reason or "", headers):
+            raise ValueError("a control byte in the recorded head")
+        return cls(
             status=raw["st"],
-            headers=[(text(name), text(value)) for name, value in raw["h"]],
+            headers=headers,
             size=raw["n"],
             sha256=raw["d"],
             blob=raw.get("blob"),
             completed_at=raw.get("at", 0.0),
             unknown=raw.get("u", False),
             extra=raw.get("x") or {},
-            reason=None if reason is None else text(reason),
+            reason=reason,
         )
-        # Written before such heads were refused: no client could be sent it.
-        head = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in record.headers]
-        if unwritable_head((record.reason or "").encode("latin-1"), head):
-            raise ValueError("a control byte in the recorded head")
-        return record
-
-
-def _same(text: str) -> str:
-    return text
 
 
 def _from_utf8(text: str) -> str:

@@ -39,7 +39,7 @@ def scope_values(
     `getall(name)` returns every value the request carries for a header name (any case).
     """
     named = connection_tokens(getall("Connection"))
-    for name in (*scope, *key_headers):
+    for name in (*scope, *key_headers) if named else ():
         if name.lower() in named:
             raise BadScope(
                 ScopeProblem.HOP_BY_HOP,

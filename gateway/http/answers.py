@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from aiohttp import hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
+from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time
 from aiohttp.http_writer import StreamWriter
 
 from gateway.core.decision import Failure
@@ -83,6 +84,88 @@ def start_response(
         response.headers[name] = value
     if length is not None and hdrs.CONTENT_LENGTH not in response.headers:
         response.content_length = length
+    return response
+
+
+# A head is written from its recorded lines only where no recorded name is one that aiohttp
+# or the request id sets per answer, and where the replay's own (`extra`) are none of these
+# either, nor one that aiohttp adds or takes out when absent from the record.
+_SET_PER_ANSWER = frozenset({"connection", "keep-alive", "transfer-encoding", "x-request-id"})
+_NOT_EXTRA = _SET_PER_ANSWER | {"content-length", "content-type", "date", "server"}
+
+
+class _RecordedHead(web.StreamResponse):
+    """A recorded answer's head written as its lines were recorded, then the replay's own
+    (`extra`, `Date` when none was recorded, `Connection: close`, the request id): the same
+    bytes `start_response` gives such an answer, without building and re-checking the
+    recorded headers through aiohttp's for every replay. `recorded_response` picks it only
+    for answers where the two are the same (tests/test_answers.py holds them side by side).
+    Relies on private parts of aiohttp, as `_HeadWithBody` does."""
+
+    _send_headers_immediately = False
+    _recorded = b""  # the recorded header lines, each ending CRLF, checked
+    _length = 0
+    _dated = False  # the recorded lines hold a Date
+
+    async def _prepare_headers(self) -> None:
+        # aiohttp's own steps for an HTTP/1.1 answer of known length with a body allowed
+        request = self._req
+        writer = self._payload_writer
+        assert request is not None and writer is not None
+        keep_alive = self._keep_alive
+        if keep_alive is None:
+            keep_alive = self._keep_alive = request.keep_alive
+        writer.length = self._length
+        if not self._dated:
+            self._headers[hdrs.DATE] = rfc822_formatted_time()
+        if not keep_alive:
+            self._headers[hdrs.CONNECTION] = "close"
+
+    async def _write_headers(self) -> None:
+        await super()._write_headers()  # the status line and the replay's own lines
+        writer = self._payload_writer
+        assert isinstance(writer, StreamWriter) and writer._headers_buf is not None
+        own = writer._headers_buf
+        if not (self._reason.isascii() and all(v.isascii() for v in self.headers.values())):
+            own = head_bytes(f"HTTP/1.1 {self._status} {self._reason}", self.headers.items())
+        first = own.index(b"\r\n") + 2  # the recorded lines follow the status line
+        writer._headers_buf = own[:first] + self._recorded + own[first:]
+
+
+def recorded_response(
+    request: web.BaseRequest,
+    status: int,
+    reason: str | None,
+    headers: list[tuple[str, str]],
+    length: int,
+    extra: Mapping[str, str],
+) -> web.StreamResponse:
+    """`start_response(status, reason, headers, length, extra)` for a recorded answer with a
+    body sent whole: its head written from the recorded lines where that gives the same
+    bytes (an HTTP/1.1 request, a body allowed, no header the replay sets recorded, a
+    recorded Content-Length that is the body's), else `start_response`'s answer."""
+    names = {name.lower() for name, _ in headers}
+    own = {name.lower() for name in extra}
+    lengths = [value for name, value in headers if name.lower() == "content-length"]
+    recorded = "".join([f"{name}: {value}\r\n" for name, value in headers])
+    if (
+        request.version != HttpVersion11
+        or must_be_empty_body(request.method, status)
+        or not _SET_PER_ANSWER.isdisjoint(names)
+        or not _NOT_EXTRA.isdisjoint(own)
+        or not own.isdisjoint(names)
+        or lengths not in ([], [str(length)])
+        or not recorded.isascii()  # aiohttp and head_bytes write other text differently
+    ):
+        return start_response(status, reason, headers, length, extra)
+    response = _RecordedHead(status=status, reason=reason)
+    response._recorded = recorded.encode("ascii")
+    response._length = length
+    response._dated = "date" in names
+    for name, value in extra.items():
+        response.headers[name] = value
+    if not lengths:
+        response.headers[hdrs.CONTENT_LENGTH] = str(length)
     return response
 
 

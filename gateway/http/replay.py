@@ -16,7 +16,13 @@ from gateway.core.headers import replayed_headers
 from gateway.core.record import Record
 from gateway.core.retention import expires
 from gateway.errors import BlobError
-from gateway.http.answers import abort, prepare_quietly, start_response, write_quietly
+from gateway.http.answers import (
+    abort,
+    prepare_quietly,
+    recorded_response,
+    start_response,
+    write_quietly,
+)
 from gateway.http.context import Services
 from gateway.http.problems import problem
 
@@ -74,7 +80,7 @@ async def replay(
         check_inline(result.body, record.size, record.sha256)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
-    response = start_response(record.status, record.reason, headers, record.size, extra)
+    response = recorded_response(request, record.status, record.reason, headers, record.size, extra)
     await response.prepare(request)
     await write_quietly(response, result.body)
     await response.write_eof()
