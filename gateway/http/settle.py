@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from http import HTTPStatus
 
 from aiohttp import web
@@ -96,8 +97,8 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     return None
 
 
-async def _complete(s: Services, outcome: Unstored) -> bool:
-    return await s.store.complete(
+def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
+    return s.store.complete(
         outcome.key,
         outcome.token,
         outcome.fingerprint,
