@@ -65,13 +65,22 @@ def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The upstream's answer headers as `header_text`, in order with repeats, hop-by-hop
     dropped. A `Content-Length` stays as sent (its spelling and its place), unless the
     answer is chunked: then the hop that writes the answer frames it."""
-    pairs = [(header_text(name), header_text(value)) for name, value in raw]
-    drop = set(HOP_BY_HOP) | connection_tokens(
-        value for name, value in pairs if name.lower() == "connection"
-    )
-    if any(name.lower() == "transfer-encoding" for name, _ in pairs):
-        drop.add("content-length")
-    return [(name, value) for name, value in pairs if name.lower() not in drop]
+    # One pass over the headers (each name lowered once): it runs for every answer.
+    pairs: list[tuple[str, str, str]] = []
+    listed: list[str] = []  # the values of `Connection`
+    chunked = False
+    for raw_name, raw_value in raw:
+        name, value = header_text(raw_name), header_text(raw_value)
+        lowered = name.lower()
+        if lowered == "connection":
+            listed.append(value)
+        elif lowered == "transfer-encoding":
+            chunked = True
+        pairs.append((name, value, lowered))
+    drop = HOP_BY_HOP | connection_tokens(listed) if listed else HOP_BY_HOP
+    if chunked:
+        drop = drop | {"content-length"}
+    return [(name, value) for name, value, lowered in pairs if lowered not in drop]
 
 
 # Answer headers that hand a client's credentials or session to whoever replays the answer.

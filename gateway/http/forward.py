@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from itertools import chain
 
 from aiohttp import web
 
@@ -138,7 +139,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
 
 
 def _size(headers: list[tuple[str, str]]) -> int:
-    return sum(len(name) + len(value) for name, value in headers)
+    return sum(map(len, chain.from_iterable(headers)))
 
 
 def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
