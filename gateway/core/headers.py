@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from itertools import chain
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
 HOP_BY_HOP = frozenset(
@@ -49,9 +50,9 @@ def unwritable(field: bytes) -> bool:
 def unwritable_head(reason: bytes, raw_headers: Iterable[tuple[bytes, bytes]]) -> bool:
     """Whether an answer's head holds a control byte: it could be neither written to the
     client nor replayed, so it is a malformed answer."""
-    return unwritable(reason) or any(
-        unwritable(name) or unwritable(value) for name, value in raw_headers
-    )
+    # One search over every field joined by HTAB, the one control byte a head may hold: it
+    # runs for every answer, and one search costs less than one per name and value.
+    return unwritable(b"\t".join([reason, *chain.from_iterable(raw_headers)]))
 
 
 def connection_tokens(values: Iterable[str]) -> set[str]:
