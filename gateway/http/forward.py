@@ -121,7 +121,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 feed.offer(held)
             elif held:
                 await feed.put(held)
-            feed.finish(_rest(s.blobs, recorded))
+            feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # read back if behind
     except Exception as exc:
         if not isinstance(exc, UpstreamError):
             log.exception("route %s: forwarding failed", route.name)
