@@ -15,6 +15,7 @@ import redis
 import yaml
 
 from loadtest import floors
+from loadtest.instructions import drive, total_instructions
 from loadtest.run import find_duplicates, gateway_config
 from testkit.ports import free_port, wait_for_port
 
@@ -215,3 +216,24 @@ async def test_each_floor_answers_and_does_only_its_named_work(
             assert await asyncio.to_thread(stored.exists, "floor-k") == 0
     finally:
         stored.close()
+
+
+def test_instructions_reads_the_total_a_callgrind_dump_counted(tmp_path: Path) -> None:
+    dump = tmp_path / "callgrind.out.1"
+    dump.write_text(
+        "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nfn=main\n5 9\ntotals: 123456\n"
+    )
+    assert total_instructions(dump) == 123456
+    dump.write_text("events: Ir\nfn=main\n5 9\n")
+    with pytest.raises(ValueError):
+        total_instructions(dump)
+
+
+async def test_instructions_drives_one_post_per_key_and_counts_the_statuses(
+    upstream: tuple[CountingUpstream, str],
+) -> None:
+    counting, url = upstream
+    keys = [f"k{i}" for i in range(10)]
+    codes = await drive(int(url.rsplit(":", 1)[1]), keys, connections=3)
+    assert codes == {201: 10}
+    assert all(counting.count("/pay", key) == 1 for key in keys)

@@ -75,9 +75,8 @@ def _one_key(raw: str) -> str:
         _parameters(rest.strip())
     else:
         key = value
-        # The bare form: visible ASCII (0x21-0x7E), as a token and wider: the ASCII that is
-        # printable (0x20-0x7E) and no space.
-        if key and not (key.isascii() and key.isprintable() and " " not in key):
+        # The bare form: visible ASCII (0x21-0x7E), as a token and wider.
+        if not _visible_ascii(key):
             raise BadKey(KeyProblem.MALFORMED, "the key may hold only visible ASCII characters")
     if not key:
         raise BadKey(KeyProblem.EMPTY, "the key is empty")
@@ -102,6 +101,12 @@ def parse_key(values: Iterable[str]) -> str | None:
     return found.pop() if found else None
 
 
+def _visible_ascii(text: str) -> bool:
+    """Only 0x21-0x7E: printable ASCII but the space, checked in C rather than per character
+    in Python (a key is read on every request)."""
+    return text.isascii() and text.isprintable() and " " not in text
+
+
 def _checked(key: str) -> str:
     if not key:
         raise BadKey(KeyProblem.EMPTY, "the key is empty")
@@ -109,7 +114,7 @@ def _checked(key: str) -> str:
         raise BadKey(
             KeyProblem.TOO_LONG, f"the key is {len(key)} characters long; at most {MAX_KEY_LENGTH}"
         )
-    if not all(" " <= char <= "~" for char in key):
+    if not (key.isascii() and key.isprintable()):  # 0x20-0x7E, checked in C
         raise BadKey(KeyProblem.MALFORMED, "the key may hold only printable ASCII characters")
     return key
 

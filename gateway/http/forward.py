@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
+from itertools import chain
 
 from aiohttp import web
 
@@ -42,100 +43,103 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
     headers = forward_headers(request, route.preserve_host)
     started = time.monotonic()
-    async with Heartbeat(s.store, c.key, c.token, route.lease, s.metrics) as beat:
-        try:
-            upstream = await s.upstreams.send(
-                route.upstream, request.method, target(request), headers, c.body, route.timeouts
+    beat = Heartbeat(s.store, c.key, c.token, route.lease, s.metrics)
+    beat.start()
+    try:
+        upstream = await s.upstreams.send(
+            route.upstream, request.method, target(request), headers, c.body, route.timeouts
+        )
+        async with upstream:
+            settle = on_answer(upstream.status, route)
+            recorded_headers = answer_headers(upstream.raw_headers)
+            # Headers too large to keep: the upstream ran, so the key completes all the
+            # same, without the answer (retries get 502, never a second run), while this
+            # client gets the answer whole, as for a body over max_recorded_body.
+            headers_kept = _size(recorded_headers) <= route.max_recorded_headers
+            if settle is Settle.RELEASE:
+                await release(s, c.route, c.key, c.token)  # a retry may run while it streams
+            # An answer that is recorded says until when (shadow mode adds nothing).
+            enforced = settle is Settle.RECORD and route.mode == "enforce"
+            response = start_response(
+                upstream.status,
+                upstream.reason,
+                recorded_headers,
+                upstream.content_length,
+                expires(route.retention) if enforced else None,
             )
-            async with upstream:
-                settle = on_answer(upstream.status, route)
-                recorded_headers = answer_headers(upstream.raw_headers)
-                # Headers too large to keep: the upstream ran, so the key completes all the
-                # same, without the answer (retries get 502, never a second run), while this
-                # client gets the answer whole, as for a body over max_recorded_body.
-                headers_kept = _size(recorded_headers) <= route.max_recorded_headers
-                if settle is Settle.RELEASE:
-                    await release(s, c.route, c.key, c.token)  # a retry may run while it streams
-                # An answer that is recorded says until when (shadow mode adds nothing).
-                enforced = settle is Settle.RECORD and route.mode == "enforce"
-                response = start_response(
-                    upstream.status,
-                    upstream.reason,
-                    recorded_headers,
-                    upstream.content_length,
-                    expires(route.retention) if enforced else None,
-                )
-                # A recorded answer's last bytes (its head, when the body is empty) are held
-                # back until the outcome is stored: no client sees a complete answer that a
-                # crash could leave unrecorded, to be run again by a retry.
-                recording = settle is Settle.RECORD
-                feed.begin(response, eager=not recording)
-                held = b""
-                limit = route.timeouts.read or route.timeouts.total
-                async with BodyRecorder(
-                    s.blobs,
-                    route.inline_max,
-                    route.max_recorded_body if headers_kept else 0,
-                    upstream.content_length,
-                    route.max_replay_body,
-                ) as recorder:
-                    # Only waits for the upstream count towards `limit`: the client is fed
-                    # apart, so a slow one can never make a complete answer look lost.
-                    while chunk := await upstream.read_chunk(limit):
-                        if not recording:
-                            await feed.put(chunk)  # not kept: the client's pace, nobody waits
-                            continue
-                        await recorder.feed(chunk)
-                        chunk, held = held, chunk
-                        if chunk and recorder.keeping:
-                            feed.offer(chunk)  # never waits: a client behind is fed later
-                        elif chunk:
-                            await feed.put(chunk)  # no record to feed it from later
-                    s.metrics.upstream(route.name, time.monotonic() - started)
-                    if recording:
-                        recorded = await recorder.finish()
-                        if not headers_kept:
-                            recorded = replace(recorded, not_recorded=HEADERS_TOO_LARGE)
-                            log.warning(
-                                "route %s: answer headers over max_recorded_headers; "
-                                "recorded without them (retries get 502)",
-                                route.name,
-                            )
-            # The answer is read: the upstream connection is back in its pool.
-            if not recording:
-                feed.end()
-            else:
-                if recorder.failure is not None:
-                    _blob_write_failed(s, route, recorder.failure)
-                elif recorded.blob is not None:
-                    s.metrics.blob_written.inc(recorded.size)
-                kept_headers = recorded_headers if headers_kept else []
-                stored = await record_answer(
-                    s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
-                )
-                if stored is False and not response.prepared:
-                    response.headers.update(FENCED)  # another claim's answer is the record
-                if held and recorder.keeping:
-                    feed.offer(held)
-                elif held:
-                    await feed.put(held)
-                feed.finish(_rest(s.blobs, recorded))
-        except Exception as exc:
-            if not isinstance(exc, UpstreamError):
-                log.exception("route %s: forwarding failed", route.name)
-            kind = failure_of(exc)
-            forget_frames(exc)  # the failure is classified: its frames only hold memory now
-            failed = await settle_failure(s, c, kind, exc)
-            if feed.started:
-                feed.cut()
-            else:  # a recorded answer's head waits for its first bytes: none went out
-                feed.fail(failed)
-            return
+            # A recorded answer's last bytes (its head, when the body is empty) are held
+            # back until the outcome is stored: no client sees a complete answer that a
+            # crash could leave unrecorded, to be run again by a retry.
+            recording = settle is Settle.RECORD
+            feed.begin(response, eager=not recording)
+            held = b""
+            limit = route.timeouts.read or route.timeouts.total
+            async with BodyRecorder(
+                s.blobs,
+                route.inline_max,
+                route.max_recorded_body if headers_kept else 0,
+                upstream.content_length,
+                route.max_replay_body,
+            ) as recorder:
+                # Only waits for the upstream count towards `limit`: the client is fed
+                # apart, so a slow one can never make a complete answer look lost.
+                while chunk := await upstream.read_chunk(limit):
+                    if not recording:
+                        await feed.put(chunk)  # not kept: the client's pace, nobody waits
+                        continue
+                    await recorder.feed(chunk)
+                    chunk, held = held, chunk
+                    if chunk and recorder.keeping:
+                        feed.offer(chunk)  # never waits: a client behind is fed later
+                    elif chunk:
+                        await feed.put(chunk)  # no record to feed it from later
+                s.metrics.upstream(route.name, time.monotonic() - started)
+                if recording:
+                    recorded = await recorder.finish()
+                    if not headers_kept:
+                        recorded = replace(recorded, not_recorded=HEADERS_TOO_LARGE)
+                        log.warning(
+                            "route %s: answer headers over max_recorded_headers; "
+                            "recorded without them (retries get 502)",
+                            route.name,
+                        )
+        # The answer is read: the upstream connection is back in its pool.
+        if not recording:
+            feed.end()
+        else:
+            if recorder.failure is not None:
+                _blob_write_failed(s, route, recorder.failure)
+            elif recorded.blob is not None:
+                s.metrics.blob_written.inc(recorded.size)
+            kept_headers = recorded_headers if headers_kept else []
+            stored = await record_answer(
+                s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
+            )
+            if stored is False and not response.prepared:
+                response.headers.update(FENCED)  # another claim's answer is the record
+            if held and recorder.keeping:
+                feed.offer(held)
+            elif held:
+                await feed.put(held)
+            feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # read back if behind
+    except Exception as exc:
+        if not isinstance(exc, UpstreamError):
+            log.exception("route %s: forwarding failed", route.name)
+        kind = failure_of(exc)
+        forget_frames(exc)  # the failure is classified: its frames only hold memory now
+        failed = await settle_failure(s, c, kind, exc)
+        if feed.started:
+            feed.cut()
+        else:  # a recorded answer's head waits for its first bytes: none went out
+            feed.fail(failed)
+        return
+    finally:
+        beat.stop()
     s.metrics.request(route.name, request.method, m.FORWARDED)
 
 
 def _size(headers: list[tuple[str, str]]) -> int:
-    return sum(len(name) + len(value) for name, value in headers)
+    return sum(map(len, chain.from_iterable(headers)))
 
 
 def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from types import TracebackType
 
 from gateway.errors import StoreUnavailable
 from gateway.store.store import Store
@@ -15,12 +13,13 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Renews the lease every lease/3 while the block runs; notes when the lease is lost.
+    """Renews the lease every lease/3 from `start` to `stop`; notes when the lease is lost.
 
     A lost lease (another owner holds the key) stops the renewals; the outcome is then
     not stored (complete is fenced by the token) and the loss is counted by the caller.
     Most upstream calls end long before the first renewal, so the renewal is a timer that
-    starts a task only when it is due, rather than a task per request.
+    starts a task only when it is due, rather than a task per request; `start` and `stop`
+    are plain calls rather than an `async with`, two coroutines less per claimed call.
     """
 
     def __init__(self, store: Store, key: str, token: str, lease: float, metrics: Metrics) -> None:
@@ -53,20 +52,14 @@ class Heartbeat:
             self._metrics.lease_extensions.inc()
         self._schedule()
 
-    async def __aenter__(self) -> Heartbeat:
+    def start(self) -> None:
         self._schedule()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
+        """No renewal after this: the timer is cancelled, and a renewal under way with it
+        (it never schedules another)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task

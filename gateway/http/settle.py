@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from http import HTTPStatus
 
 from aiohttp import web
@@ -80,24 +81,27 @@ async def record_answer(
 async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) -> bool | None:
     """Complete the claim now, or journal the outcome and keep completing it in the
     background. True: stored. False: fenced, nothing written. None: journaled."""
-    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, c.route.retention)
+    route = c.route
     try:
-        stored = await _complete(s, outcome)
+        stored = await s.store.complete(
+            c.key, c.token, c.fingerprint, record, body, route.retention
+        )
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
-        s.metrics.outcomes_unstored.labels(c.route.name).inc()
-        log.error("route %s: outcome not stored yet, journaled: %s", c.route.name, exc)
+        s.metrics.outcomes_unstored.labels(route.name).inc()
+        log.error("route %s: outcome not stored yet, journaled: %s", route.name, exc)
     else:
         if not stored:
-            await _fenced(s, c.route.name, outcome)
+            await _fenced(s, route.name, record)
         return stored
+    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return None
 
 
-async def _complete(s: Services, outcome: Unstored) -> bool:
-    return await s.store.complete(
+def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
+    return s.store.complete(
         outcome.key,
         outcome.token,
         outcome.fingerprint,
@@ -135,15 +139,15 @@ async def keep_storing(
         if stored:
             log.info("route %s: a journaled outcome is stored now", route)
         else:
-            await _fenced(s, route, outcome)
+            await _fenced(s, route, outcome.record)
         return
 
 
-async def _fenced(s: Services, route: str, outcome: Unstored) -> None:
+async def _fenced(s: Services, route: str, record: Record) -> None:
     s.metrics.fenced.labels(route).inc()
     log.error("route %s: lease lost, a newer claim holds the key: outcome not stored", route)
-    if outcome.record.blob is not None:
-        await s.blobs.delete(outcome.record.blob)  # no record points at it
+    if record.blob is not None:
+        await s.blobs.delete(record.blob)  # no record points at it
 
 
 async def replay_journal(s: Services) -> None:
@@ -159,7 +163,7 @@ async def replay_journal(s: Services) -> None:
                 s.tasks.spawn(keep_storing(s, "-", REPLAY_LEASE, outcome, entry))
                 continue
             if not stored:
-                await _fenced(s, "-", outcome)
+                await _fenced(s, "-", outcome.record)
         path.unlink(missing_ok=True)
         log.warning("journal %s replayed: %d outcomes", path.name, len(outcomes))
 

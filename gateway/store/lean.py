@@ -51,8 +51,9 @@ class LeanPipeline:
         self._drained: asyncio.Future[None] | None = None  # what close() waits on
         self._watchdog: asyncio.TimerHandle | None = None  # see _watch
 
-    async def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        """The reply of `script` run on `key` with `args`, once its batch is back."""
+    def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """The reply of `script` run on `key` with `args`, once its batch is back (a future,
+        not a coroutine: the reply wakes its caller with no frame of ours in between)."""
         try:
             packed = hiredis.pack_command(("EVALSHA", script.sha, 1, key, *args))
         except TypeError as exc:  # an argument Redis cannot take: redis-py's error for it
@@ -67,7 +68,7 @@ class LeanPipeline:
             loop.call_soon(self._flush)
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._watch)
-        return await command.future
+        return command.future
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -19,7 +19,8 @@ from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit, CircuitBreaker
 from gateway.store.cluster import ClusterScripts
-from gateway.store.lean import batcher
+from gateway.store.lean import LeanPipeline, batcher
+from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
 
@@ -66,15 +67,12 @@ class Store:
         self.client = client
         self.breaker = breaker
         # A Cluster's scripts run on the node of their key, redirects followed on one connection.
-        self._scripts = (
-            ClusterScripts(client, breaker) if isinstance(client, RedisCluster) else None
-        )
-        # A Cluster client's calls go to many nodes: they are sent one by one.
-        self._batch = (
-            batcher(client, timeout, lean)
-            if pipeline and not isinstance(client, RedisCluster)
-            else None
-        )
+        self._scripts: ClusterScripts | None = None
+        self._batch: Coalescer | LeanPipeline | None = None
+        if isinstance(client, RedisCluster):
+            self._scripts = ClusterScripts(client, breaker)
+        elif pipeline:  # not for a Cluster client, whose calls go to many nodes, one by one
+            self._batch = batcher(client, timeout, lean)
         self.replicas = replicas
         self._wait_ms = _ms(replicas_timeout)
         self._reload_lock = asyncio.Lock()
@@ -123,9 +121,11 @@ class Store:
         """The breaker state the metrics show: the worst node's, for a Cluster."""
         return self._scripts.breakers if self._scripts is not None else self.breaker
 
-    async def _call(self, script: AsyncScript, key: str, *args: Any, settles: bool = False) -> Any:
+    def _call(
+        self, script: AsyncScript, key: str, *args: Any, settles: bool = False
+    ) -> Awaitable[Any]:
         send = self._batch.call if self._batch is not None else self._evalsha
-        return await self._guarded(send, script, key, args, settles)
+        return self._guarded(send, script, key, args, settles)  # no frame of its own
 
     async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
         if self._scripts is not None:
@@ -191,9 +191,8 @@ class Store:
         return reply
 
     async def claim(self, key: str, fingerprint: str, token: str, lease: float) -> ClaimResult:
-        reply = await self._claim_reply(
-            key, fingerprint, token, _ms(lease), int(time.time() * 1000)
-        )
+        now_ms = int(time.time() * 1000)
+        reply = await self._claim_reply(key, fingerprint, token, _ms(lease), now_ms)
         outcome = Claim(reply[0].decode())
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))

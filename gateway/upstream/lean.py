@@ -31,6 +31,7 @@ KEEPALIVE_SECONDS = 15.0
 # A closing TLS connection waits this long for the upstream's close_notify, not asyncio's
 # 30 s: an upstream that never answers one would pin a socket per request meanwhile.
 TLS_SHUTDOWN_SECONDS = 2.0
+_FIELD = "\r\n%s: %s".__mod__  # one header line of the request's head
 
 
 class UpstreamPool:
@@ -111,15 +112,18 @@ class UpstreamPool:
     def _head(
         self, method: str, target: str, headers: Iterable[tuple[str, str]], size: int | None
     ) -> bytes:
-        lines = [f"{method} {target} HTTP/1.1"]
-        lines.extend(f"{name}: {value}" for name, value in headers)
-        if not any(line[:5].lower() == "host:" for line in lines[1:]):  # preserve_host
-            lines.insert(1, f"Host: {self._host_header}")
+        fields = list(map(_FIELD, headers))  # each "\r\nName: value", formatted in C
         if size is not None:
-            lines.append(f"Content-Length: {size}")
-        head = "\r\n".join(lines) + "\r\n\r\n"
+            fields.append(f"\r\nContent-Length: {size}")
+        text = "".join(fields)
+        lines = len(fields)
+        if "\r\nhost:" not in text.lower():  # no Host of the client's (preserve_host)
+            text = f"\r\nHost: {self._host_header}{text}"
+            lines += 1
+        head = f"{method} {target} HTTP/1.1{text}\r\n\r\n"
         # Every line break is one this function put there: none hides in a name or value.
-        if head.count("\n") != len(lines) + 1 or head.count("\r") != len(lines) + 1:
+        breaks = lines + 2  # and the request line's and the empty line's
+        if head.count("\n") != breaks or head.count("\r") != breaks:
             raise ValueError("a header or the request target holds a line break")
         return head.encode("utf-8", "surrogateescape")  # the client's bytes, as they came
 

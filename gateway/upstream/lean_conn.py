@@ -22,10 +22,8 @@ LOW_WATER = 64 * 1024
 # An answer's head (1xx answers before it included) past this size is refused: a broken
 # upstream that never ends its head would otherwise fill memory until the deadline.
 MAX_HEAD = 1 << 20
-# Bodies past this size are written after the head rather than copied onto it.
-_JOIN_MAX = 64 * 1024
-# Statuses whose answers never carry a body (RFC 9110 6.4.1).
-_BODYLESS = frozenset({204, 304})
+_JOIN_MAX = 64 * 1024  # bodies past this size are written after the head, not copied onto it
+_BODYLESS = frozenset({204, 304})  # statuses whose answers never carry a body (RFC 9110 6.4.1)
 
 
 class _Unsolicited(Exception):
@@ -34,6 +32,8 @@ class _Unsolicited(Exception):
 
 class Connection(asyncio.Protocol):
     """One keep-alive connection, one exchange at a time; httptools fills its `LeanAnswer`."""
+
+    _reading: LeanAnswer  # set by `send`: a parser callback reads it with no typing.cast call
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -108,17 +108,17 @@ class Connection(asyncio.Protocol):
             raise _Unsolicited
 
     def on_status(self, status: bytes) -> None:
-        cast(LeanAnswer, self._answer).reason_bytes += status
+        self._reading.reason_bytes += status
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        answer = cast(LeanAnswer, self._answer)
+        answer = self._reading
         if answer.head_done:
             return  # a chunked body's trailer: not forwarded, as by aiohttp
         # llhttp strips the whitespace before a value, not after it (RFC 9110 5.5)
         answer.raw_headers.append((name, value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
-        answer = cast(LeanAnswer, self._answer)
+        answer = self._reading
         status = self._parser.get_status_code()
         if status < 200:  # informational (100 Continue, 103 Early Hints): the answer follows
             answer.reason_bytes = b""
@@ -144,7 +144,7 @@ class Connection(asyncio.Protocol):
         self._wake(None)
 
     def on_body(self, body: bytes) -> None:
-        answer = cast(LeanAnswer, self._answer)
+        answer = self._reading
         if not answer.head_done:
             return  # an informational answer may not have a body: dropped, as by aiohttp
         answer.buffer.append(body)
@@ -162,7 +162,7 @@ class Connection(asyncio.Protocol):
     # the exchange
 
     def _message_complete(self) -> None:
-        answer = cast(LeanAnswer, self._answer)
+        answer = self._reading
         if answer.error is None:  # an answer that failed stays failed
             answer.complete = True
         self._wake(None)
@@ -187,7 +187,7 @@ class Connection(asyncio.Protocol):
 
     async def wait(self, deadline: float) -> None:
         """Until the parser has more of the answer; at `deadline` the connection dies."""
-        answer = cast(LeanAnswer, self._answer)
+        answer = self._reading
         if answer.error is not None:
             raise answer.error
         waiter = self._waiter = self._loop.create_future()
@@ -207,7 +207,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, answer: LeanAnswer, head: bytes, body: bytes) -> None:
         transport = cast(asyncio.Transport, self.transport)
-        self._answer = answer
+        self._answer = self._reading = answer
         if len(body) <= _JOIN_MAX:
             transport.write(head + body)
         else:
@@ -217,7 +217,7 @@ class Connection(asyncio.Protocol):
         """End the exchange; True when the connection can carry another one: its answer
         was read to the end, and all of its request was written (an upstream may answer
         before it has read the whole body; the next request would queue behind the rest)."""
-        answer, self._answer = cast(LeanAnswer, self._answer), None
+        answer, self._answer = self._reading, None
         self._waiter = None
         unsent = self.transport.get_write_buffer_size() if self.transport is not None else 0
         if answer.complete and answer.keep_alive and not unsent and self.usable():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Iterable
 from typing import TypeGuard
 
 import aiohttp
@@ -40,7 +40,7 @@ class Upstreams:
                 self._pools[origin] = UpstreamPool(origin, self._pool_size, self._tls)
             self._sessions[origin] = aio.session(self._pool_size, self._tls)
 
-    async def send(
+    def send(
         self,
         origin: str,
         method: str,
@@ -48,17 +48,18 @@ class Upstreams:
         headers: CIMultiDict[str],
         body: bytes | AsyncIterable[bytes] | None,
         timeouts: Timeouts,
-    ) -> Answer:
+    ) -> Awaitable[Answer]:
         """Send `method target` (the path and query exactly as the client sent them) to
         `origin`; the answer's head must arrive within `timeouts.total`. A `body` of None
-        sends none; an async iterable streams as it comes (aiohttp's client)."""
+        sends none; an async iterable streams as it comes (aiohttp's client). The chosen
+        client's call itself is awaited: no frame of this choice stays in between."""
         pool = self._pools.get(origin)
         if pool is not None and method != "HEAD" and _in_hand(body):
-            return await pool.request(
+            return pool.request(
                 method, target, headers.items(), body, timeouts.connect, timeouts.total
             )
         session = self._sessions[origin]
-        return await aio.send(session, method, origin + target, headers, body, timeouts)
+        return aio.send(session, method, origin + target, headers, body, timeouts)
 
     @property
     def tls(self) -> ssl.SSLContext:
