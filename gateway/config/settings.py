@@ -15,14 +15,14 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.config.policy import Policy, Route, _Model
 from gateway.config.state import default_state_dir
-from gateway.config.tls import UpstreamTls
-from gateway.config.units import Duration, HostPort, HttpUrl, Size
+from gateway.config.tls import UpstreamTls, load_files
+from gateway.config.units import Duration, HostPort, HttpUrl, Origin, Size, redis_url_problem
 
 
 class Listen(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    backlog: int = Field(default=4096, ge=1)
+    backlog: int = Field(default=4096, ge=1, le=2**31 - 1)  # a C int
     # SO_REUSEPORT: independent gateways may share the port. Only for gateways that all use
     # the same external Redis (each embedded Redis would hold its own records).
     reuse_port: bool = False
@@ -82,6 +82,12 @@ class Tls(_Model):
     key: str | None = None
     verify: bool = True  # check the server certificate and host name
 
+    @model_validator(mode="after")
+    def _files_load(self) -> Tls:
+        # Loaded now, as redis-py loads them only at its first connection (a traceback).
+        load_files(self.ca, self.cert, self.key)
+        return self
+
 
 class SentinelSettings(_Model):
     nodes: tuple[HostPort, ...] = Field(min_length=1)  # the sentinels
@@ -122,6 +128,9 @@ class RedisSettings(_Model):
             return value
         if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"{value!r} is not 'embedded' or a redis://, rediss:// or unix:// URL")
+        problem = redis_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"{value!r}: {problem}")
         return value
 
     @model_validator(mode="after")
@@ -215,7 +224,7 @@ class Settings(_Model):
     log_format: Literal["json", "text"] = "json"
     tracing: TracingSettings = TracingSettings()
     admin: Admin | None = None  # no admin listener unless configured
-    upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
+    upstream: Origin | None = None  # where paths that match no route go; None -> 404
     upstream_tls: UpstreamTls = UpstreamTls()  # to every https:// upstream, both clients
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
@@ -248,10 +257,34 @@ class Settings(_Model):
     @model_validator(mode="after")
     def _unique_names(self) -> Settings:
         seen: set[str] = set()
+        prefixes: dict[str, str] = {}
         for route in self.routes:
             if route.name in seen:
                 raise ValueError(f"route name {route.name!r} is used twice")
             seen.add(route.name)
+            # Matched without case or a trailing slash (core.routing): one would never win.
+            prefix = route.path_prefix.rstrip("/").lower()
+            if prefix in prefixes:
+                raise ValueError(
+                    f"routes {prefixes[prefix]!r} and {route.name!r} have the same "
+                    f"path_prefix ({route.path_prefix!r}): one of them would never be used"
+                )
+            prefixes[prefix] = route.name
+        return self
+
+    @model_validator(mode="after")
+    def _admin_port_of_its_own(self) -> Settings:
+        admin, listen = self.admin, self.listen
+        anywhere = ("0.0.0.0", "::", "")
+        if (
+            admin is not None
+            and admin.port == listen.port != 0
+            and (admin.host == listen.host or {admin.host, listen.host} & set(anywhere))
+        ):
+            raise ValueError(
+                f"admin.port {admin.port} is listen.port: the admin listener needs a port "
+                "of its own"
+            )
         return self
 
     def longest_hold(self) -> float:

@@ -54,6 +54,15 @@ class UpstreamTls(_Model):
         return context
 
 
+def load_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    """Raise ValueError naming the first of these PEM files that cannot be used (as
+    `UpstreamTls.context` does), so a bad one fails `--check`, not the first connection."""
+    if key is not None and cert is None:
+        raise ValueError("key needs cert: the client certificate it belongs to")
+    if ca is not None or cert is not None:
+        UpstreamTls.model_construct(ca=ca, cert=cert, key=key).context()
+
+
 class _Encrypted(Exception):
     """The key asks for a passphrase."""
 

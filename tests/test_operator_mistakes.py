@@ -1,0 +1,97 @@
+"""Operator mistakes, made from outside as a hurried operator makes them: each is one line on
+stderr naming the problem and exit 2, never a traceback; a running gateway refuses a broken
+reload in one log line and keeps serving with the config it had."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+
+ROUTE = "  - name: pay\n    path_prefix: /pay\n    upstream: http://127.0.0.1:9000\n"
+GOOD = "redis: {url: 'redis://127.0.0.1:6399'}\nroutes:\n" + ROUTE
+
+
+def gateway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert expected in result.stderr
+
+
+def run_main(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> subprocess.CompletedProcess[str]:
+    """`idem-gateway ARGS` in this process (many cases, no interpreter start each): an
+    exception escaping `main` is the traceback the operator would see."""
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's way out
+        code = exc.code if isinstance(exc.code, int) else 1
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # The file itself.
+        (GOOD.encode() + b"# caf\xe9\n", ":6:6: not UTF-8 (byte 0xe9)"),
+        (b"routes: " + b"[" * 3000 + b"]" * 3000 + b"\n", "not valid YAML: nested too deeply"),
+        (GOOD.encode() + b"\x00\n", ":6:1: not valid YAML: character #x0000 is not allowed"),
+        (GOOD + "redis: {url: embedded}\n", ":6:1: not valid YAML: duplicate key 'redis'"),
+        (GOOD + "    lease: 5s\n    lease: 5m\n", ":7:5: not valid YAML: duplicate key 'lease'"),
+        # Durations that would make every request fail at run time.
+        (GOOD + "    lease: .nan\n", "routes[0].lease: nan must be a positive duration"),
+        (GOOD + "    retention: .inf\n", "routes[0].retention: inf is longer than the longest"),
+        (GOOD + "    retention: 99999999999d\n", "is longer than the longest duration, 3650d"),
+        # Redis URLs that redis-py takes apart only once the gateway runs.
+        (GOOD.replace("6399", "99999"), "redis.url: 'redis://127.0.0.1:99999': its port is"),
+        (GOOD.replace("127.0.0.1:6399", ":::"), "redis.url: 'redis://:::': its port is not"),
+        (GOOD.replace("127.0.0.1:6399", ""), "redis.url: 'redis://': it names no host"),
+        (GOOD.replace("6399", "6399/one"), "'/one' is not a database number"),
+        (GOOD.replace("redis://127.0.0.1:6399", "unix://"), "needs the socket's path"),
+        (GOOD.replace("}", ", tls: {enabled: true, ca: /no/ca.pem}}", 1),
+         "redis.tls: ca '/no/ca.pem' cannot be loaded: No such file or directory"),
+        # Upstreams the request's path cannot be appended to.
+        (GOOD.replace("9000", "9000?v=2"), "routes[0].upstream: 'http://127.0.0.1:9000?v=2' is"),
+        (GOOD.replace("http://", "http://svc:pw@"), "without user@, ?query or #fragment"),
+        (GOOD + "upstream: 'http://127.0.0.1:9001#x'\n", "upstream: 'http://127.0.0.1:9001#x'"),
+        # Routes that can never be used.
+        (GOOD + ROUTE.replace("pay\n", "pay2\n", 1).replace("/pay", "/PAY/"),
+         "routes 'pay' and 'pay2' have the same path_prefix ('/PAY/')"),
+        (GOOD.replace("/pay", "'/pay?v=1'"), "'/pay?v=1' is not a path"),
+        (GOOD + "    scope: [Tenant Id]\n", "routes[0].scope: 'Tenant Id' is not a header name"),
+        # Listeners that cannot both listen.
+        (GOOD + "listen: {port: 8088}\nadmin: {port: 8088}\n",
+         "admin.port 8088 is listen.port: the admin listener needs a port of its own"),
+        (GOOD + "listen: {backlog: 99999999999}\n", "listen.backlog: 99999999999: Input should"),
+    ],
+)  # fmt: skip
+def test_check_refuses_a_mistake_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, expected: str
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert_one_line(run_main(["--check", str(path)], capsys), expected)
+
+
+def test_a_refused_start_says_the_same_line(tmp_path: Path) -> None:
+    """The real process: what --check refuses, the start refuses in the same line."""
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(GOOD.replace("6399", "abc").encode())
+    result = gateway("--config", str(path), "--workers", "1")
+    assert_one_line(result, "redis.url: 'redis://127.0.0.1:abc': its port is not a number")
