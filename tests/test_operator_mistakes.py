@@ -4,14 +4,20 @@ reload in one log line and keeps serving with the config it had."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import aiohttp
 import pytest
+import yaml
 
 from gateway.cli import main
+from testkit.procs import GatewayProcess
 
 ROUTE = "  - name: pay\n    path_prefix: /pay\n    upstream: http://127.0.0.1:9000\n"
 GOOD = "redis: {url: 'redis://127.0.0.1:6399'}\nroutes:\n" + ROUTE
@@ -95,3 +101,53 @@ def test_a_refused_start_says_the_same_line(tmp_path: Path) -> None:
     path.write_bytes(GOOD.replace("6399", "abc").encode())
     result = gateway("--config", str(path), "--workers", "1")
     assert_one_line(result, "redis.url: 'redis://127.0.0.1:abc': its port is not a number")
+
+
+async def test_a_running_gateway_refuses_each_broken_reload_and_keeps_serving(
+    upstream, redis_url: str, tmp_path: Path
+) -> None:
+    _, origin = upstream
+    good = {
+        "redis": {"url": redis_url},
+        "routes": [{"name": "pay", "path_prefix": "/pay", "upstream": origin, "require_key": True}],
+    }  # fmt: skip
+    process = GatewayProcess(good, tmp_path)
+    good_text = process.config_path.read_text()
+    broken = {
+        "emptied": b"",
+        "no routes left": yaml.safe_dump({"redis": {"url": redis_url}}).encode(),
+        "not UTF-8": good_text.encode() + b"# caf\xe9\n",
+        "nested too deeply": b"routes: " + b"[" * 3000 + b"]" * 3000 + b"\n",
+        "a key given twice": good_text.encode() + b"    require_key: false\n",
+        "a NaN lease": good_text.encode() + b"    lease: .nan\n",
+    }
+    await asyncio.to_thread(process.start)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for n, (what, content) in enumerate(broken.items()):
+                process.config_path.write_bytes(content)
+                before = len(process.log().splitlines())
+                process.signal(signal.SIGHUP)
+                new = await _new_lines(process, before, "config reload")
+                assert len(new) == 1 and "config reload refused" in new[0], (what, new)
+                assert "Traceback" not in new[0], what
+                async with http.post(f"{process.url}/pay") as resp:
+                    assert resp.status == 400, what  # require_key still holds
+                key = {"Idempotency-Key": f"k-{n}"}
+                async with http.post(f"{process.url}/pay", headers=key) as resp:
+                    assert resp.status == 201, what
+        assert process.process is not None and process.process.poll() is None
+    finally:
+        assert process.stop() == 0
+
+
+async def _new_lines(process: GatewayProcess, before: int, text: str) -> list[str]:
+    """The log lines written since line `before` (but the requests' access lines), once one
+    of them holds `text`."""
+    deadline = time.monotonic() + 10
+    while True:
+        new = [line for line in process.log().splitlines()[before:] if ".access" not in line]
+        if any(text in line or "Traceback" in line for line in new):
+            return new
+        assert time.monotonic() < deadline, f"no {text!r} in the log"
+        await asyncio.sleep(0.02)

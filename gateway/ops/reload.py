@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.config.loading import load_settings
+from gateway.config.loading import load_settings, protects_nothing
 from gateway.errors import ConfigError
 from gateway.http.app import LIVE, SERVICES
 
@@ -33,8 +33,10 @@ def apply(app: web.Application, path: str | Path) -> bool:
     try:
         new = load_settings(path)
     except ConfigError as exc:
-        log.error("config reload refused, the running config stays: %s", exc)
-        return False
+        return _refused(str(exc))
+    unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
+    if unprotected is not None:
+        return _refused(f"{path}: {unprotected}")
     live = app[LIVE]
     old = live.settings
     fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
@@ -48,6 +50,13 @@ def apply(app: web.Application, path: str | Path) -> bool:
     logging.getLogger().setLevel(new.log_level.upper())
     log.info("config reloaded from %s (%d routes)", path, len(new.routes))
     return True
+
+
+def _refused(why: str) -> bool:
+    """One log line (several bad fields joined), as the start says it in one line."""
+    reason = "; ".join(line.strip() for line in why.splitlines() if line.strip())
+    log.error("config reload refused, the running config stays: %s", reason)
+    return False
 
 
 def reload_on_sighup(app: web.Application, path: str | Path) -> None:
