@@ -10,6 +10,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
@@ -18,7 +19,7 @@ from gateway.errors import ConfigError
 from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
-from gateway.ops.admin import attach_admin
+from gateway.ops.admin import MAX_WORKERS, attach_admin
 from gateway.ops.collector import tune_collector
 from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
@@ -132,8 +133,15 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
             embedded.close()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line (argparse prints its usage first), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="idem-gateway",
         usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
@@ -153,12 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", metavar="keys|schema")
+    commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
+    if not 1 <= args.workers <= MAX_WORKERS:  # each worker takes an admin port of the range
+        parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":
         sys.stdout.write(schema_text())
         return 0

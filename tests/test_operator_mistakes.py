@@ -103,6 +103,32 @@ def test_a_refused_start_says_the_same_line(tmp_path: Path) -> None:
     assert_one_line(result, "redis.url: 'redis://127.0.0.1:abc': its port is not a number")
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--workers", "0"], "idem-gateway: --workers must be from 1 to 64"),
+        (["--workers", "100000"], "idem-gateway: --workers must be from 1 to 64"),
+        (["--workers", "abc"], "idem-gateway: argument --workers: invalid int value: 'abc'"),
+        (["keys", "show", "k"], "idem-gateway keys show: the following arguments are required"),
+        (["keys", "resolve", "--route", "pay", "--status", "ok", "k"],
+         "idem-gateway keys resolve: argument --status: invalid int value: 'ok'"),
+    ],
+)  # fmt: skip
+def test_a_usage_mistake_is_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    assert_one_line(run_main(args, capsys), expected)
+
+
+def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path) -> None:
+    """As the XDG spec says; taken as given, it failed the start with a traceback."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text("routes:\n" + ROUTE)
+    env = {"XDG_STATE_HOME": "state", "HOME": str(tmp_path), "IDEM_STATE_DIR": ""}
+    result = gateway("--config", str(path), "keys", "show", "--route", "pay", "k", env=env)
+    assert_one_line(result, f"state_dir {tmp_path}/.local/state/idem-gateway; start it")
+
+
 async def test_a_running_gateway_refuses_each_broken_reload_and_keeps_serving(
     upstream, redis_url: str, tmp_path: Path
 ) -> None:
