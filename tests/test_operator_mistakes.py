@@ -19,6 +19,8 @@ import yaml
 from gateway.cli import main
 from testkit.procs import GatewayProcess
 
+from .tls_certs import private_ca
+
 ROUTE = "  - name: pay\n    path_prefix: /pay\n    upstream: http://127.0.0.1:9000\n"
 GOOD = "redis: {url: 'redis://127.0.0.1:6399'}\nroutes:\n" + ROUTE
 
@@ -177,3 +179,15 @@ async def _new_lines(process: GatewayProcess, before: int, text: str) -> list[st
             return new
         assert time.monotonic() < deadline, f"no {text!r} in the log"
         await asyncio.sleep(0.02)
+
+
+def test_tls_files_swapped_are_named_not_an_openssl_source_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert, key = private_ca(tmp_path).client_files()
+    for section in ("upstream_tls: {{cert: {0}, key: {1}}}", "upstream_tls: {{cert: {1}}}"):
+        path = tmp_path / "gateway.yaml"
+        path.write_text(GOOD + section.format(key, cert) + "\n")
+        result = run_main(["--check", str(path)], capsys)
+        assert_one_line(result, "cannot be loaded: not a PEM certificate and its private key")
+        assert "_ssl.c" not in result.stderr
