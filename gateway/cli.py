@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import errno
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -199,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
         return EXIT_CONFIG
     logs.configure(settings.log_level, settings.log_format)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)

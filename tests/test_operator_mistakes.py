@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
 from .tls_certs import private_ca
@@ -191,3 +192,41 @@ def test_tls_files_swapped_are_named_not_an_openssl_source_line(
         result = run_main(["--check", str(path)], capsys)
         assert_one_line(result, "cannot be loaded: not a PEM certificate and its private key")
         assert "_ssl.c" not in result.stderr
+
+
+def test_a_sighup_while_the_gateway_starts_does_not_end_it(redis_url: str, tmp_path: Path) -> None:
+    """A reload sent right after a start (before the reload handler is in place) used to
+    end the gateway without a word, as SIGHUP's default action does."""
+    port = free_port()
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"listen: {{port: {port}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=_sighup_by_default,  # whatever this test run inherited (nohup)
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not _ignores_sighup(process.pid):  # as soon as it can take one, long before
+            assert process.poll() is None, "the gateway ended before it served"
+            assert time.monotonic() < deadline, "SIGHUP is not ignored while the gateway starts"
+            time.sleep(0.005)
+        process.send_signal(signal.SIGHUP)
+        wait_for_port(port, process, 20)  # it went on to serve
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert b"Traceback" not in err
+
+
+def _sighup_by_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _ignores_sighup(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    return False

@@ -67,7 +67,8 @@ def reload_on_sighup(app: web.Application, path: str | Path) -> None:
         loop.add_signal_handler(signal.SIGHUP, apply, app, path)
         try:
             yield
-        finally:
+        finally:  # the default action would end the process in its last cleanups
             loop.remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     app.cleanup_ctx.append(handler)
