@@ -88,7 +88,7 @@ def serve(
 
         app = create_app(settings, url)
         if settings.admin is not None:
-            attach_admin(app, settings.admin, worker=worker)
+            attach_admin(app, settings.admin, worker=worker, public_address=(host, port))
         if config_path:
             reload_on_sighup(app, config_path)
         if worker:

@@ -230,3 +230,18 @@ def _ignores_sighup(pid: int) -> bool:
         if line.startswith("SigIgn:"):
             return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
     return False
+
+
+def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_start(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """`localhost` is `127.0.0.1`: the admin listener took the public address and the
+    gateway said it listened while every request reached the admin app (404)."""
+    port = free_port()
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"listen: {{host: 127.0.0.1, port: {port}}}\nadmin: {{host: localhost, port: {port}}}\n"
+        f"redis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
+    )
+    result = gateway("--config", str(path), "--workers", "1")
+    assert_one_line(result, f"admin.port: localhost:{port} is the public listener's address")
