@@ -189,16 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = path or "the built-in config (give one with --config)"
         print(f"idem-gateway: invalid config {where}: {unprotected}", file=sys.stderr)
         return EXIT_CONFIG
+    missing = tracing_unavailable(settings) if args.command != "keys" else None
+    if missing is not None:  # --check says it too: the start would refuse it
+        print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.check:
         routes = len(settings.routes)
         print(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})")
         return 0
     if args.command == "keys":
         return keyscli.run(args, settings)
-    missing = tracing_unavailable(settings)
-    if missing is not None:
-        print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
-        return EXIT_CONFIG
     logs.configure(settings.log_level, settings.log_format)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:

@@ -88,6 +88,13 @@ def run_main(
         (GOOD + "listen: {port: 8088}\nadmin: {port: 8088}\n",
          "admin.port 8088 is listen.port: the admin listener needs a port of its own"),
         (GOOD + "listen: {backlog: 99999999999}\n", "listen.backlog: 99999999999: Input should"),
+        # An upstream that is the gateway itself: each request forwarded to itself, forever.
+        (GOOD.replace("9000", "8080"),
+         "routes[0].upstream: 'http://127.0.0.1:8080' is this gateway's own listener"),
+        (GOOD + "listen: {host: 0.0.0.0, port: 9000}\n", "is this gateway's own listener"),
+        # A plain proxy with nowhere to go.
+        ("redis: {url: embedded}\npass_through: true\n",
+         "pass_through without routes or upstream: every request would get 404"),
     ],
 )  # fmt: skip
 def test_check_refuses_a_mistake_in_one_line(
@@ -245,3 +252,15 @@ def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_st
     )
     result = gateway("--config", str(path), "--workers", "1")
     assert_one_line(result, f"admin.port: localhost:{port} is the public listener's address")
+
+
+def test_check_says_tracing_needs_its_extra_as_the_start_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--check said OK to a file the start then refused."""
+    monkeypatch.setitem(sys.modules, "gateway.telemetry.tracing", None)  # the extra is missing
+    path = tmp_path / "gateway.yaml"
+    path.write_text(GOOD + "tracing: {enabled: true}\n")
+    result = run_main(["--check", str(path)], capsys)
+    assert_one_line(result, "tracing.enabled needs the otel extra")
+    assert result.stdout == ""

@@ -166,6 +166,10 @@ def protects_nothing(settings: Settings) -> str | None:
     """Why a config would start a gateway that protects nothing, or None. A gateway with no
     routes would forward (or refuse) every request without idempotency: almost always a
     mistake, so it takes `pass_through: true` to run one on purpose."""
-    if settings.routes or settings.pass_through:
+    if settings.routes:
         return None
-    return "no routes: the gateway would protect nothing (add routes, or pass_through: true)"
+    if not settings.pass_through:
+        return "no routes: the gateway would protect nothing (add routes, or pass_through: true)"
+    if settings.upstream is None:
+        return "pass_through without routes or upstream: every request would get 404"
+    return None

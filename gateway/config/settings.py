@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.config import coherence
 from gateway.config.policy import Policy, Route, _Model
 from gateway.config.state import default_state_dir
 from gateway.config.tls import UpstreamTls, load_files
@@ -255,36 +256,10 @@ class Settings(_Model):
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Settings:
-        seen: set[str] = set()
-        prefixes: dict[str, str] = {}
-        for route in self.routes:
-            if route.name in seen:
-                raise ValueError(f"route name {route.name!r} is used twice")
-            seen.add(route.name)
-            # Matched without case or a trailing slash (core.routing): one would never win.
-            prefix = route.path_prefix.rstrip("/").lower()
-            if prefix in prefixes:
-                raise ValueError(
-                    f"routes {prefixes[prefix]!r} and {route.name!r} have the same "
-                    f"path_prefix ({route.path_prefix!r}): one of them would never be used"
-                )
-            prefixes[prefix] = route.name
-        return self
-
-    @model_validator(mode="after")
-    def _admin_port_of_its_own(self) -> Settings:
-        admin, listen = self.admin, self.listen
-        anywhere = ("0.0.0.0", "::", "")
-        if (
-            admin is not None
-            and admin.port == listen.port != 0
-            and (admin.host == listen.host or {admin.host, listen.host} & set(anywhere))
-        ):
-            raise ValueError(
-                f"admin.port {admin.port} is listen.port: the admin listener needs a port "
-                "of its own"
-            )
+    def _coherent(self) -> Settings:
+        admin = (self.admin.host, self.admin.port) if self.admin else None
+        listen = (self.listen.host, self.listen.port)
+        coherence.check(self.routes, listen, admin, self.upstream)  # across the sections
         return self
 
     def longest_hold(self) -> float:
