@@ -264,3 +264,27 @@ def test_check_says_tracing_needs_its_extra_as_the_start_does(
     result = run_main(["--check", str(path)], capsys)
     assert_one_line(result, "tracing.enabled needs the otel extra")
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("resolve", "expected"),
+    [
+        (["--status", "200", "--content-type", "text/plain\r\nSet-Cookie: session=x"],
+         "content type 'text/plain\\r\\nSet-Cookie: session=x' is not a header value"),
+        (["--status", "101"], "101 is not the status of a final answer (200 to 599)"),
+        (["--status", "204", "--body-file", __file__], "a 204 answer has no body"),
+    ],
+)  # fmt: skip
+def test_keys_resolve_refuses_an_answer_no_replay_could_send(
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    resolve: list[str],
+    expected: str,
+) -> None:
+    """Checked before Redis is asked: a CR LF in the content type would have been written
+    into every replay of the key, a 1xx or a 204 with a body would be no answer at all."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"redis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE)
+    args = ["--config", str(path), "keys", "resolve", "--route", "pay", *resolve, "key-1"]
+    assert_one_line(run_main(args, capsys), f"idem-gateway keys: {expected}")
