@@ -172,6 +172,17 @@ async def test_a_running_gateway_refuses_each_broken_reload_and_keeps_serving(
                 key = {"Idempotency-Key": f"k-{n}"}
                 async with http.post(f"{process.url}/pay", headers=key) as resp:
                     assert resp.status == 201, what
+
+            # Not a mistake to refuse, but its cost is said: the records stay behind.
+            renamed = good_text.replace("name: pay", "name: payments")
+            process.config_path.write_text(renamed)
+            before = len(process.log().splitlines())
+            process.signal(signal.SIGHUP)
+            new = await _new_lines(process, before, "config reloaded")
+            assert any(
+                "keys recorded under route 'pay' (gone, or renamed) are no longer replayed" in line
+                for line in new
+            ), new
         assert process.process is not None and process.process.poll() is None
     finally:
         assert process.stop() == 0
