@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -51,6 +52,7 @@ def serve(
     config_path: str | None = None,
     redis_url: str | None = None,
     listen_fd: int | None = None,
+    ready_fd: int | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
@@ -77,6 +79,9 @@ def serve(
         routes = len(settings.routes)
 
         def listening(_: str) -> None:  # run_app calls it once the server accepts
+            if ready_fd is not None:  # the --workers parent waits for it to start the rest
+                os.write(ready_fd, b"1")
+                os.close(ready_fd)
             log.info(
                 "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
                 host,
@@ -121,13 +126,17 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
-        log.info("embedded redis-server started for %d workers at %s", workers, url)
     start_listening(sock, listen.backlog)
     host, port = sock.getsockname()[:2]
-    log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
+
+    def serving() -> None:  # said once the first worker serves: a refused start is one line
+        if embedded is not None:
+            log.info("embedded redis-server started for %d workers at %s", workers, url)
+        log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
+
     try:
         command = worker_command(config, url, sock.fileno())
-        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run()
+        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run(serving)
     finally:
         sock.close()
         if embedded is not None:
@@ -162,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
@@ -204,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
-        serve(settings, path, args.redis_url, args.listen_fd)
+        serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd)
     except ListenError as exc:
         print(f"idem-gateway: {exc}", file=sys.stderr)
         return EXIT_LISTEN

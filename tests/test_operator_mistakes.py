@@ -299,3 +299,19 @@ def test_keys_resolve_refuses_an_answer_no_replay_could_send(
     path.write_text(f"redis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE)
     args = ["--config", str(path), "keys", "resolve", "--route", "pay", *resolve, "key-1"]
     assert_one_line(run_main(args, capsys), f"idem-gateway keys: {expected}")
+
+
+def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """`--workers N` is the default on a machine of N cores: each worker said the same line,
+    was restarted three times, and the parent exited 1 among its own log lines."""
+    (tmp_path / "a-file").write_bytes(b"")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\n"
+        f"blob: {{url: 'file://{tmp_path}/a-file/blobs'}}\nroutes:\n" + ROUTE
+    )
+    result = gateway("--config", str(path), "--workers", "2")
+    assert_one_line(result, "cannot start: blob.url:")
+    assert "is not a writable directory" in result.stderr
