@@ -315,3 +315,18 @@ def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
     result = gateway("--config", str(path), "--workers", "2")
     assert_one_line(result, "cannot start: blob.url:")
     assert "is not a writable directory" in result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_refused_start_with_the_embedded_redis_is_one_line(tmp_path: Path, workers: str) -> None:
+    """The default Redis: its start was logged (twice) before the line saying why the
+    gateway could not start."""
+    (tmp_path / "a-file").write_bytes(b"")
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"listen: {{port: {free_port()}}}\nredis: {{url: embedded}}\n"
+        f"state_dir: {tmp_path}/state\nblob: {{url: 'file://{tmp_path}/a-file/blobs'}}\n"
+        "routes:\n" + ROUTE
+    )
+    result = gateway("--config", str(path), "--workers", workers)
+    assert_one_line(result, "is not a writable directory")
