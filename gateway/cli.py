@@ -209,8 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 1 <= args.workers <= MAX_WORKERS:  # each worker takes an admin port of the range
         parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":
-        sys.stdout.write(schema_text())
-        return 0
+        return say(schema_text())
 
     path = args.check or args.config
     try:
@@ -235,8 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.check:
         routes = len(settings.routes)
-        print(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})")
-        return 0
+        return say(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})\n")
     if args.command == "keys":
         return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
@@ -252,6 +250,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
         print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
+    return 0
+
+
+def say(text: str) -> int:
+    """Write `text` to standard output: 0, or 1 and one line when it cannot be written (a
+    full disk under `schema > config/schema.json`, a closed pipe)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        # What is still buffered would fail again, with a traceback, as Python exits.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"idem-gateway: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -330,3 +330,18 @@ def test_a_refused_start_with_the_embedded_redis_is_one_line(tmp_path: Path, wor
     )
     result = gateway("--config", str(path), "--workers", workers)
     assert_one_line(result, "is not a writable directory")
+
+
+@pytest.mark.parametrize("args", [["schema"], ["--check", "GOOD"]])
+def test_output_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    """`idem-gateway schema > config/schema.json` on a full disk ended in a traceback."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(GOOD)
+    args = [str(path) if arg == "GOOD" else arg for arg in args]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway", *args],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=30,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == "idem-gateway: cannot write the output: No space left on device\n"
