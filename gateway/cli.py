@@ -206,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     args = parser.parse_args(argv)
+    for option, given in (("--check", args.check), ("--config", getattr(args, "config", None))):
+        if given == "":  # `--check "$CONFIG"` with CONFIG unset: not the built-in config
+            parser.error(f"{option} needs a file name, got an empty one")
     if not 1 <= args.workers <= MAX_WORKERS:  # each worker takes an admin port of the range
         parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":

@@ -119,6 +119,8 @@ def test_a_refused_start_says_the_same_line(tmp_path: Path) -> None:
         (["--workers", "0"], "idem-gateway: --workers must be from 1 to 64"),
         (["--workers", "100000"], "idem-gateway: --workers must be from 1 to 64"),
         (["--workers", "abc"], "idem-gateway: argument --workers: invalid int value: 'abc'"),
+        (["--check", ""], "idem-gateway: --check needs a file name, got an empty one"),
+        (["--config", "", "keys", "show", "--route", "pay", "k"], "--config needs a file name"),
         (["keys", "show", "k"], "idem-gateway keys show: the following arguments are required"),
         (["keys", "resolve", "--route", "pay", "--status", "ok", "k"],
          "idem-gateway keys resolve: argument --status: invalid int value: 'ok'"),
