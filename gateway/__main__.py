@@ -7,6 +7,10 @@ import sys
 # reload right after a start) must not end it, as by default it would: ignored until then.
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-from gateway.cli import main  # noqa: E402 - after the signal, before the slow imports
+try:
+    from gateway.cli import main
+except KeyboardInterrupt:  # Ctrl-C during the imports: main() cannot say it yet
+    print("idem-gateway: interrupted before it served", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

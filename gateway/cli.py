@@ -34,6 +34,7 @@ log = logging.getLogger("gateway")
 # Exit codes of a gateway that cannot start (docs/operations.md).
 EXIT_CONFIG = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
 EXIT_LISTEN = 3  # the listen address is in use or not allowed
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT) while starting, as a shell reports it
 
 
 class _StartLines(logging.Filter):
@@ -181,6 +182,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the gateway serves (then it drains instead)
+        return interrupted()
+
+
+def interrupted() -> int:
+    print("idem-gateway: interrupted before it served", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _Parser(
         prog="idem-gateway",
         usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",

@@ -347,3 +347,28 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[st
         )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr == "idem-gateway: cannot write the output: No space left on device\n"
+
+
+def test_ctrl_c_while_the_gateway_starts_is_one_line(redis_url: str, tmp_path: Path) -> None:
+    """Before it serves (aiohttp then drains on SIGINT), a Ctrl-C was a KeyboardInterrupt
+    traceback from wherever the start was."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "1"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        preexec_fn=_sigint_by_default, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while not _ignores_sighup(process.pid):  # the gateway's first line ran: Python is up
+        assert time.monotonic() < deadline, "the gateway did not start"
+        time.sleep(0.002)
+    process.send_signal(signal.SIGINT)  # long before it can serve
+    _, err = process.communicate(timeout=30)
+    assert (process.returncode, err) == (130, "idem-gateway: interrupted before it served\n")
+
+
+def _sigint_by_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job ignores it
