@@ -10,7 +10,7 @@ signal.signal(signal.SIGHUP, signal.SIG_IGN)
 try:
     from gateway.cli import main
 except KeyboardInterrupt:  # Ctrl-C during the imports: main() cannot say it yet
-    print("idem-gateway: interrupted before it served", file=sys.stderr)
+    print("idem-gateway: interrupted", file=sys.stderr)
     sys.exit(130)
 
 sys.exit(main())

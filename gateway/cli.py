@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def interrupted() -> int:
-    print("idem-gateway: interrupted before it served", file=sys.stderr)
+    print("idem-gateway: interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
