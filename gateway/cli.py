@@ -28,6 +28,7 @@ from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
+from gateway.telemetry.logs import START_LINES
 
 log = logging.getLogger("gateway")
 
@@ -35,34 +36,6 @@ log = logging.getLogger("gateway")
 EXIT_CONFIG = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
 EXIT_LISTEN = 3  # the listen address is in use or not allowed
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT) while starting, as a shell reports it
-
-
-class _StartLines(logging.Filter):
-    """Info lines said while the gateway starts, held back until it serves: a start that
-    fails then says only its one line, not the embedded Redis's start before it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.held: list[logging.LogRecord] | None = None  # None: not holding
-
-    def hold(self) -> None:
-        self.held = []
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(self)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.held is None or record.levelno >= logging.WARNING:
-            return True
-        self.held.append(record)
-        return False
-
-    def release(self) -> None:
-        held, self.held = self.held or [], None
-        for record in held:
-            logging.getLogger().handle(record)
-
-
-_START_LINES = _StartLines()
 
 
 def new_loop(kind: str) -> asyncio.AbstractEventLoop:
@@ -108,7 +81,7 @@ def serve(
         routes = len(settings.routes)
 
         def listening(_: str) -> None:  # run_app calls it once the server accepts
-            _START_LINES.release()
+            START_LINES.release()
             if ready_fd is not None:  # the --workers parent waits for it to start the rest
                 os.write(ready_fd, b"1")
                 os.close(ready_fd)
@@ -160,7 +133,7 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
     host, port = sock.getsockname()[:2]
 
     def serving() -> None:  # said once the first worker serves: a refused start is one line
-        _START_LINES.release()
+        START_LINES.release()
         if embedded is not None:
             log.info("embedded redis-server started for %d workers at %s", workers, url)
         log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
@@ -254,7 +227,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "keys":
         return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
-    _START_LINES.hold()
+    START_LINES.hold()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:
         if args.workers > 1 and not args.worker:
