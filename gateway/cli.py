@@ -6,10 +6,13 @@ import argparse
 import asyncio
 import errno
 import logging
+import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
@@ -18,19 +21,21 @@ from gateway.errors import ConfigError
 from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, create_app
 from gateway.ops import keyscli
-from gateway.ops.admin import attach_admin
+from gateway.ops.admin import MAX_WORKERS, attach_admin
 from gateway.ops.collector import tune_collector
 from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
+from gateway.telemetry.logs import START_LINES
 
 log = logging.getLogger("gateway")
 
 # Exit codes of a gateway that cannot start (docs/operations.md).
 EXIT_CONFIG = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
 EXIT_LISTEN = 3  # the listen address is in use or not allowed
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT) while starting, as a shell reports it
 
 
 def new_loop(kind: str) -> asyncio.AbstractEventLoop:
@@ -49,6 +54,7 @@ def serve(
     config_path: str | None = None,
     redis_url: str | None = None,
     listen_fd: int | None = None,
+    ready_fd: int | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
@@ -75,6 +81,10 @@ def serve(
         routes = len(settings.routes)
 
         def listening(_: str) -> None:  # run_app calls it once the server accepts
+            START_LINES.release()
+            if ready_fd is not None:  # the --workers parent waits for it to start the rest
+                os.write(ready_fd, b"1")
+                os.close(ready_fd)
             log.info(
                 "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
                 host,
@@ -86,7 +96,7 @@ def serve(
 
         app = create_app(settings, url)
         if settings.admin is not None:
-            attach_admin(app, settings.admin, worker=worker)
+            attach_admin(app, settings.admin, worker=worker, public_address=(host, port))
         if config_path:
             reload_on_sighup(app, config_path)
         if worker:
@@ -119,21 +129,45 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
-        log.info("embedded redis-server started for %d workers at %s", workers, url)
     start_listening(sock, listen.backlog)
     host, port = sock.getsockname()[:2]
-    log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
+
+    def serving() -> None:  # said once the first worker serves: a refused start is one line
+        START_LINES.release()
+        if embedded is not None:
+            log.info("embedded redis-server started for %d workers at %s", workers, url)
+        log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
+
     try:
         command = worker_command(config, url, sock.fileno())
-        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run()
+        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run(serving)
     finally:
         sock.close()
         if embedded is not None:
             embedded.close()
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes in one line (argparse prints its usage first), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the gateway serves (then it drains instead)
+        return interrupted()
+
+
+def interrupted() -> int:
+    print("idem-gateway: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _Parser(
         prog="idem-gateway",
         usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
@@ -153,15 +187,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", metavar="keys|schema")
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error("--workers must be at least 1")
+    for option, given in (("--check", args.check), ("--config", getattr(args, "config", None))):
+        if given == "":  # `--check "$CONFIG"` with CONFIG unset: not the built-in config
+            parser.error(f"{option} needs a file name, got an empty one")
+    if not 1 <= args.workers <= MAX_WORKERS:  # each worker takes an admin port of the range
+        parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":
-        sys.stdout.write(schema_text())
-        return 0
+        return say(schema_text())
 
     path = args.check or args.config
     try:
@@ -180,27 +217,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = path or "the built-in config (give one with --config)"
         print(f"idem-gateway: invalid config {where}: {unprotected}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.check:
-        routes = len(settings.routes)
-        print(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})")
-        return 0
-    if args.command == "keys":
-        return keyscli.run(args, settings)
-    missing = tracing_unavailable(settings)
-    if missing is not None:
+    missing = tracing_unavailable(settings) if args.command != "keys" else None
+    if missing is not None:  # --check says it too: the start would refuse it
         print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.check:
+        routes = len(settings.routes)
+        return say(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})\n")
+    if args.command == "keys":
+        return keyscli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
+    START_LINES.hold()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
-        serve(settings, path, args.redis_url, args.listen_fd)
+        serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd)
     except ListenError as exc:
         print(f"idem-gateway: {exc}", file=sys.stderr)
         return EXIT_LISTEN
     except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
         print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_CONFIG
+    return 0
+
+
+def say(text: str) -> int:
+    """Write `text` to standard output: 0, or 1 and one line when it cannot be written (a
+    full disk under `schema > config/schema.json`, a closed pipe)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        # What is still buffered would fail again, with a traceback, as Python exits.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"idem-gateway: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -34,7 +34,16 @@ def test_defaults_are_inherited_and_overridden() -> None:
     settings = settings_from_dict(
         {
             "defaults": {"lease": "10s", "timeouts": {"connect": "1s", "total": "9s"}},
-            "routes": [ROUTE, {**ROUTE, "name": "b", "lease": "2m", "timeouts": {"total": "1m"}}],
+            "routes": [
+                ROUTE,
+                {
+                    **ROUTE,
+                    "name": "b",
+                    "path_prefix": "/b",
+                    "lease": "2m",
+                    "timeouts": {"total": "1m"},
+                },
+            ],
         }
     )
     a, b = settings.routes

@@ -21,6 +21,7 @@ from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory
 from .faultkit import until
+from .tls_certs import private_ca
 from .topologies import SentinelServers, start_all, wait_until
 from .upstream import CountingUpstream
 
@@ -96,7 +97,7 @@ def test_topology_settings_are_validated(redis_section: dict[str, object], messa
     assert message in str(caught.value)
 
 
-def test_topologies_and_tls_options() -> None:
+def test_topologies_and_tls_options(tmp_path: Path) -> None:
     sentinel = settings_from_dict(
         {"redis": {"sentinel": {"nodes": ["10.0.0.1:26379"], "service": "main"}}}
     ).redis
@@ -107,12 +108,13 @@ def test_topologies_and_tls_options() -> None:
     ).redis
     assert cluster.topology == "cluster"
     assert tls_options(cluster)["ssl_cert_reqs"] == "required"
+    ca = private_ca(tmp_path).ca_file  # loaded when the config is read
     single = settings_from_dict(
-        {"redis": {"url": "rediss://cache:6380", "tls": {"ca": "/ca.pem", "verify": False}}}
+        {"redis": {"url": "rediss://cache:6380", "tls": {"ca": ca, "verify": False}}}
     ).redis
     assert single.topology == "single"
     assert tls_options(single) == {
-        "ssl_ca_certs": "/ca.pem",
+        "ssl_ca_certs": ca,
         "ssl_certfile": None,
         "ssl_keyfile": None,
         "ssl_cert_reqs": "none",
@@ -128,8 +130,11 @@ def test_topologies_and_tls_options() -> None:
         ("redis-cluster.yaml", "cluster"),
     ],
 )
-def test_example_configs_load(name: str, topology: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_example_configs_load(
+    name: str, topology: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("IDEM_REDIS_PASSWORD", "secret")
+    monkeypatch.setenv("IDEM_REDIS_CA", private_ca(tmp_path).ca_file)  # the TLS example's
     settings = load_settings(Path(__file__).parent.parent / "config" / name)
     assert settings.redis.topology == topology
 

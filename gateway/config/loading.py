@@ -104,14 +104,50 @@ def settings_from_dict(raw: Any) -> Settings:
 def load_settings(path: str | Path) -> Settings:
     """Read, expand and validate a YAML config file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        raw = yaml.safe_load(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a file saved in Latin-1, or not a config at all
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        byte = data[exc.start]
+        raise ConfigError(f"{path}:{line}:{column}: not UTF-8 (byte 0x{byte:02x})") from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader
+    except yaml.reader.ReaderError as exc:  # a control character, e.g. a NUL byte
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        why = f"character #x{exc.character:04x} is not allowed"
+        raise ConfigError(f"{path}:{line}:{column}: not valid YAML: {why}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}{_where(exc)}: not valid YAML: {_what(exc)}") from None
+    except RecursionError:  # PyYAML recurses once per level of nesting
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     return settings_from_dict(raw)
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping: PyYAML keeps the last one
+    silently, so a second `listen:` or `lease:` further down would win unnoticed."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the safe loader names it below
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def _where(exc: yaml.YAMLError) -> str:
@@ -130,6 +166,10 @@ def protects_nothing(settings: Settings) -> str | None:
     """Why a config would start a gateway that protects nothing, or None. A gateway with no
     routes would forward (or refuse) every request without idempotency: almost always a
     mistake, so it takes `pass_through: true` to run one on purpose."""
-    if settings.routes or settings.pass_through:
+    if settings.routes:
         return None
-    return "no routes: the gateway would protect nothing (add routes, or pass_through: true)"
+    if not settings.pass_through:
+        return "no routes: the gateway would protect nothing (add routes, or pass_through: true)"
+    if settings.upstream is None:
+        return "pass_through without routes or upstream: every request would get 404"
+    return None

@@ -16,7 +16,7 @@ from pydantic import (
 from pydantic.json_schema import WithJsonSchema
 
 from gateway.config.reconcile import Reconcile
-from gateway.config.units import Duration, HttpUrl, Size
+from gateway.config.units import Duration, Origin, Size
 from gateway.core.decision import records
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -159,7 +159,7 @@ class Policy(_Model):
             raise ValueError(f"{value!r} is not a header name")
         return value
 
-    @field_validator("key_headers", "replay_header")
+    @field_validator("key_headers", "replay_header", "scope")
     @classmethod
     def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
@@ -182,4 +182,12 @@ class Policy(_Model):
 class Route(Policy):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     path_prefix: str = Field(pattern=r"^/")
-    upstream: HttpUrl
+    upstream: Origin
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _path_only(cls, value: str) -> str:
+        # A path never holds these: a prefix with one would match no request at all.
+        if any(c in "?#" or c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not a path: no query, fragment or white space")
+        return value

@@ -13,16 +13,17 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from gateway.config import coherence
 from gateway.config.policy import Policy, Route, _Model
 from gateway.config.state import default_state_dir
-from gateway.config.tls import UpstreamTls
-from gateway.config.units import Duration, HostPort, HttpUrl, Size
+from gateway.config.tls import UpstreamTls, load_files
+from gateway.config.units import Duration, HostPort, HttpUrl, Origin, Size, redis_url_problem
 
 
 class Listen(_Model):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    backlog: int = Field(default=4096, ge=1)
+    backlog: int = Field(default=4096, ge=1, le=2**31 - 1)  # a C int
     # SO_REUSEPORT: independent gateways may share the port. Only for gateways that all use
     # the same external Redis (each embedded Redis would hold its own records).
     reuse_port: bool = False
@@ -82,6 +83,12 @@ class Tls(_Model):
     key: str | None = None
     verify: bool = True  # check the server certificate and host name
 
+    @model_validator(mode="after")
+    def _files_load(self) -> Tls:
+        # Loaded now, as redis-py loads them only at its first connection (a traceback).
+        load_files(self.ca, self.cert, self.key)
+        return self
+
 
 class SentinelSettings(_Model):
     nodes: tuple[HostPort, ...] = Field(min_length=1)  # the sentinels
@@ -122,6 +129,9 @@ class RedisSettings(_Model):
             return value
         if urlsplit(value).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"{value!r} is not 'embedded' or a redis://, rediss:// or unix:// URL")
+        problem = redis_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"{value!r}: {problem}")
         return value
 
     @model_validator(mode="after")
@@ -215,7 +225,7 @@ class Settings(_Model):
     log_format: Literal["json", "text"] = "json"
     tracing: TracingSettings = TracingSettings()
     admin: Admin | None = None  # no admin listener unless configured
-    upstream: HttpUrl | None = None  # where paths that match no route go; None -> 404
+    upstream: Origin | None = None  # where paths that match no route go; None -> 404
     upstream_tls: UpstreamTls = UpstreamTls()  # to every https:// upstream, both clients
     defaults: Policy = Policy()
     routes: tuple[Route, ...] = ()
@@ -246,12 +256,10 @@ class Settings(_Model):
         return self
 
     @model_validator(mode="after")
-    def _unique_names(self) -> Settings:
-        seen: set[str] = set()
-        for route in self.routes:
-            if route.name in seen:
-                raise ValueError(f"route name {route.name!r} is used twice")
-            seen.add(route.name)
+    def _coherent(self) -> Settings:
+        admin = (self.admin.host, self.admin.port) if self.admin else None
+        listen = (self.listen.host, self.listen.port)
+        coherence.check(self.routes, listen, admin, self.upstream)  # across the sections
         return self
 
     def longest_hold(self) -> float:

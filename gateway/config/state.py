@@ -17,7 +17,9 @@ def default_state_dir() -> str:
         if not Path(given).is_absolute():  # as a relative `state_dir` in the config is
             raise ConfigError(f"IDEM_STATE_DIR {given!r} must be an absolute path")
         return given
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if not Path(base).is_absolute():  # unset, or relative: ignored, as the XDG spec says
+        base = str(Path.home() / ".local" / "state")
     return str(Path(base) / "idem-gateway")
 
 

@@ -46,12 +46,22 @@ class UpstreamTls(_Model):
                 why = "the key is encrypted; give it without a passphrase"
                 raise ValueError(f"{pair} cannot be loaded: {why}") from None
             except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"{pair} cannot be loaded: {_why(exc)}") from None
+                why = _why(exc, "a PEM certificate and its private key (swapped, or no key?)")
+                raise ValueError(f"{pair} cannot be loaded: {why}") from None
         if not self.verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         context.set_alpn_protocols(["http/1.1"])
         return context
+
+
+def load_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    """Raise ValueError naming the first of these PEM files that cannot be used (as
+    `UpstreamTls.context` does), so a bad one fails `--check`, not the first connection."""
+    if key is not None and cert is None:
+        raise ValueError("key needs cert: the client certificate it belongs to")
+    if ca is not None or cert is not None:
+        UpstreamTls.model_construct(ca=ca, cert=cert, key=key).context()
 
 
 class _Encrypted(Exception):
@@ -64,8 +74,10 @@ def _no_passphrase() -> bytes:
     raise _Encrypted
 
 
-def _why(exc: OSError | ssl.SSLError) -> str:
-    """What went wrong, without the C source location ssl adds to its messages."""
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        return exc.reason.lower().replace("_", " ")
+def _why(exc: OSError | ssl.SSLError, expected: str = "PEM") -> str:
+    """What went wrong, without the C source location ssl adds to its messages. OpenSSL
+    gives no reason for a file that is not what was `expected` (a key given as the cert,
+    the two swapped): only "[SSL] PEM lib (_ssl.c:3905)"."""
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason.lower().replace("_", " ") if exc.reason else f"not {expected}"
     return exc.strerror or str(exc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -23,6 +24,10 @@ _SIZE_UNITS = {
     "GiB": 2**30,
 }
 
+# The longest duration a config may give: ten years. Past it Redis refuses the expiry
+# (`retention` in milliseconds overflows) and every request would fail at run time.
+MAX_DURATION = 3650 * 86400.0
+
 
 def parse_duration(value: Any) -> float:
     """Seconds from ``1.5``, ``500ms``, ``30s``, ``5m``, ``24h`` or ``7d``."""
@@ -35,8 +40,10 @@ def parse_duration(value: Any) -> float:
         if not match:
             raise ValueError(f"{value!r} is not a duration (like 500ms, 30s, 5m, 24h)")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds <= 0:
+    if math.isnan(seconds) or seconds <= 0:  # YAML's .nan and .inf are floats too
         raise ValueError(f"{value!r} must be a positive duration")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is longer than the longest duration, 3650d")
     return seconds
 
 
@@ -95,6 +102,29 @@ HttpUrl = Annotated[
 ]
 
 
+def _origin(value: Any) -> Any:
+    """An upstream: the request's path and query are appended to it, so a query or fragment
+    would swallow them, and credentials in it clash with a client's own Authorization."""
+    url = _http_url(value)
+    parts = urlsplit(url)
+    if parts.username is not None or parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError(
+            f"{value!r} is not an upstream: http(s)://host[:port][/base-path], "
+            "without user@, ?query or #fragment"
+        )
+    if any(c.isspace() or ord(c) < 0x20 for c in parts.netloc):
+        raise ValueError(f"{value!r} has a space or control character in its host")
+    return url
+
+
+# Where requests are forwarded: an http(s) origin, perhaps with a base path.
+Origin = Annotated[
+    str,
+    BeforeValidator(_origin),
+    WithJsonSchema({"type": "string", "pattern": "^https?://[^/]+"}),
+]
+
+
 def _host_port(value: Any) -> Any:
     host, sep, port = str(value).rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -107,3 +137,21 @@ HostPort = Annotated[
     BeforeValidator(_host_port),
     WithJsonSchema({"type": "string", "pattern": "^.+:[0-9]{1,5}$"}),
 ]
+
+
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a redis://, rediss:// or unix:// URL, or None. redis-py would
+    fail on a bad port only once the gateway runs, and ignores a database that is not a
+    number, silently using database 0."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return "its port is not a number from 1 to 65535"
+    if parts.scheme == "unix":
+        return None if parts.path else "a unix:// URL needs the socket's path"
+    if not parts.hostname:
+        return "it names no host"
+    if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        return f"{parts.path!r} is not a database number"
+    return None

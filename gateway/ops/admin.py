@@ -11,6 +11,7 @@ import base64
 import binascii
 import hmac
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -191,7 +192,12 @@ def create_admin_app(
     return app
 
 
-def attach_admin(public: web.Application, settings: Admin, worker: bool = False) -> AdminState:
+def attach_admin(
+    public: web.Application,
+    settings: Admin,
+    worker: bool = False,
+    public_address: tuple[str, int] | None = None,
+) -> AdminState:
     """Serve the admin app beside `public` for as long as it runs; call before it starts.
 
     A worker of `--workers N` takes the first free port of `admin.port`, `admin.port + 1`, ...
@@ -211,6 +217,12 @@ def attach_admin(public: web.Application, settings: Admin, worker: bool = False)
                 sock = bind_first_free(settings.host, settings.port, MAX_WORKERS if worker else 1)
             except ListenError as exc:
                 raise ConfigError(f"admin.port: {exc}") from None
+            if public_address is not None and _same_address(sock, public_address):
+                sock.close()
+                raise ConfigError(
+                    f"admin.port: {settings.host}:{settings.port} is the public listener's "
+                    "address (listen.host, listen.port): the admin listener needs its own"
+                )
             # A site on a socket bound here: a port lost to a sibling worker is skipped before
             # aiohttp registers a site for it (a failed TCPSite stays in the runner's sites).
             await web.SockSite(runner, sock).start()
@@ -223,3 +235,12 @@ def attach_admin(public: web.Application, settings: Admin, worker: bool = False)
     public.on_shutdown.append(draining)
     public.cleanup_ctx.append(listener)
     return state
+
+
+def _same_address(sock: socket.socket, public: tuple[str, int]) -> bool:
+    """Whether `sock` took the public listener's address. The public socket is bound but
+    listens only once the gateway serves, so the kernel lets the admin socket take its
+    address (both reuse it) and the public listener then takes no connection at all:
+    `localhost` and `127.0.0.1` are one address that the config's check cannot see."""
+    host, port = sock.getsockname()[:2]
+    return port == public[1] and (host == public[0] or bool({host, public[0]} & {"0.0.0.0", "::"}))

@@ -124,8 +124,12 @@ async def resolve_with(
     store: Store, route: Route, rkey: str, status: int, body: bytes, content_type: str | None
 ) -> None:
     """Store the result an operator knows for an UNKNOWN outcome; retries replay it."""
-    if not 100 <= status <= 599:
-        raise KeyOpError(400, f"{status} is not an HTTP status")
+    if not 200 <= status <= 599:  # a 1xx is never an answer's final status
+        raise KeyOpError(400, f"{status} is not the status of a final answer (200 to 599)")
+    if body and status in (204, 304):
+        raise KeyOpError(400, f"a {status} answer has no body")
+    if content_type is not None and not _header_value(content_type):
+        raise KeyOpError(400, f"content type {content_type!r} is not a header value")
     record = Record(
         status=status,
         headers=[("Content-Type", content_type)] if content_type else [],
@@ -138,6 +142,12 @@ async def resolve_with(
         fields, _ = await store.inspect(rkey)
         state = fields.get(b"s", b"").decode() or "absent"
         raise _not_unknown(state)
+
+
+def _header_value(value: str) -> bool:
+    """Printable Latin-1 (tabs allowed): a CR or LF would let one value write more header
+    lines into every replay of the key."""
+    return all(c == "\t" or (" " <= c <= "~") or ("\xa0" <= c <= "\xff") for c in value)
 
 
 def _not_unknown(state: str) -> KeyOpError:

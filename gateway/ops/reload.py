@@ -16,7 +16,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.config.loading import load_settings
+from gateway.config.loading import load_settings, protects_nothing
+from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import LIVE, SERVICES
 
@@ -33,8 +34,10 @@ def apply(app: web.Application, path: str | Path) -> bool:
     try:
         new = load_settings(path)
     except ConfigError as exc:
-        log.error("config reload refused, the running config stays: %s", exc)
-        return False
+        return _refused(str(exc))
+    unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
+    if unprotected is not None:
+        return _refused(f"{path}: {unprotected}")
     live = app[LIVE]
     old = live.settings
     fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
@@ -43,11 +46,39 @@ def apply(app: web.Application, path: str | Path) -> bool:
             "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
         )
         new = new.model_copy(update={name: getattr(old, name) for name in fixed})
+    orphaned = _orphaned(old, new)
+    if orphaned:
+        log.warning(
+            "config reload: keys recorded under route %s are no longer replayed: a retry of "
+            "one runs upstream again",
+            ", ".join(orphaned),
+        )
     app[SERVICES].upstreams.add(new.upstreams())
     live.settings = new
     logging.getLogger().setLevel(new.log_level.upper())
     log.info("config reloaded from %s (%d routes)", path, len(new.routes))
     return True
+
+
+def _orphaned(old: Settings, new: Settings) -> list[str]:
+    """The routes whose records the new config can no longer find: a record's Redis key
+    holds its route's name and the hash of its scope values (core.keys)."""
+    kept = {route.name: route for route in new.routes}
+    found = []
+    for route in old.routes:
+        now = kept.get(route.name)
+        if now is None:
+            found.append(f"{route.name!r} (gone, or renamed)")
+        elif [h.lower() for h in now.scope] != [h.lower() for h in route.scope]:
+            found.append(f"{route.name!r} (its scope changed)")
+    return found
+
+
+def _refused(why: str) -> bool:
+    """One log line (several bad fields joined), as the start says it in one line."""
+    reason = "; ".join(line.strip() for line in why.splitlines() if line.strip())
+    log.error("config reload refused, the running config stays: %s", reason)
+    return False
 
 
 def reload_on_sighup(app: web.Application, path: str | Path) -> None:
@@ -58,7 +89,8 @@ def reload_on_sighup(app: web.Application, path: str | Path) -> None:
         loop.add_signal_handler(signal.SIGHUP, apply, app, path)
         try:
             yield
-        finally:
+        finally:  # the default action would end the process in its last cleanups
             loop.remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     app.cleanup_ctx.append(handler)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -70,12 +71,38 @@ class Supervisor:
         self.stopping = False
         self.failed_starts = 0
 
-    def _spawn(self) -> None:
+    def _spawn(self, ready_fd: int | None = None) -> subprocess.Popen[bytes]:
+        command, fds = self.command, self.keep_fds
+        if ready_fd is not None:
+            command, fds = [*command, "--ready-fd", str(ready_fd)], (*fds, ready_fd)
         child = subprocess.Popen(
-            self.command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=self.keep_fds
+            command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=fds
         )
         self.children[child.pid] = (child, time.monotonic())
-        log.info("worker pid %d started", child.pid)
+        if ready_fd is None:
+            log.info("worker pid %d started", child.pid)
+        return child
+
+    def _first_serves(self) -> int | None:
+        """Start one worker alone and wait until it serves: None. A config it refuses at
+        start (a blob store, an evicting Redis, an admin port) it says in one line and exits
+        2 or 3: that code, before N workers each say it N times over and are restarted."""
+        read_end, write_end = os.pipe()
+        try:
+            child = self._spawn(ready_fd=write_end)
+        finally:
+            os.close(write_end)  # the worker holds it: end of file once it exits
+        try:
+            while not select.select([read_end], [], [], REAP_TICK)[0]:
+                pass  # signal handlers run meanwhile
+            if os.read(read_end, 1):
+                log.info("worker pid %d started", child.pid)
+                return None
+        finally:
+            os.close(read_end)
+        code = child.wait()
+        del self.children[child.pid]
+        return code if code > 0 or (code == 0 and self.stopping) else 1
 
     def _forward(self, sig: int) -> None:
         for child, _ in self.children.values():
@@ -92,12 +119,18 @@ class Supervisor:
         self.stopping = True
         self._forward(signal.SIGTERM)
 
-    def run(self) -> int:
-        """Supervise until every child has exited after a stop; the exit code."""
+    def run(self, on_ready: Callable[[], None] | None = None) -> int:
+        """Supervise until every child has exited after a stop; the exit code. `on_ready`
+        runs once the first worker serves."""
         handler: Callable[[int, FrameType | None], None] = self._on_signal
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, handler)
-        for _ in range(self.count):
+        refused = self._first_serves()
+        if refused is not None:
+            return refused
+        if on_ready is not None:
+            on_ready()
+        for _ in range(self.count - 1):
             self._spawn()
         code = 0
         while self.children:

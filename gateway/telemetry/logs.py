@@ -52,3 +52,32 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+class StartLines(logging.Filter):
+    """Info lines said while the gateway starts, held back until it serves: a start that
+    fails then says only its one line, not the embedded Redis's start before it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[logging.LogRecord] | None = None  # None: not holding
+
+    def hold(self) -> None:
+        self.held = []
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.held is None or record.levelno >= logging.WARNING:
+            return True
+        self.held.append(record)
+        return False
+
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        for record in held:
+            logging.getLogger().handle(record)
+
+
+# The one of the process: `hold` when the gateway starts, `release` once it serves.
+START_LINES = StartLines()
