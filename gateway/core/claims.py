@@ -15,6 +15,16 @@ class Claim(Enum):
     DONE = "DONE"  # completed: the record is here
 
 
+# The claim script's first reply as it comes from Redis: a dict lookup costs a tenth of the
+# Enum's call, which is kept for anything else (its ValueError names a reply it cannot read).
+_BY_REPLY = {claim.value.encode(): claim for claim in Claim}
+
+
+def claim_of(reply: bytes) -> Claim:
+    """The Claim the script's first reply names."""
+    return _BY_REPLY.get(reply) or Claim(reply.decode())
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimResult:
     outcome: Claim
