@@ -25,9 +25,23 @@ def claim_of(reply: bytes) -> Claim:
     return _BY_REPLY.get(reply) or Claim(reply.decode())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ClaimResult:
     outcome: Claim
     pttl_ms: int = 0  # the lease left (IN_FLIGHT) or the retention left (DONE)
     record: Record | None = None
     body: bytes = b""  # the inline body of a DONE record
+
+    def __init__(
+        self, outcome: Claim, pttl_ms: int = 0, record: Record | None = None, body: bytes = b""
+    ) -> None:
+        # One per request: set through the slots, as `core.record.Record` explains.
+        _outcome(self, outcome)
+        _pttl_ms(self, pttl_ms)
+        _record(self, record)
+        _body(self, body)
+
+
+_outcome, _pttl_ms, _record, _body = (
+    ClaimResult.__dict__[name].__set__ for name in ("outcome", "pttl_ms", "record", "body")
+)
