@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gateway.config.policy import Policy
@@ -56,3 +58,27 @@ def test_on_answer_follows_the_record_policy() -> None:
 )
 def test_on_failure(kind: str, mode: str, settle: Settle) -> None:
     assert on_failure(kind, Policy(on_unknown_outcome=mode)) is settle
+
+
+def test_records_and_claim_results_keep_every_field_and_stay_frozen() -> None:
+    """Their constructors set the slots themselves (cheaper than a frozen dataclass's):
+    every field must still land, defaults included, and no instance may be changed."""
+    full = Record(201, [("A", "b")], 3, "d", "blob", 1.5, True, {"body": "x"}, "Made")
+    assert [getattr(full, f.name) for f in dataclasses.fields(Record)] == [
+        201, [("A", "b")], 3, "d", "blob", 1.5, True, {"body": "x"}, "Made",
+    ]  # fmt: skip
+    one, two = Record(200, [], 0, ""), Record(200, [], 0, "")
+    assert one == two and one.extra == {} and one.extra is not two.extra
+    assert (one.blob, one.completed_at, one.unknown, one.reason) == (None, 0.0, False, None)
+    assert dataclasses.replace(full, size=4) == Record(
+        201, [("A", "b")], 4, "d", "blob", 1.5, True, {"body": "x"}, "Made"
+    )
+    assert Record.decode(full.encode()) == full
+    result = ClaimResult(Claim.DONE, pttl_ms=5, record=full, body=b"abc")
+    assert (result.outcome, result.pttl_ms, result.record, result.body) == (
+        Claim.DONE, 5, full, b"abc",
+    )  # fmt: skip
+    assert ClaimResult(Claim.CLAIMED) == ClaimResult(Claim.CLAIMED, 0, None, b"")
+    for instance, name in ((full, "size"), (result, "body")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(instance, name, None)

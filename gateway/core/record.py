@@ -10,9 +10,10 @@ from gateway.core.headers import unwritable_text
 
 STATE_COMPLETED = "C"
 STATE_UNKNOWN = "U"
+_FRESH: dict[str, str] = {}  # `extra` not given: each record gets a dict of its own
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Record:
     """Status, headers in upstream order (repeats kept) and where the body is.
 
@@ -32,6 +33,31 @@ class Record:
     unknown: bool = False
     extra: dict[str, str] = field(default_factory=dict)
     reason: str | None = None  # the upstream's reason phrase; None: the status's usual one
+
+    def __init__(
+        self,
+        status: int,
+        headers: list[tuple[str, str]],
+        size: int,
+        sha256: str,
+        blob: str | None = None,
+        completed_at: float = 0.0,
+        unknown: bool = False,
+        extra: dict[str, str] = _FRESH,
+        reason: str | None = None,
+    ) -> None:
+        # A frozen dataclass's own __init__ sets each field through object.__setattr__, which
+        # costs a replay more than its record's decoding; the slots' setters are the same
+        # stores without that call (the instance stays frozen: __setattr__ still refuses).
+        _status(self, status)
+        _headers(self, headers)
+        _size(self, size)
+        _sha256(self, sha256)
+        _blob(self, blob)
+        _completed_at(self, completed_at)
+        _unknown(self, unknown)
+        _extra(self, {} if extra is _FRESH else extra)
+        _reason(self, reason)
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -74,6 +100,23 @@ class Record:
             extra=raw.get("x") or {},
             reason=reason,
         )
+
+
+_FIELDS = (
+    "status",
+    "headers",
+    "size",
+    "sha256",
+    "blob",
+    "completed_at",
+    "unknown",
+    "extra",
+    "reason",
+)
+_status, _headers, _size, _sha256, _blob, _completed_at, _unknown, _extra, _reason = (
+    Record.__dict__[name].__set__ for name in _FIELDS
+)
+assert set(_FIELDS) == set(Record.__slots__)  # a field added to Record is set above too
 
 
 def _from_utf8(text: str) -> str:

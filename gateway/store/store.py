@@ -14,7 +14,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-from gateway.core.claims import Claim, ClaimResult
+from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit, CircuitBreaker
@@ -193,7 +193,7 @@ class Store:
     async def claim(self, key: str, fingerprint: str, token: str, lease: float) -> ClaimResult:
         now_ms = int(time.time() * 1000)
         reply = await self._claim_reply(key, fingerprint, token, _ms(lease), now_ms)
-        outcome = Claim(reply[0].decode())
+        outcome = claim_of(reply[0])
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))
         if outcome is Claim.DONE:
