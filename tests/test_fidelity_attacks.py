@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from .conftest import GatewayFactory, gateway_settings
+from .rawhttp import Entry, corpus_upstream, parse
+from .rawhttp import exchange as raw_exchange
 from .scripted import answering, scripted
+from .test_differential import differences, request
 from .test_faults_input import exchange, status_of
 
 ANSWER = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
@@ -30,3 +33,62 @@ async def test_a_key_in_unicode_white_space_is_refused_not_replayed_another_keys
     assert status_of(reply) == 400
     assert b"Idempotent-Replayed" not in reply
     assert len(upstream.requests) == 1
+
+
+def _ok(head: str) -> bytes:
+    return f"HTTP/1.1 {head}\r\nContent-Length: 2\r\n\r\nok".encode("latin-1")
+
+
+# Heads within the limits both upstream clients share (docs/fidelity.md) but past aiohttp's
+# own defaults (8190 bytes a line, 128 lines): a pass-through failed them with 502 while the
+# keyed first answer recorded them.
+WITHIN = {
+    "many-headers": _ok("200 OK\r\n" + "\r\n".join(f"X-H{i}: v{i}" for i in range(900))),
+    "long-value": _ok("200 OK\r\nX-Long: " + "v" * 60_000),
+    "long-reason": _ok("200 " + "r" * 60_000),
+    "long-name": _ok("200 OK\r\nX-" + "n" * 60_000 + ": 1"),
+}
+# Past them: a malformed answer for both clients alike, nothing recorded.
+PAST = {
+    "too-many-headers": _ok("200 OK\r\n" + "\r\n".join(f"X-H{i}: v" for i in range(1001))),
+    "too-long-value": _ok("200 OK\r\nX-Long: " + "v" * 70_000),
+    "too-long-reason": _ok("200 " + "r" * 70_000),
+    "too-long-head": _ok("200 OK\r\n" + "\r\n".join(f"X-H{i}: {'v' * 2000}" for i in range(600))),
+}
+
+
+def corpus_request(name: str, key: str | None) -> bytes:
+    return request(Entry(name, b""), key)
+
+
+@pytest.mark.parametrize("name", list(WITHIN))
+async def test_a_large_head_within_the_limits_passes_every_way_alike(
+    name: str, make_gateway: GatewayFactory
+) -> None:
+    async with corpus_upstream([Entry(name, WITHIN[name])]) as (upstream, port):
+        gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
+        direct = parse(await raw_exchange(port, corpus_request(name, None)))
+        answers = {
+            "first (lean client)": await raw_exchange(gateway.port, corpus_request(name, "L1")),
+            "replay": await raw_exchange(gateway.port, corpus_request(name, "L1")),
+            "pass-through (aiohttp)": await raw_exchange(gateway.port, corpus_request(name, None)),
+        }
+    found = {way: d for way, raw in answers.items() if (d := differences(direct, parse(raw)))}
+    assert not found, {way: d[:3] for way, d in found.items()}
+    assert upstream.calls[name] == 3
+
+
+@pytest.mark.parametrize("name", list(PAST))
+async def test_a_head_past_the_limits_is_malformed_for_both_clients(
+    name: str, make_gateway: GatewayFactory
+) -> None:
+    async with corpus_upstream([Entry(name, PAST[name])]) as (upstream, port):
+        gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
+        replies = [
+            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # the lean client
+            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # nothing recorded
+            await raw_exchange(gateway.port, corpus_request(name, None)),  # aiohttp's
+        ]
+    assert [status_of(reply) for reply in replies] == [502, 502, 502]
+    assert all(b"upstream-broken" in reply for reply in replies)
+    assert upstream.calls[name] == 3
