@@ -30,6 +30,7 @@ class Allowed:
     if_absent: frozenset[bytes]  # headers the gateway may add when the upstream sent none
     hop_by_hop: frozenset[bytes]  # headers of one hop, dropped and written per hop
     framing: frozenset[bytes]  # may differ when the upstream did not frame by length
+    no_content: frozenset[bytes]  # dropped from a 204 answer
     kinds: frozenset[str]
 
     @classmethod
@@ -46,6 +47,7 @@ class Allowed:
             frozenset(rows.get("added-if-absent", ())),
             frozenset(rows.get("hop-by-hop", ())),
             frozenset(rows.get("framing", ())),
+            frozenset(rows.get("no-content", ())),
             frozenset(rows),
         )
 
@@ -63,6 +65,8 @@ def _comparable(answer: Parsed, direct: Parsed) -> tuple[bytes, list[tuple[bytes
     drop |= {name for name in ALLOWED.if_absent if name not in direct_names}
     if direct.framing != "length":
         drop |= ALLOWED.framing
+    if direct.status.startswith(b"204"):
+        drop |= ALLOWED.no_content
     kept = [(name, value) for name, value in answer.headers if name.lower() not in drop]
     return answer.status, kept
 
