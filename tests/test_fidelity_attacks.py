@@ -92,3 +92,25 @@ async def test_a_head_past_the_limits_is_malformed_for_both_clients(
     assert [status_of(reply) for reply in replies] == [502, 502, 502]
     assert all(b"upstream-broken" in reply for reply in replies)
     assert upstream.calls[name] == 3
+
+
+@pytest.mark.parametrize(
+    "coding", [b"compress", b"chunked, identity", b"gzip, deflate", b"br, chunked"]
+)
+async def test_a_coding_the_gateway_cannot_undo_is_a_502_with_a_key_or_without(
+    coding: bytes, make_gateway: GatewayFactory
+) -> None:
+    # A pass-through closed the connection without a word; the keyed request got its 502.
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + coding + b"\r\n\r\ncoded bytes"
+    if coding.endswith(b"chunked"):
+        raw = raw.replace(b"coded bytes", b"5\r\ncoded\r\n0\r\n\r\n")
+    entry = Entry("coded", raw, close=True)
+    async with corpus_upstream([entry]) as (upstream, port):
+        gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
+        keyed = await raw_exchange(gateway.port, corpus_request("coded", "C1"))
+        passed = await raw_exchange(gateway.port, corpus_request("coded", None))
+    for reply in (keyed, passed):
+        assert status_of(reply) == 502, reply[:80]
+        assert b"upstream-broken" in reply
+        assert b"coded" not in reply.split(b"\r\n\r\n", 1)[1]
+    assert upstream.calls["coded"] == 2
