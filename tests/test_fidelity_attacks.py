@@ -3,9 +3,14 @@ that key and no other": raw-socket clients and byte-exact upstreams on loopback.
 
 from __future__ import annotations
 
+import asyncio
+import re
+from pathlib import Path
+
 import pytest
 
 from .conftest import GatewayFactory, gateway_settings
+from .hostile import start_gateway
 from .rawhttp import Entry, corpus_upstream, parse
 from .rawhttp import exchange as raw_exchange
 from .scripted import answering, scripted
@@ -114,3 +119,66 @@ async def test_a_coding_the_gateway_cannot_undo_is_a_502_with_a_key_or_without(
         assert b"upstream-broken" in reply
         assert b"coded" not in reply.split(b"\r\n\r\n", 1)[1]
     assert upstream.calls["coded"] == 2
+
+
+PIPELINED = {
+    "plain": b"HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+    "obs-text": b"HTTP/1.1 201 Tr\xe8s bien\r\nX-Name: caf\xe9\r\nContent-Length: 2\r\n\r\nok",
+    "cookies": b"HTTP/1.1 200 OK\r\nSet-Cookie: a\r\nset-cookie: b\r\ncontent-length: 1\r\n\r\n!",
+    "empty": b"HTTP/1.1 200 \r\nX-Empty:\r\nX-Tab: a\tb\r\nContent-Length: 0\r\n\r\n",
+}
+_PER_ANSWER = (b"date:", b"idempotency-expires:", b"idempotent-replayed:", b"connection:")
+
+
+def _same_parts(answer: bytes) -> bytes:
+    """An answer without the lines that differ per answer by design (docs/fidelity.md)."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(_PER_ANSWER)]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+async def _answers(reader: asyncio.StreamReader, count: int) -> list[bytes]:
+    out = []
+    async with asyncio.timeout(10):
+        for _ in range(count):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length: *(\d+)\r$", head)
+            assert length is not None, head
+            out.append(head + await reader.readexactly(int(length.group(1))))
+    return out
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_pipelined_replays_on_one_connection_are_the_first_answer(
+    loop: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Replays pipelined on one kept-alive connection, an HTTP/1.0 one among them, each the
+    first answer, under both loops of a gateway process;
+    in a tenant's scope, so that its cookies are replayed too."""
+    entries = [Entry(name, raw) for name, raw in PIPELINED.items()]
+    async with corpus_upstream(entries) as (upstream, port):
+        gateway = start_gateway(f"http://127.0.0.1:{port}", redis_url, tmp_path, {}, loop=loop)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            for name in PIPELINED:
+                sent = _keep_alive(name, "1.1")
+                writer.write(sent)
+                (first,) = await _answers(reader, 1)
+                writer.write(sent + _keep_alive(name, "1.0") + sent)
+                replays = await _answers(reader, 3)
+                assert [_same_parts(r) for r in replays[::2]] == [_same_parts(first)] * 2
+                assert replays[1].startswith(b"HTTP/1.0 ")
+                assert _same_parts(replays[1])[8:] == _same_parts(first)[8:]
+                assert all(b"Idempotent-Replayed: true" in r for r in replays)
+            writer.close()
+        finally:
+            gateway.stop()
+    assert all(upstream.calls[name] == 1 for name in PIPELINED)
+
+
+def _keep_alive(name: str, version: str) -> bytes:
+    return (
+        f"POST /c/{name} HTTP/{version}\r\nHost: gw\r\nConnection: keep-alive\r\n"
+        f"Idempotency-Key: pipe-{name}\r\nX-Request-Id: same-id\r\nAuthorization: Bearer t\r\n"
+        "Content-Length: 1\r\n\r\nx"
+    ).encode()
