@@ -50,7 +50,6 @@ def unwritable(field: bytes) -> bool:
 # The largest answer head either upstream client takes (aiohttp's is told the same, so an
 # answer the lean client records is one a pass-through passes on, and the other way round).
 MAX_HEAD = 1 << 20  # the whole head
-MAX_FIELD = 64 * 1024  # one header's name and value together, or the reason phrase
 MAX_FIELDS = 1000  # header lines
 
 
@@ -62,14 +61,7 @@ def unwritable_head(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -
     # One search over every field joined by HTAB, the one control byte a head may hold: it
     # runs for every answer, and one search costs less than one per name and value.
     joined = b"\t".join([reason, *chain.from_iterable(raw_headers)])
-    if len(joined) > MAX_FIELD and (len(joined) > MAX_HEAD or _oversized(reason, raw_headers)):
-        return True
-    return unwritable(joined)
-
-
-def _oversized(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -> bool:
-    """A reason phrase, or a header's name and value together, over MAX_FIELD."""
-    return len(reason) > MAX_FIELD or any(len(n) + len(v) > MAX_FIELD for n, v in raw_headers)
+    return len(joined) > MAX_HEAD or unwritable(joined)
 
 
 _UNWRITABLE_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f]")

@@ -13,7 +13,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.config.policy import Timeouts
-from gateway.core.headers import MAX_FIELD, MAX_FIELDS, header_text, unwritable_head
+from gateway.core.headers import MAX_FIELDS, MAX_HEAD, header_text, unwritable_head
 from gateway.upstream.base import Answer, UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 from gateway.upstream.codings import coded, decoded
 from gateway.upstream.lean import TLS_SHUTDOWN_SECONDS
@@ -38,8 +38,8 @@ def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.Client
         cookie_jar=aiohttp.DummyCookieJar(),
         # the lean client's limits (`unwritable_head` checks the whole head's), not 8190
         # bytes and 128 lines: a keyed answer recorded is one a pass-through passes on
-        max_line_size=MAX_FIELD + 16,  # the status line: a reason phrase of MAX_FIELD
-        max_field_size=MAX_FIELD,
+        max_line_size=MAX_HEAD,
+        max_field_size=MAX_HEAD,
         max_headers=MAX_FIELDS,
     )
     # aiohttp resends PUT (and other "idempotent" methods) once when a kept-alive connection
