@@ -14,6 +14,7 @@ from gateway.core.keys import (
     record_key,
     tenant_id,
 )
+from gateway.core.scope import scope_values
 
 
 @pytest.mark.parametrize(
@@ -62,6 +63,17 @@ def test_a_bare_key_is_every_visible_ascii_character_and_nothing_else() -> None:
         with pytest.raises(BadKey) as raised:
             parse_key([f"a{char}b"])
         assert raised.value.problem is KeyProblem.MALFORMED, repr(char)
+
+
+@pytest.mark.parametrize(
+    "value", ["\xa0abc", "abc\xa0", "abc\u3000", "\u2028abc", "abc\x85", '"abc"\xa0']
+)
+def test_a_key_wrapped_in_non_ascii_white_space_is_not_the_bare_key(value: str) -> None:
+    # Only the header's own white space (SP, HTAB) surrounds a key: a no-break space is
+    # part of the value, so the request is refused rather than replayed the key `abc`.
+    with pytest.raises(BadKey) as raised:
+        parse_key([value])
+    assert raised.value.problem is KeyProblem.MALFORMED
 
 
 @pytest.mark.parametrize(
@@ -143,3 +155,13 @@ def test_replayed_headers_follow_the_credential_policies() -> None:
     assert replayed_headers(headers, "scoped", "scoped", anonymous=True) == [("X-A", "1")]
     assert replayed_headers(headers, "strip", "keep", anonymous=False) == headers[1:]
     assert replayed_headers(headers, "keep", "strip", anonymous=True) == headers[:2]
+
+
+def test_a_scope_value_keeps_its_unicode_white_space() -> None:
+    # The upstream sees `Bearer t\xa0`, another credential than `Bearer t`: another tenant.
+    values = {"Authorization": ["Bearer t\xa0"]}
+    scoped = scope_values(lambda name: values.get(name, []), ["Authorization"], [], False)
+    assert tenant_id(scoped) != tenant_id(["Bearer t"])
+    assert tenant_id(scope_values(lambda name: ["\u3000"], ["X-Tenant-Id"], [], False)) != (
+        tenant_id([""])
+    )

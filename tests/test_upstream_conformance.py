@@ -21,6 +21,7 @@ from multidict import CIMultiDict
 from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
+from gateway.core.headers import MAX_FIELDS, MAX_HEAD
 from gateway.upstream import aio
 from gateway.upstream.base import Answer, UpstreamError, failure_of
 from gateway.upstream.codings import PIECE
@@ -310,3 +311,39 @@ async def test_the_chooser_sends_only_what_the_lean_client_serves(
         assert upstreams.lean_for(origin, method, body) is lean
     finally:
         await upstreams.close()
+
+
+def _head(*lines: bytes) -> bytes:
+    return b"\r\n".join(lines) + b"\r\nContent-Length: 2\r\n\r\nok"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _head(b"HTTP/1.1 200 OK", *(b"X-H%d: v" % i for i in range(MAX_FIELDS - 1))),
+        _head(b"HTTP/1.1 200 OK", b"X-Long: " + b"v" * (MAX_HEAD // 2)),
+        _head(b"HTTP/1.1 200 " + b"r" * (MAX_HEAD // 2)),
+    ],
+    ids=["most-lines", "long-value", "long-reason"],
+)
+async def test_a_head_at_the_shared_limits_is_read(client: Client, raw: bytes) -> None:
+    """aiohttp's own limits (8190 bytes a line, 128 lines) are raised to the lean client's
+    (a 1 MiB head, 1000 lines):
+    an answer one client reads, the other reads too."""
+    status, _, headers, body = await _exchange(client, raw)
+    assert (status, body) == (200, b"ok")
+    assert headers[-1] == (b"Content-Length", b"2")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _head(b"HTTP/1.1 200 OK", *(b"X-H%d: v" % i for i in range(MAX_FIELDS))),
+        _head(b"HTTP/1.1 200 OK", b"X-Long: " + b"v" * MAX_HEAD),
+        _head(b"HTTP/1.1 200 " + b"r" * (MAX_HEAD + 1)),
+        _head(b"HTTP/1.1 200 OK", *(b"X-H%d: " % i + b"v" * 4000 for i in range(300))),
+    ],
+    ids=["too-many-lines", "too-long-value", "too-long-reason", "too-long-head"],
+)
+async def test_a_head_past_the_shared_limits_is_broken(client: Client, raw: bytes) -> None:
+    assert await _failure(client, raw) is Failure.BROKEN

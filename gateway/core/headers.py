@@ -6,7 +6,7 @@ Plain values in, plain values out: the HTTP layer and the upstream clients share
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import chain
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
@@ -47,12 +47,21 @@ def unwritable(field: bytes) -> bool:
     return _UNWRITABLE.search(field) is not None
 
 
-def unwritable_head(reason: bytes, raw_headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """Whether an answer's head holds a control byte: it could be neither written to the
-    client nor replayed, so it is a malformed answer."""
+# The largest answer head either upstream client takes (aiohttp's is told the same, so an
+# answer the lean client records is one a pass-through passes on, and the other way round).
+MAX_HEAD = 1 << 20  # the whole head
+MAX_FIELDS = 1000  # header lines
+
+
+def unwritable_head(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer's head holds a control byte, or passes one of the limits above:
+    it could be neither written to the client nor replayed, so it is a malformed answer."""
+    if len(raw_headers) > MAX_FIELDS:
+        return True
     # One search over every field joined by HTAB, the one control byte a head may hold: it
     # runs for every answer, and one search costs less than one per name and value.
-    return unwritable(b"\t".join([reason, *chain.from_iterable(raw_headers)]))
+    joined = b"\t".join([reason, *chain.from_iterable(raw_headers)])
+    return len(joined) > MAX_HEAD or unwritable(joined)
 
 
 _UNWRITABLE_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f]")

@@ -54,6 +54,11 @@ def _sf_string(value: str) -> tuple[str, str]:
     raise BadKey(KeyProblem.MALFORMED, "a quoted key has no closing quote")
 
 
+# The white space around a header value (RFC 9110 5.6.3): str.strip() would also take a
+# no-break space or U+3000 off, making "\xa0abc" the key "abc" and replaying its answer.
+_OWS = " \t"
+
+
 # One parameter: `;name` or `;name=value` (a bare item or an sf-string), as RFC 8941 writes it.
 _PARAMETER = re.compile(r'^;\s*[a-z*][a-z0-9_.*-]*(?:=(?:"(?:[^"\\]|\\.)*"|[^;"\s]+))?')
 
@@ -65,14 +70,14 @@ def _parameters(rest: str) -> None:
         match = _PARAMETER.match(rest)
         if match is None:
             raise BadKey(KeyProblem.MALFORMED, "text after the closing quote")
-        rest = rest[match.end() :].lstrip()
+        rest = rest[match.end() :].lstrip(_OWS)
 
 
 def _one_key(raw: str) -> str:
-    value = raw.strip()
+    value = raw.strip(_OWS)
     if value.startswith('"'):
         key, rest = _sf_string(value)
-        _parameters(rest.strip())
+        _parameters(rest.strip(_OWS))
     else:
         key = value
         # The bare form: visible ASCII (0x21-0x7E), as a token and wider.

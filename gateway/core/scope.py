@@ -50,7 +50,8 @@ def scope_values(
         found = getall(name)
         if len(found) > 1:
             raise BadScope(ScopeProblem.REPEATED, f"the {name} header is sent more than once")
-        values.append(found[0].strip() if found else "")
+        # only the header's own white space: "Bearer t\xa0" is not the tenant "Bearer t"
+        values.append(found[0].strip(" \t") if found else "")
     if required and not any(values):
         names = " or ".join(scope)
         raise BadScope(ScopeProblem.MISSING, f"this route requires a tenant scope ({names})")

@@ -23,13 +23,23 @@ class _HeadWithBody(web.StreamResponse):
     parts of aiohttp: tests/test_private_apis.py fails when they stop working."""
 
     _send_headers_immediately = False
-    _upstream_sent: frozenset[str] = frozenset()  # which of Server, Content-Type it sent
+    _upstream_sent: frozenset[str] = frozenset()  # which of _OWN_DEFAULTS it sent
 
     async def _prepare_headers(self) -> None:
+        # aiohttp drops a 304's Content-Length, which there is the size of the content a 200
+        # would carry (RFC 9110 8.6), not this answer's framing: the upstream's is put back
+        # where it was. A 204's goes (RFC 9110 8.6 forbids one).
+        sent = None
+        if self._status == 304 and hdrs.CONTENT_LENGTH in self._upstream_sent:
+            sent = list(self._headers.items())
         await super()._prepare_headers()
         for name in (hdrs.SERVER, hdrs.CONTENT_TYPE):
             if name not in self._upstream_sent:
                 self.headers.popall(name, None)
+        if sent is not None:
+            added = [item for item in self._headers.items() if item not in sent]
+            self._headers.clear()
+            self._headers.extend(sent + added)
 
     async def _write_headers(self) -> None:
         await super()._write_headers()
@@ -64,6 +74,10 @@ def head_bytes(status_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
 _FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+# What aiohttp adds or takes out of an answer unless told otherwise.
+_OWN_DEFAULTS = (hdrs.SERVER, hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH)
+
+
 def start_response(
     status: int,
     reason: str | None,
@@ -77,9 +91,7 @@ def start_response(
     response = _HeadWithBody(status=status, reason=reason)
     for name, value in headers:
         response.headers.add(name, value)
-    response._upstream_sent = frozenset(
-        name for name in (hdrs.SERVER, hdrs.CONTENT_TYPE) if name in response.headers
-    )
+    response._upstream_sent = frozenset(name for name in _OWN_DEFAULTS if name in response.headers)
     for name, value in (extra or {}).items():
         response.headers[name] = value
     if length is not None and hdrs.CONTENT_LENGTH not in response.headers:

@@ -64,11 +64,16 @@ async def pass_through(
                 upstream.content_length,
                 extra,
             )
-            await response.prepare(request)
             limit = timeouts.read or timeouts.total
-            while chunk := await upstream.read_chunk(limit):
+            # The head leaves with the first body bytes anyway (`answers.start_response`):
+            # prepared after them, a body that fails at once (a transfer coding the gateway
+            # cannot undo) is answered 502, as for a keyed request, not by a bare close.
+            chunk = await upstream.read_chunk(limit)
+            await response.prepare(request)
+            while chunk:
                 if not await write_quietly(response, chunk):
                     break
+                chunk = await upstream.read_chunk(limit)
             await response.write_eof()
             return response
     except UpstreamError as exc:

@@ -13,7 +13,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.config.policy import Timeouts
-from gateway.core.headers import header_text, unwritable_head
+from gateway.core.headers import MAX_FIELDS, MAX_HEAD, header_text, unwritable_head
 from gateway.upstream.base import Answer, UpstreamBroken, UpstreamTimeout, UpstreamUnsent
 from gateway.upstream.codings import coded, decoded
 from gateway.upstream.lean import TLS_SHUTDOWN_SECONDS
@@ -36,6 +36,11 @@ def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.Client
         auto_decompress=False,  # bodies pass through and are recorded byte for byte
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
+        # the lean client's limits (`unwritable_head` checks the whole head's), not 8190
+        # bytes and 128 lines: a keyed answer recorded is one a pass-through passes on
+        max_line_size=MAX_HEAD,
+        max_field_size=MAX_HEAD,
+        max_headers=MAX_FIELDS,
     )
     # aiohttp resends PUT (and other "idempotent" methods) once when a kept-alive connection
     # drops: an upstream could run the operation twice inside one claim. A private attribute:
@@ -119,5 +124,5 @@ async def send(
     answer = AioAnswer(response)
     if unwritable_head(answer.reason.encode("latin-1"), answer.raw_headers):
         response.close()
-        raise UpstreamBroken("malformed answer: a control byte in its head")
+        raise UpstreamBroken("malformed answer: a control byte or an oversized field in its head")
     return decoded(answer, coded(answer.raw_headers))

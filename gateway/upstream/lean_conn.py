@@ -13,15 +13,12 @@ from typing import cast
 
 import httptools
 
-from gateway.core.headers import header_text, unwritable_head
+from gateway.core.headers import MAX_HEAD, header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
 
 # Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
 HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
-# An answer's head (1xx answers before it included) past this size is refused: a broken
-# upstream that never ends its head would otherwise fill memory until the deadline.
-MAX_HEAD = 1 << 20
 _JOIN_MAX = 64 * 1024  # bodies past this size are written after the head, not copied onto it
 _BODYLESS = frozenset({204, 304})  # statuses whose answers never carry a body (RFC 9110 6.4.1)
 
@@ -76,7 +73,7 @@ class Connection(asyncio.Protocol):
                 self._wake(UpstreamBroken(f"malformed answer: {exc!r}"))
             self.abort()
             return
-        if not answer.head_done:
+        if not answer.head_done:  # past MAX_HEAD (1xx answers included): an endless head
             answer.head_size += len(data)
             if answer.head_size > MAX_HEAD:
                 self._wake(UpstreamBroken(f"the answer's head passed {MAX_HEAD} bytes"))
@@ -125,7 +122,9 @@ class Connection(asyncio.Protocol):
             answer.raw_headers = []
             return
         if unwritable_head(answer.reason_bytes, answer.raw_headers):
-            raise ValueError("a control byte in the answer's head")  # the parser stops
+            raise ValueError(
+                "a control byte or an oversized field in the answer's head"
+            )  # the parser stops
         answer.status = status
         answer.reason = header_text(answer.reason_bytes)
         length = chunked = False
