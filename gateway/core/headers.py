@@ -39,7 +39,9 @@ def header_text(raw: bytes) -> str:
 
 # Bytes no HTTP/1.1 head may carry to a client (RFC 9110 5.5: HTAB is the one control byte
 # allowed in a field value); the upstream parsers are lenient and let them through.
-_UNWRITABLE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# Control bytes, HTAB excepted: none may stand in a head's line (RFC 9110 5.5).
+_CONTROL = "[\x00-\x08\x0a-\x1f\x7f]"
+_UNWRITABLE = re.compile(_CONTROL.encode("latin-1"))
 
 
 def unwritable(field: bytes) -> bool:
@@ -64,7 +66,7 @@ def unwritable_head(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -
     return len(joined) > MAX_HEAD or unwritable(joined)
 
 
-_UNWRITABLE_TEXT = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+_UNWRITABLE_TEXT = re.compile(_CONTROL)
 
 
 def unwritable_text(reason: str, headers: Iterable[tuple[str, str]]) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 from aiohttp import HttpVersion11, hdrs, web
@@ -10,6 +9,7 @@ from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time
 from aiohttp.http_writer import StreamWriter
 
 from gateway.core.decision import Failure
+from gateway.core.headers import unwritable
 from gateway.http.problems import problem
 
 
@@ -66,12 +66,9 @@ def head_bytes(status_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
     aiohttp does (obs-text, 0x80-0xFF, is allowed: RFC 9110 5.5)."""
     lines = [_as_sent(status_line)]
     lines += [_as_sent(name) + b": " + _as_sent(value) for name, value in headers]
-    if any(_FORBIDDEN.search(line) for line in lines):
+    if any(unwritable(line) for line in lines):
         raise ValueError("a control character in an answer's head")
     return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 # What aiohttp adds or takes out of an answer unless told otherwise.
