@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.core.record import Record
+from gateway.core.record import Record, slot_setters
 
 
 class Claim(Enum):
@@ -42,6 +42,6 @@ class ClaimResult:
         _body(self, body)
 
 
-_outcome, _pttl_ms, _record, _body = (
-    ClaimResult.__dict__[name].__set__ for name in ("outcome", "pttl_ms", "record", "body")
+_outcome, _pttl_ms, _record, _body = slot_setters(
+    ClaimResult, "outcome", "pttl_ms", "record", "body"
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -102,7 +104,18 @@ class Record:
         )
 
 
-_FIELDS = (
+def slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    """The setters of a slotted class's fields, in the order named: the stores a frozen
+    dataclass's `__init__` makes through `object.__setattr__`, without that call. Every
+    field must be named, so that one added to the class is never left unset."""
+    slots = set(cls.__dict__["__slots__"])
+    if set(names) != slots:
+        raise TypeError(f"{cls.__name__}: set {sorted(slots)}, not {sorted(names)}")
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
+_status, _headers, _size, _sha256, _blob, _completed_at, _unknown, _extra, _reason = slot_setters(
+    Record,
     "status",
     "headers",
     "size",
@@ -113,10 +126,6 @@ _FIELDS = (
     "extra",
     "reason",
 )
-_status, _headers, _size, _sha256, _blob, _completed_at, _unknown, _extra, _reason = (
-    Record.__dict__[name].__set__ for name in _FIELDS
-)
-assert set(_FIELDS) == set(Record.__slots__)  # a field added to Record is set above too
 
 
 def _from_utf8(text: str) -> str:
