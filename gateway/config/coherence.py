@@ -41,12 +41,14 @@ def _unique_routes(routes: Sequence[Route]) -> None:
         prefixes[prefix] = route.name
 
 
+def same_address(one: Address, other: Address) -> bool:
+    """Whether two listeners would take one address: one port (0 picks a free one) on one
+    host, or on any host where one of them listens everywhere."""
+    return one[1] == other[1] != 0 and (one[0] == other[0] or bool({one[0], other[0]} & ANYWHERE))
+
+
 def _admin_port_of_its_own(listen: Address, admin: Address | None) -> None:
-    if (
-        admin is not None
-        and admin[1] == listen[1] != 0
-        and (admin[0] == listen[0] or {admin[0], listen[0]} & ANYWHERE)
-    ):
+    if admin is not None and same_address(admin, listen):
         raise ValueError(
             f"admin.port {admin[1]} is listen.port: the admin listener needs a port of its own"
         )

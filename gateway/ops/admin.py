@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.config.coherence import same_address
 from gateway.config.policy import Route
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
@@ -243,4 +244,4 @@ def _same_address(sock: socket.socket, public: tuple[str, int]) -> bool:
     address (both reuse it) and the public listener then takes no connection at all:
     `localhost` and `127.0.0.1` are one address that the config's check cannot see."""
     host, port = sock.getsockname()[:2]
-    return port == public[1] and (host == public[0] or bool({host, public[0]} & {"0.0.0.0", "::"}))
+    return same_address((host, port), public)
