@@ -110,17 +110,15 @@ def load_settings(path: str | Path) -> Settings:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:  # a file saved in Latin-1, or not a config at all
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        byte = data[exc.start]
-        raise ConfigError(f"{path}:{line}:{column}: not UTF-8 (byte 0x{byte:02x})") from None
+        at = _line_column(data.decode("latin-1"), exc.start)
+        raise ConfigError(f"{path}{at}: not UTF-8 (byte 0x{data[exc.start]:02x})") from None
     try:
         raw = yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader
     except yaml.reader.ReaderError as exc:  # a control character, e.g. a NUL byte
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         why = f"character #x{exc.character:04x} is not allowed"
-        raise ConfigError(f"{path}:{line}:{column}: not valid YAML: {why}") from None
+        raise ConfigError(
+            f"{path}{_line_column(text, exc.position)}: not valid YAML: {why}"
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}{_where(exc)}: not valid YAML: {_what(exc)}") from None
     except RecursionError:  # PyYAML recurses once per level of nesting
@@ -148,6 +146,13 @@ class _UniqueKeys(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def _line_column(text: str, offset: int) -> str:
+    """`:line:column` of the character at `offset` (both counted from 1)."""
+    line = text.count("\n", 0, offset) + 1
+    column = offset - text.rfind("\n", 0, offset)
+    return f":{line}:{column}"
 
 
 def _where(exc: yaml.YAMLError) -> str:
