@@ -13,7 +13,7 @@ import statistics
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,11 +263,3 @@ def raise_open_files(needed: int) -> tuple[int, int]:
         soft = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     return soft, hard
-
-
-def start_children(stack: ExitStack, workdir: Path) -> Child:
-    """The counting upstream, stopped when `stack` closes."""
-    port = free_port()
-    upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
-    stack.callback(upstream.stop)
-    return upstream

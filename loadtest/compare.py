@@ -29,7 +29,7 @@ import yaml
 from testkit.ports import free_port
 
 from .ablate import cpu_per_request
-from .procs import Child, pin, spare_last_core, start_redis
+from .procs import Child, pin, spare_last_core, start_redis, start_upstream
 from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
@@ -51,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-compare-")))
         redis = start_redis(stack)
-        port = free_port()
-        upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
-        stack.callback(upstream.stop)
+        upstream = start_upstream(stack, workdir)
         sink: Child | None = None
         if traced:
             port = free_port()

@@ -28,7 +28,7 @@ import yaml
 
 from testkit.ports import free_port, wait_for_port
 
-from .procs import Child, start_redis
+from .procs import start_redis, start_upstream
 from .run import gateway_config
 
 BODY = b'{"amount":100,"currency":"EUR"}'
@@ -134,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-instr-")))
         redis = start_redis(stack)
-        port = free_port()
-        upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
-        stack.callback(upstream.stop)
+        upstream = start_upstream(stack, workdir)
         for name, path in trees.items():
             counts[name] = measure(
                 name, path, redis.url, upstream.url, workdir, args.requests, args.rounds

@@ -41,10 +41,9 @@ from .bench import (
     load_average,
     quiet_listen_counters,
     raise_open_files,
-    start_children,
     summary_table,
 )
-from .procs import start_redis
+from .procs import start_redis, start_upstream
 from .run import ensure_wrk, prefill
 
 DEFAULT_BACKLOG = 4096  # gateway/config/settings.py, Listen.backlog
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-conns-")))
         redis = start_redis(stack)
-        upstream = start_children(stack, workdir)
+        upstream = start_upstream(stack, workdir)
         gateways = {}
         for backlog in backlogs:
             name = f"backlog {backlog}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli import new_loop
-from testkit.ports import wait_for_port
+from testkit.ports import free_port, wait_for_port
 from testkit.redis_server import RedisServer
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -110,3 +110,11 @@ def start_redis(stack: ExitStack) -> RedisServer:
     server.start()
     stack.callback(server.close)
     return server
+
+
+def start_upstream(stack: ExitStack, workdir: Path) -> Child:
+    """The counting upstream (`loadtest.upstream`) of the run, stopped when `stack` closes."""
+    port = free_port()
+    upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
+    stack.callback(upstream.stop)
+    return upstream

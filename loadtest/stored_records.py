@@ -43,10 +43,9 @@ from .bench import (
     drive,
     load_average,
     paired_ratios,
-    start_children,
     summary_table,
 )
-from .procs import start_redis
+from .procs import start_redis, start_upstream
 from .run import ensure_wrk, prefill
 
 BODY = b'{"amount":100,"currency":"EUR"}'  # what loadtest/wrk/idem.lua sends
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Measured] = []
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-stored-")))
-        upstream = start_children(stack, workdir)
+        upstream = start_upstream(stack, workdir)
         gateways, clients = {}, {}
         for name in ("empty", "full"):
             server = start_redis(stack)

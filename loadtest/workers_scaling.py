@@ -30,10 +30,9 @@ from .bench import (
     drive,
     load_average,
     paired_ratios,
-    start_children,
     summary_table,
 )
-from .procs import cpu_seconds, start_redis
+from .procs import cpu_seconds, start_redis, start_upstream
 from .run import ensure_wrk, prefill
 
 
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-workers-")))
         redis = start_redis(stack)
-        upstream = start_children(stack, workdir)
+        upstream = start_upstream(stack, workdir)
         gateways = {}
         for n in (1, 2):
             gateway = Gateway(f"workers-{n}", workdir, upstream.url, redis.url, workers=n)
