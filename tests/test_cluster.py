@@ -12,7 +12,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+import redis.exceptions
 from redis.cluster import key_slot
+from redis.exceptions import RedisClusterException
 
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
@@ -275,4 +277,50 @@ async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged
         assert on_new_master == []
     finally:
         stop.set()
+        await store.close()
+
+
+async def test_a_redirect_to_a_master_the_slot_map_does_not_list_yet_is_followed(
+    replicated: ClusterServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica took over its master, and the slot map the store holds does not list it (a
+    map read in the middle of the switch leaves the new master out) and cannot be read again
+    just now: the old master's MOVED is followed to the node it names, not refused as a node
+    the cluster does not list."""
+    master, promoted = replicated.servers[0], replicated.replicas[0]
+    key = next(
+        key
+        for n in itertools.count()
+        if slot_owner(replicated.servers, key_slot((key := f"idem:{{moved-{n}}}").encode()))
+        is master
+    )
+    settings = RedisSettings(cluster={"nodes": replicated.nodes[:1]})
+    redis_client = make_client(settings, "")
+    store = Store(redis_client, CircuitBreaker(1000, 1.0))
+    try:
+        assert (await store.claim(f"{key}:warm", "f", "t", 30.0)).outcome is Claim.CLAIMED
+
+        def moved_to_promoted() -> bool:
+            with client(master) as each:
+                try:
+                    each.execute_command("GET", key)
+                except redis.exceptions.ResponseError as exc:
+                    return str(exc).endswith(f":{promoted.port}")
+            return False
+
+        with client(promoted) as each:
+            each.execute_command("CLUSTER", "FAILOVER")
+        wait_until(moved_to_promoted, 10, "the old master redirects to the new one")
+
+        manager = redis_client.nodes_manager
+        manager.nodes_cache.pop(f"127.0.0.1:{promoted.port}")
+
+        async def unreadable(*args: Any, **kwargs: Any) -> None:
+            raise RedisClusterException("Redis Cluster cannot be connected")
+
+        monkeypatch.setattr(type(manager), "initialize", unreadable)  # slotted: on the class
+        assert (await store.claim(key, "f", "t", 30.0)).outcome is Claim.CLAIMED
+        with client(promoted) as direct:
+            assert direct.exists(key) == 1
+    finally:
         await store.close()

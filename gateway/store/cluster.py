@@ -19,6 +19,7 @@ from typing import Any
 
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
+from redis.cluster import PRIMARY
 from redis.exceptions import (
     AskError,
     ClusterError,
@@ -101,13 +102,17 @@ class ClusterScripts:
         raise ClusterError(f"still redirected after {REDIRECTS} tries")
 
     async def _node(self, host: str, port: int, refreshes: int) -> ClusterNode:
-        """The node a redirect names; the slot map is read again if it does not know it."""
+        """The node a redirect names. One the slot map does not list yet is taken on the
+        cluster's word, as redis-py does: a map read while a replica took over may have left the
+        new master out, and reading it again may not list it either until the switch settles."""
         node = self._client.get_node(host=host, port=port)
         if node is None:
             await self._refresh(refreshes)
             node = self._client.get_node(host=host, port=port)
         if node is None:
-            raise ClusterError(f"redirected to {host}:{port}, a node the cluster does not list")
+            manager = self._client.nodes_manager
+            node = ClusterNode(host, port, PRIMARY, **manager.connection_kwargs)
+            manager.set_nodes(manager.nodes_cache, {node.name: node})
         return node
 
     async def _refresh(self, refreshes_before: int) -> None:
