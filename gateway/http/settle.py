@@ -135,7 +135,7 @@ async def keep_storing(
             pause = min(pause * 2, longest)
             continue
         if entry is not None:
-            s.journal.stored(entry)
+            await asyncio.to_thread(s.journal.stored, entry)
         if stored:
             log.info("route %s: a journaled outcome is stored now", route)
         else:

@@ -10,12 +10,13 @@ removes them.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import itertools
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import orjson
 
@@ -65,36 +66,58 @@ class Journal:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.folder = folder
         self.path = folder / f"{os.getpid()}-{os.urandom(4).hex()}.jsonl"
-        self._file: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - open for our lifetime
-        fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # Unbuffered: a write that fails leaves no bytes pending to reach the file later.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._ids = itertools.count(1)
-        self.depth = 0  # entries written and not yet marked stored
+        self.depth = 0  # entries being written or written, and not yet marked stored
+        # `add` and `stored` run in worker threads, one at a time: the file is emptied only
+        # when no entry is unstored, nor half way through its write and fsync.
+        self._lock = threading.Lock()
 
     def add(self, outcome: Unstored) -> int:
         """Write `outcome` and fsync it (blocking: run it in a thread); its entry number."""
         entry = next(self._ids)
-        self._append(outcome.encode(entry))
-        self.depth += 1
+        line = outcome.encode(entry) + b"\n"
+        with self._lock:
+            self.depth += 1
+            try:
+                self._append(line, sync=True)
+            except BaseException:
+                self.depth -= 1
+                raise
         return entry
 
     def stored(self, entry: int) -> None:
-        """Mark an entry stored. Not fsynced: an entry replayed twice is stored once (the
-        same token completes the same record again)."""
-        self._file.write(orjson.dumps({"done": entry}) + b"\n")
-        self._file.flush()
-        self.depth -= 1
-        if self.depth == 0:
-            self._file.truncate(0)
+        """Mark an entry stored (blocking: run it in a thread). Not fsynced, and a mark that
+        cannot be written is left out: an entry replayed twice is stored once (the same
+        token completes the same record again)."""
+        with self._lock:
+            with contextlib.suppress(OSError):
+                self._append(orjson.dumps({"done": entry}) + b"\n", sync=False)
+            self.depth -= 1
+            if self.depth == 0:
+                os.ftruncate(self._fd, 0)
 
-    def _append(self, line: bytes) -> None:
-        self._file.write(line + b"\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+    def _append(self, line: bytes, sync: bool) -> None:
+        """Write a whole line, or nothing: a line cut short by a full disk is taken back, so
+        that the next one does not follow a half line and become unreadable with it."""
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            if sync:
+                os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise
 
     def close(self) -> None:
         """Close; the file stays if entries are still unstored (the next start replays it)."""
         empty = self.depth == 0
-        self._file.close()
+        os.close(self._fd)
         if empty:
             self.path.unlink(missing_ok=True)
 
@@ -103,7 +126,11 @@ def orphans(folder: Path) -> list[tuple[Path, list[Unstored]]]:
     """The unstored outcomes of journal files whose writers are gone (their lock is free)."""
     found = []
     for path in sorted(folder.glob("*.jsonl")):
-        with open(path, "rb") as file:
+        try:
+            file = open(path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            continue  # removed since the listing: its owner stopped cleanly, or was replayed
+        with file:
             try:
                 fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
