@@ -3,17 +3,32 @@ whatever order its writes and marks come in and whatever a full disk cuts short.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.config.loading import settings_from_dict
 from gateway.core.record import Record
+from gateway.http.app import create_app
 from gateway.store import journal as journal_module
 from gateway.store.journal import Journal, Unstored, orphans
+from gateway.telemetry.metrics import Metrics
+from testkit.redis_server import RedisServer
+
+from .upstream import CountingUpstream
+
+KEY = {"Idempotency-Key": "k-journal"}
 
 
 def outcome(key: str, body: bytes = b"{}") -> Unstored:
@@ -104,3 +119,89 @@ def test_a_journal_removed_after_the_listing_is_passed_over(tmp_path: Path) -> N
             return listed
 
     assert unstored_keys(Listing(tmp_path)) == ["kept"]
+
+
+@pytest.fixture
+def full_disk() -> Iterator[Path]:
+    """A 1 MiB tmpfs, filled to its last byte once the test says so (`fill`)."""
+    mount = Path(tempfile.mkdtemp(prefix="idem-full-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"a full disk needs a tmpfs, which cannot be mounted here: {mounted.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        mount.rmdir()
+
+
+def fill(folder: Path) -> None:
+    """Write to `folder` until its file system refuses a byte more (bounded: 1 MiB)."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (4096, 1):
+            for _ in range((1 << 20) // size + 1):
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError:
+                    break
+    finally:
+        os.close(fd)
+
+
+async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_loses_none(
+    upstream: tuple[CountingUpstream, str], full_disk: Path, tmp_path: Path
+) -> None:
+    """Neither Redis nor the journal takes the outcome: the client gets no complete answer
+    (a crash now would lose it, and a retry after the lease would run the call again); the
+    gateway keeps it and stores it once Redis is back, and the retry replays it."""
+    counting, origin = upstream
+    redis_server = RedisServer()
+    redis_server.start()
+    settings = settings_from_dict(
+        {
+            "state_dir": str(full_disk / "state"),
+            "blob": {"url": f"file://{tmp_path}/blobs"},
+            "redis": {"socket_timeout": "300ms", "breaker": {"failures": 1000}},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+    )
+    client = TestClient(
+        TestServer(create_app(settings, redis_server.url, Metrics()), host="127.0.0.1")
+    )
+    await client.start_server()
+    assert redis_server.process is not None
+    try:
+
+        async def whole_answer() -> bytes:
+            async with client.post("/gate", data=b"x", headers=KEY) as answer:
+                return await answer.read()
+
+        first = asyncio.ensure_future(whole_answer())
+        await counting.entered.wait()
+        fill(full_disk)
+        redis_server.process.send_signal(signal.SIGSTOP)
+        counting.release.set()
+        with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+            await first
+        redis_server.process.send_signal(signal.SIGCONT)
+        replay = await client.post("/gate", data=b"x", headers=KEY)
+        for _ in range(200):  # until the kept outcome is stored (10 s at the most)
+            if replay.status != 409:
+                break
+            await asyncio.sleep(0.05)  # pacing the retries, as a client would
+            replay = await client.post("/gate", data=b"x", headers=KEY)
+        assert replay.status == 201
+        assert replay.headers["Idempotent-Replayed"] == "true"
+        assert (await replay.read()).startswith(b"gated #")
+        assert counting.count("/gate") == 1
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+        await client.close()
+        redis_server.close()

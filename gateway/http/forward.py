@@ -24,7 +24,7 @@ from gateway.http.context import Claimed, Services
 from gateway.http.feed import ClientFeed, Rest
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.outgoing import forward_headers, target
-from gateway.http.settle import FENCED, record_answer, release, settle_failure
+from gateway.http.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
@@ -112,16 +112,23 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
             elif recorded.blob is not None:
                 s.metrics.blob_written.inc(recorded.size)
             kept_headers = recorded_headers if headers_kept else []
-            stored = await record_answer(
+            kept = await record_answer(
                 s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
             )
-            if stored is False and not response.prepared:
-                response.headers.update(FENCED)  # another claim's answer is the record
-            if held and recorder.keeping:
-                feed.offer(held)
-            elif held:
-                await feed.put(held)
-            feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # read back if behind
+            fenced = kept is Kept.FENCED
+            if kept is Kept.IN_MEMORY or (fenced and response.prepared):
+                # Held back for good: a crash could lose this answer, or its head went out
+                # before a newer claim's answer became the record, unmarked. The client's
+                # retry gets the record (or 409 while it is being stored).
+                feed.cut()
+            else:
+                if fenced:
+                    response.headers.update(FENCED)  # another claim's answer is the record
+                if held and recorder.keeping:
+                    feed.offer(held)
+                elif held:
+                    await feed.put(held)
+                feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # if behind
     except Exception as exc:
         if not isinstance(exc, UpstreamError):
             log.exception("route %s: forwarding failed", route.name)

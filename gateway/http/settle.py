@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
+from enum import Enum
 from http import HTTPStatus
 
 from aiohttp import web
@@ -45,6 +46,19 @@ OUTCOME_UNKNOWN = {"Idempotency-Outcome": "unknown"}
 # The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
 # record (and every replay) is the newer claim's answer.
 FENCED = {"Idempotency-Outcome": "fenced"}
+
+
+class Kept(Enum):
+    """Where an answer's outcome is once settling it is over."""
+
+    STORED = "stored"  # in Redis: every retry replays it
+    FENCED = "fenced"  # not stored: a newer claim holds the key, its answer is the record
+    JOURNALED = "journaled"  # on local disk, stored in the background: a restart replays it
+    # Neither Redis nor the journal took it: stored in the background, but a crash loses it
+    # and a retry after the lease would run the call again. The client must not get it whole.
+    IN_MEMORY = "in_memory"
+
+
 # How often an outcome Redis did not take is tried again: from the first pause, doubling.
 STORE_BACKOFF = (0.01, 0.5)
 # The lease renewed for an outcome replayed from a journal, whose route may be gone.
@@ -59,9 +73,8 @@ async def record_answer(
     headers: list[tuple[str, str]],
     body: RecordedBody,
     lease_lost: bool,
-) -> bool | None:
-    """Store an upstream answer. True: stored; False: fenced (a newer claim holds the key);
-    None: kept in the journal until Redis takes it."""
+) -> Kept:
+    """Store an upstream answer, or keep it until Redis takes it."""
     record = Record(
         status=status,
         headers=headers,
@@ -72,15 +85,15 @@ async def record_answer(
         extra={"body": body.not_recorded} if body.not_recorded else {},
         reason=reason,
     )
-    stored = await store_outcome(s, c, record, body.inline)
-    if stored is False or lease_lost:
+    kept = await store_outcome(s, c, record, body.inline)
+    if kept is Kept.FENCED or lease_lost:
         s.metrics.lease_lost.labels(c.route.name).inc()
-    return stored
+    return kept
 
 
-async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) -> bool | None:
+async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) -> Kept:
     """Complete the claim now, or journal the outcome and keep completing it in the
-    background. True: stored. False: fenced, nothing written. None: journaled."""
+    background (in memory alone when the journal cannot be written either)."""
     route = c.route
     try:
         stored = await s.store.complete(
@@ -93,11 +106,12 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     else:
         if not stored:
             await _fenced(s, route.name, record)
-        return stored
+            return Kept.FENCED
+        return Kept.STORED
     outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
-    return None
+    return Kept.IN_MEMORY if entry is None else Kept.JOURNALED
 
 
 def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
@@ -240,10 +254,10 @@ async def _record_found(s: Services, c: Claimed, config: Reconcile, found: Found
         await recorder.feed(found.body)
         recorded = await recorder.finish()
     reason = HTTPStatus(config.status).phrase
-    stored = await record_answer(s, c, config.status, reason, headers, recorded, False)
+    kept = await record_answer(s, c, config.status, reason, headers, recorded, False)
     response = web.Response(status=config.status, reason=reason, body=found.body)
     for name, value in headers:
         response.headers[name] = value
-    if stored is False:
+    if kept is Kept.FENCED:
         response.headers.update(FENCED)  # another claim's answer is the record
     return response
