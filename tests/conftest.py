@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -168,3 +169,23 @@ def stored_blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sto
         blobs = S3Blobs(request.getfixturevalue("moto_server"))
     yield blobs
     blobs.close()
+
+
+@pytest.fixture
+def full_disk() -> Iterator[Path]:
+    """A 1 MiB tmpfs, filled to its last byte once the test says so (`fill`)."""
+    mount = Path(tempfile.mkdtemp(prefix="idem-full-"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        mount.rmdir()
+        pytest.skip(f"a full disk needs a tmpfs, which cannot be mounted here: {mounted.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        mount.rmdir()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import redis
 from aiohttp.test_utils import TestClient
@@ -60,3 +62,21 @@ def metrics_of(client: TestClient) -> Metrics:
 def value(metrics: Metrics, name: str, **labels: str) -> float:
     """A sample of the gateway's registry (0 when it was never counted)."""
     return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Write to `folder` until its file system has about `leave` bytes free (none: until it
+    refuses a byte more). Meant for a small tmpfs: it writes what the disk has free."""
+    disk = os.statvfs(folder)
+    free = disk.f_bavail * disk.f_frsize
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"\0" * max(0, free - leave))
+        if not leave:
+            for _ in range(4096):  # the last bytes of a page
+                try:
+                    os.write(fd, b"\0")
+                except OSError:
+                    break
+    finally:
+        os.close(fd)

@@ -12,6 +12,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,10 +21,12 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient
 
+from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS
 
 from .blob_stores import StoredBlobs
 from .conftest import GatewayFactory
+from .faultkit import fill
 from .upstream import CountingUpstream, blob_chunks
 
 INLINE_MAX = 64 << 10
@@ -376,3 +379,31 @@ async def test_inline_body_that_does_not_match_its_digest_is_a_counted_502(
     assert again.status == 502
     assert again.content_type == "application/problem+json"
     assert blob_errors(client, "corrupt") == 1
+
+
+async def test_a_blob_the_disk_cannot_hold_leaves_no_part_file(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], full_disk: Path
+) -> None:
+    """The blob folder's disk fills while an answer is written: the client still gets the
+    whole answer, retries get 502 body-not-recorded (never a second run), and the failed
+    write leaves no `.part` file to hold the full disk until the sweep, a day later."""
+    counting, _ = upstream
+    blobs = full_disk / "blobs"
+    settings = settings_from_dict(
+        {
+            "redis": {"breaker": {"failures": 1000}},
+            "blob": {"url": f"file://{blobs}"},
+            "limits": {"client_buffer": "16MiB"},  # the client never falls behind here
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": upstream[1]}],
+        }
+    )
+    client = await make_gateway(settings=settings)
+    fill(full_disk, leave=64 << 10)
+    first = await client.post("/blob?size=600000", headers=key("full"))
+    assert first.status == 200
+    assert (await digest_of(first)) == expected(600_000)
+    again = await client.post("/blob?size=600000", headers=key("full"))
+    assert again.status == 502
+    assert orjson.loads(await again.read())["code"] == "body-not-recorded"
+    assert counting.count("/blob") == 1
+    assert sorted(path.name for path in blobs.iterdir()) == []

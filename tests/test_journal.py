@@ -4,14 +4,11 @@ whatever order its writes and marks come in and whatever a full disk cuts short.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -26,6 +23,7 @@ from gateway.store.journal import Journal, Unstored, orphans
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
+from .faultkit import fill
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-journal"}
@@ -119,40 +117,6 @@ def test_a_journal_removed_after_the_listing_is_passed_over(tmp_path: Path) -> N
             return listed
 
     assert unstored_keys(Listing(tmp_path)) == ["kept"]
-
-
-@pytest.fixture
-def full_disk() -> Iterator[Path]:
-    """A 1 MiB tmpfs, filled to its last byte once the test says so (`fill`)."""
-    mount = Path(tempfile.mkdtemp(prefix="idem-full-"))
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"a full disk needs a tmpfs, which cannot be mounted here: {mounted.stderr}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        mount.rmdir()
-
-
-def fill(folder: Path) -> None:
-    """Write to `folder` until its file system refuses a byte more (bounded: 1 MiB)."""
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (4096, 1):
-            for _ in range((1 << 20) // size + 1):
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError:
-                    break
-    finally:
-        os.close(fd)
 
 
 async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_loses_none(

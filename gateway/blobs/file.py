@@ -50,7 +50,11 @@ class FileBlobWriter(BlobWriter):
             raise BlobError(BlobError.WRITE, f"{self._part}: {exc}") from exc
 
     async def commit(self) -> str:
-        await self._flush()
+        try:
+            await self._flush()
+        except BlobError:
+            await self.abort()  # a full disk must not stay full of it until the sweep
+            raise
         file, self._file = self._file, None
         assert file is not None
         try:
