@@ -117,6 +117,30 @@ async def test_on_in_flight_wait_gives_409_when_time_runs_out(
     assert counting.count("/gate") == 1
 
 
+async def test_on_in_flight_wait_never_runs_a_call_whose_first_run_ended_unrecorded(
+    make_gateway: GatewayFactory, upstream
+) -> None:
+    """The first request times out (an unknown outcome, released by default): the duplicates
+    that waited for it get 409 ended-unrecorded, none of them runs the call (each run may
+    have charged a card), and the key is free for a retry, which runs it."""
+    counting, _ = upstream
+    client = await make_gateway(
+        on_in_flight="wait", in_flight_wait="5s", timeouts={"total": "400ms"}
+    )
+    first = asyncio.ensure_future(client.post("/stall", data=b"x", headers=KEY))
+    await counting.entered.wait()
+    waiting = [client.post("/stall", data=b"x", headers=KEY) for _ in range(5)]
+    answers = await asyncio.gather(first, *waiting)
+    assert [answer.status for answer in answers] == [504] + [409] * 5
+    for answer in answers[1:]:
+        assert orjson.loads(await answer.read())["code"] == "ended-unrecorded"
+        assert answer.headers["Retry-After"] == "1"
+    assert counting.count("/stall") == 1
+    retry = await client.post("/stall", data=b"x", headers=KEY)
+    assert retry.status == 504
+    assert counting.count("/stall") == 2
+
+
 async def test_same_key_other_payload_is_422_and_record_untouched(
     make_gateway: GatewayFactory, upstream
 ) -> None:

@@ -38,6 +38,13 @@ def test_on_claim(result: ClaimResult, policy: Policy, may_wait: bool, action: A
     assert on_claim(result, policy, may_wait) is action
 
 
+def test_a_waiter_that_finds_the_key_free_gives_it_back_rather_than_running_the_call() -> None:
+    wait = Policy(on_in_flight="wait")
+    assert on_claim(ClaimResult(Claim.CLAIMED), wait, False, waited=True) is Action.UNRECORDED
+    assert on_claim(ClaimResult(Claim.IN_FLIGHT, 5), wait, False, waited=True) is Action.CONFLICT
+    assert on_claim(DONE, wait, False, waited=True) is Action.REPLAY
+
+
 def test_on_answer_follows_the_record_policy() -> None:
     policy = Policy()
     assert on_answer(201, policy) is Settle.RECORD

@@ -18,6 +18,9 @@ class Action(Enum):
     REPLAY_UNKNOWN = "replay_unknown"  # answer 502 Idempotency-Outcome: unknown
     WAIT = "wait"  # in flight elsewhere: wait for it (on_in_flight: wait)
     CONFLICT = "conflict"  # in flight elsewhere: 409
+    # The request waited for ended without a record (released, or its lease ran out): 409,
+    # the key given back. A waiting duplicate never runs the call itself: only a retry does.
+    UNRECORDED = "unrecorded"
     MISMATCH = "mismatch"  # same key, other payload: 422
 
 
@@ -62,10 +65,11 @@ def records(rules: tuple[str, ...], status: int) -> bool:
     return code in rules or f"{code[0]}xx" in rules
 
 
-def on_claim(result: ClaimResult, policy: Policy, may_wait: bool) -> Action:
-    """What to do with the answer of the claim script."""
+def on_claim(result: ClaimResult, policy: Policy, may_wait: bool, waited: bool = False) -> Action:
+    """What to do with the answer of the claim script; `waited` after waiting for another
+    request with the key (`on_in_flight: wait`)."""
     if result.outcome is Claim.CLAIMED:
-        return Action.FORWARD
+        return Action.UNRECORDED if waited else Action.FORWARD
     if result.outcome is Claim.MISMATCH:
         return Action.MISMATCH
     if result.outcome is Claim.IN_FLIGHT:

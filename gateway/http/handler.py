@@ -38,7 +38,7 @@ from gateway.http.incoming import (
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import problem
 from gateway.http.replay import replay, replay_marker
-from gateway.http.settle import OUTCOME_UNKNOWN
+from gateway.http.settle import OUTCOME_UNKNOWN, release
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
@@ -55,6 +55,7 @@ WOULD = {
     Action.MISMATCH: m.MISMATCH,
     Action.CONFLICT: m.CONFLICT,
     Action.WAIT: m.CONFLICT,
+    Action.UNRECORDED: m.CONFLICT,
 }
 
 
@@ -174,7 +175,7 @@ class Gateway:
             action = on_claim(result, route, may_wait=not shadow)
             if action is Action.WAIT:
                 result = await self._wait(result, rkey, fp, token, route)
-                action = on_claim(result, route, may_wait=False)
+                action = on_claim(result, route, may_wait=False, waited=True)
         except StoreUnavailable as exc:
             return await self._store_down(request, route, body, exc)
         except RecordCorrupt as exc:
@@ -215,6 +216,17 @@ class Gateway:
                 **expires(result.pttl_ms / 1000),
             }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+        if action is Action.UNRECORDED:
+            await release(self.s, route, claimed.key, claimed.token)
+            self.s.metrics.request(route.name, request.method, m.CONFLICT)
+            detail = "the request with this key ended without a recorded answer; retry to run it"
+            return problem(
+                409,
+                "ended-unrecorded",
+                "Request ended without an answer",
+                detail,
+                {"Retry-After": RETRY_AFTER},
+            )
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"
@@ -230,7 +242,8 @@ class Gateway:
     ) -> ClaimResult:
         """Ask again with a growing pause until the first request ends or time runs out.
 
-        Asking with our own token means that if the first one released the key, we claim it.
+        Asking is claiming: if the first one ended without a record, we hold the key, and
+        `on_claim(..., waited=True)` says to give it back rather than run the call.
         """
         deadline = time.monotonic() + route.in_flight_wait
         pause, longest = WAIT_BACKOFF
