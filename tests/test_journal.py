@@ -4,11 +4,13 @@ whatever order its writes and marks come in and whatever a full disk cuts short.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import aiohttp
@@ -17,13 +19,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config.loading import settings_from_dict
 from gateway.core.record import Record
-from gateway.http.app import create_app
+from gateway.http.app import SERVICES, create_app
 from gateway.store import journal as journal_module
 from gateway.store.journal import Journal, Unstored, orphans
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
-from .faultkit import fill
+from .faultkit import fill, until
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-journal"}
@@ -165,6 +167,52 @@ async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_lo
         assert replay.headers["Idempotent-Replayed"] == "true"
         assert (await replay.read()).startswith(b"gated #")
         assert counting.count("/gate") == 1
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+        await client.close()
+        redis_server.close()
+
+
+async def test_a_record_stored_late_keeps_its_blob_for_its_whole_retention(
+    upstream: tuple[CountingUpstream, str], tmp_path: Path
+) -> None:
+    """Redis takes a journaled outcome long after its blob was written (an outage): the
+    record's retention runs from then, and so must the blob's age, or the sweep removes the
+    blob of a live record and its replays answer 502 before the retention ends."""
+    counting, origin = upstream
+    redis_server = RedisServer()
+    redis_server.start()
+    blobs = tmp_path / "blobs"
+    settings = settings_from_dict(
+        {
+            "state_dir": str(tmp_path / "state"),
+            "blob": {"url": f"file://{blobs}", "sweep_interval": "1h"},
+            "redis": {"socket_timeout": "300ms", "breaker": {"failures": 1000}},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+    )
+    app = create_app(settings, redis_server.url, Metrics())
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    assert redis_server.process is not None
+    try:
+        first = asyncio.ensure_future(client.post("/blob?size=200000&gate=1", headers=KEY))
+        await counting.entered.wait()
+        redis_server.process.send_signal(signal.SIGSTOP)
+        counting.release.set()
+        answer = await first
+        body = await answer.read()
+        assert len(body) == 200_000  # journaled, then answered
+        [blob] = list(blobs.iterdir())
+        written_long_ago = time.time() - settings.longest_hold() - 60  # an outage that long
+        os.utime(blob, (written_long_ago, written_long_ago))
+        redis_server.process.send_signal(signal.SIGCONT)
+        await until(lambda: app[SERVICES].journal.depth == 0)  # stored now
+        await app[SERVICES].blobs.sweep(settings.longest_hold())  # as the periodic sweep
+        replay = await client.post("/blob?size=200000&gate=1", headers=KEY)
+        assert replay.status == 200
+        assert await replay.read() == body
+        assert counting.count("/blob") == 1
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
         await client.close()

@@ -78,6 +78,12 @@ class BlobStore(ABC):
     @abstractmethod
     async def delete(self, name: str) -> None: ...
 
+    async def renew(self, name: str) -> None:
+        """The blob's record was stored only now (Redis took it late): count its age for the
+        sweep from now, as the record's retention is. Stores whose backend expires objects
+        itself keep a day's margin for this (docs/operations.md) and do nothing."""
+        return None
+
     async def sweep(self, max_age: float) -> int:
         """Remove blobs and unfinished writes older than `max_age` seconds; how many.
 

@@ -152,6 +152,11 @@ class FileBlobStore(BlobStore):
         with contextlib.suppress(FileNotFoundError):
             await asyncio.to_thread(path.unlink)
 
+    async def renew(self, name: str) -> None:
+        path = self.directory / check_name(name)
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(os.utime, path)
+
     async def sweep(self, max_age: float) -> int:
         return await asyncio.to_thread(self._sweep, time.time() - max_age)
 

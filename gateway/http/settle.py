@@ -151,10 +151,18 @@ async def keep_storing(
         if entry is not None:
             await asyncio.to_thread(s.journal.stored, entry)
         if stored:
+            await _stored_late(s, outcome)
             log.info("route %s: a journaled outcome is stored now", route)
         else:
             await _fenced(s, route, outcome.record)
         return
+
+
+async def _stored_late(s: Services, outcome: Unstored) -> None:
+    """The record's retention runs from now: so does its blob's age, or the sweep would
+    remove the blob of a live record as long before its end as Redis took to store it."""
+    if outcome.record.blob is not None:
+        await s.blobs.renew(outcome.record.blob)
 
 
 async def _fenced(s: Services, route: str, record: Record) -> None:
@@ -176,7 +184,9 @@ async def replay_journal(s: Services) -> None:
                 entry = await _journal(s, outcome)
                 s.tasks.spawn(keep_storing(s, "-", REPLAY_LEASE, outcome, entry))
                 continue
-            if not stored:
+            if stored:
+                await _stored_late(s, outcome)
+            else:
                 await _fenced(s, "-", outcome.record)
         path.unlink(missing_ok=True)
         log.warning("journal %s replayed: %d outcomes", path.name, len(outcomes))
