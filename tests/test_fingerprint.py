@@ -43,3 +43,34 @@ def test_configured_headers_count() -> None:
 def test_none_mode_accepts_any_payload() -> None:
     spec = Fingerprint(mode="none")
     assert fp(spec, b"a") == fp(spec, b"b", method="PUT")
+
+
+def test_json_mode_tells_apart_numbers_a_double_would_merge() -> None:
+    """An upstream that reads amounts as decimals sees two payloads where a double sees one."""
+    spec = Fingerprint(mode="json")
+    pairs = [
+        (b'{"amount": 0.3}', b'{"amount": 0.30000000000000001}'),
+        (b'{"amount": 0.0}', b'{"amount": 1e-400}'),
+        (b'{"amount": 9007199254740992.0}', b'{"amount": 9007199254740993.0}'),
+        (b'{"id": 12345678901234567890}', b'{"id": 12345678901234567891}'),
+    ]
+    for one, other in pairs:
+        assert fp(spec, one) != fp(spec, other), (one, other)
+    assert fp(spec, b'{"a": 0.3, "b": [1, 2]}') == fp(spec, b'{ "b":[1,2], "a":0.3 }')
+
+
+def test_json_mode_counts_a_member_named_twice_as_bytes() -> None:
+    """Parsers differ on which of two members of one name counts: such a body is compared
+    as it was sent, never as the object one parser would make of it."""
+    spec = Fingerprint(mode="json")
+    twice = b'{"amount": 1, "amount": 5000}'
+    assert fp(spec, twice) != fp(spec, b'{"amount": 5000}')
+    assert fp(spec, twice) != fp(spec, b'{"amount": 1}')
+    assert fp(spec, twice) == fp(spec, twice)
+
+
+def test_json_mode_reads_strings_by_their_text_and_refuses_what_is_not_json() -> None:
+    spec = Fingerprint(mode="json")
+    assert fp(spec, b'{"name": "\\u00e9"}') == fp(spec, '{"name": "\u00e9"}'.encode())
+    assert fp(spec, b'{"x": NaN}') != fp(spec, b'{"x":NaN}')  # not JSON: bytes
+    assert fp(spec, b"[" * 100_000) == fp(spec, b"[" * 100_000)  # too deep: bytes

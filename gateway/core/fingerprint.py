@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
+from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any, Protocol
-
-import orjson
 
 _NO_FINGERPRINT = "-"
 
@@ -40,15 +40,56 @@ def _without(document: Any, pointer: str) -> None:
         del node[int(last)]
 
 
+class _Number(str):
+    """A JSON number as written. Parsed as a double, 0.3 and 0.30000000000000001 (or 0.0 and
+    1e-400) would be one payload, but an upstream that reads amounts as decimals sees two."""
+
+
+def _distinct_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object; one that names a member twice is refused, as parsers differ on which of
+    the two counts (so it is compared as bytes)."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("a member named twice")
+    return members
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _written(node: Any) -> str:
+    """`node` as canonical JSON text: members sorted, no white space, strings escaped to
+    ASCII, numbers as written."""
+    kind = type(node)
+    if kind is str:
+        return _quoted(node)
+    if kind is _Number:
+        return str(node)
+    if kind is dict:
+        members = sorted(node.items())
+        return "{" + ",".join([_quoted(k) + ":" + _written(v) for k, v in members]) + "}"
+    if kind is list:
+        return "[" + ",".join([_written(each) for each in node]) + "]"
+    return "null" if node is None else "true" if node else "false"
+
+
 def _canonical_json(body: bytes, ignore: tuple[str, ...]) -> bytes:
-    """Key order and white space do not matter; a body that is not JSON counts as bytes."""
+    """Member order and white space do not matter; a body that is not JSON (or names a
+    member twice) counts as bytes."""
     try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        document = json.loads(
+            body,
+            parse_float=_Number,
+            parse_int=_Number,
+            parse_constant=_not_json,
+            object_pairs_hook=_distinct_members,
+        )
+        for pointer in ignore:
+            _without(document, pointer)
+        return _written(document).encode("ascii")
+    except (ValueError, RecursionError):  # not JSON, not text, or nested too deep
         return body
-    for pointer in ignore:
-        _without(document, pointer)
-    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
 def fingerprint(
