@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import redis
+
 from gateway.config.policy import Fingerprint
-from gateway.core.fingerprint import fingerprint
+from gateway.core.fingerprint import earlier_fingerprint, fingerprint
+
+from .conftest import GatewayFactory
+from .upstream import CountingUpstream
 
 
 def fp(spec: Fingerprint, body: bytes, method: str = "POST", path: str = "/p", query: str = "",
@@ -74,3 +79,33 @@ def test_json_mode_reads_strings_by_their_text_and_refuses_what_is_not_json() ->
     assert fp(spec, b'{"name": "\\u00e9"}') == fp(spec, '{"name": "\u00e9"}'.encode())
     assert fp(spec, b'{"x": NaN}') != fp(spec, b'{"x":NaN}')  # not JSON: bytes
     assert fp(spec, b"[" * 100_000) == fp(spec, b"[" * 100_000)  # too deep: bytes
+
+
+async def test_a_record_an_earlier_version_stored_in_json_mode_still_answers_its_retries(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """Records stored before numbers were compared as written carry the fingerprint of that
+    time: a retry of the same request replays them (not 422) while they are kept, and a
+    payload both versions tell apart still gets 422."""
+    counting, _ = upstream
+    client = await make_gateway(fingerprint={"mode": "json"})
+    key = {"Idempotency-Key": "k-earlier", "Content-Type": "application/json"}
+    body = b'{"amount": 12.50, "currency": "EUR"}'
+    first = await client.post("/pay", data=body, headers=key)
+    assert first.status == 201
+    spec = Fingerprint(mode="json")
+    earlier = earlier_fingerprint(spec, "POST", "/pay", "", {}, body)
+    assert earlier is not None and earlier != fingerprint(spec, "POST", "/pay", "", {}, body)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        [record] = plain.keys()
+        plain.hset(record, "f", earlier)  # as the earlier version stored it
+    finally:
+        plain.close()
+    replay = await client.post("/pay", data=body, headers=key)
+    assert replay.status == 201
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert await replay.read() == await first.read()
+    other = await client.post("/pay", data=b'{"amount": 13, "currency": "EUR"}', headers=key)
+    assert other.status == 422
+    assert counting.count("/pay") == 1

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any, Protocol
 
+import orjson
+
 _NO_FINGERPRINT = "-"
 
 
@@ -92,6 +94,29 @@ def _canonical_json(body: bytes, ignore: tuple[str, ...]) -> bytes:
         return body
 
 
+def _before_exact_numbers(body: bytes, ignore: tuple[str, ...]) -> bytes:
+    """json mode's canonical form before numbers were compared as written: through doubles,
+    the last of two members of one name kept (orjson's reading)."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    for pointer in ignore:
+        _without(document, pointer)
+    return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+
+
+def _digest(
+    spec: Spec, method: str, path: str, query: str, headers: Mapping[str, str], payload: bytes
+) -> str:
+    h = hashlib.sha256()
+    texts = [method, path, query] + [f"{n.lower()}:{headers.get(n, '')}" for n in spec.headers]
+    for part in [*(t.encode("utf-8", "surrogateescape") for t in texts), payload]:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
 def fingerprint(
     spec: Spec,
     method: str,
@@ -103,10 +128,21 @@ def fingerprint(
     """SHA-256 over method, path, query, the configured headers and the body."""
     if spec.mode == "none":
         return _NO_FINGERPRINT
-    h = hashlib.sha256()
     payload = _canonical_json(body, spec.ignore) if spec.mode == "json" else body
-    texts = [method, path, query] + [f"{n.lower()}:{headers.get(n, '')}" for n in spec.headers]
-    for part in [*(t.encode("utf-8", "surrogateescape") for t in texts), payload]:
-        h.update(len(part).to_bytes(8, "big"))
-        h.update(part)
-    return h.hexdigest()
+    return _digest(spec, method, path, query, headers, payload)
+
+
+def earlier_fingerprint(
+    spec: Spec,
+    method: str,
+    path: str,
+    query: str,
+    headers: Mapping[str, str],
+    body: bytes,
+) -> str | None:
+    """The fingerprint an earlier version gave this request in json mode (before numbers
+    were compared as written), else None: a record it stored still answers its retries,
+    rather than 422, for as long as it is kept."""
+    if spec.mode != "json":
+        return None
+    return _digest(spec, method, path, query, headers, _before_exact_numbers(body, spec.ignore))

@@ -14,9 +14,9 @@ import time
 from aiohttp import web
 
 from gateway.config.policy import Policy, Route
-from gateway.core.claims import ClaimResult
+from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
-from gateway.core.fingerprint import fingerprint
+from gateway.core.fingerprint import earlier_fingerprint, fingerprint
 from gateway.core.headers import undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
@@ -160,18 +160,18 @@ class Gateway:
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
-        fp = fingerprint(
-            route.fingerprint,
-            request.method,
-            url.raw_path,
-            url.raw_query_string,
-            request.headers,
-            body,
-        )
+        payload = (request.method, url.raw_path, url.raw_query_string, request.headers, body)
+        fp = fingerprint(route.fingerprint, *payload)
         token = secrets.token_hex(16)
         shadow = route.mode == "shadow"
         try:
             result = await self.s.store.claim(rkey, fp, token, route.lease)
+            if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
+                earlier = earlier_fingerprint(route.fingerprint, *payload)
+                if earlier is not None and earlier != fp:
+                    again = await self.s.store.claim(rkey, earlier, token, route.lease)
+                    if again.outcome is not Claim.MISMATCH:
+                        result, fp = again, earlier
             action = on_claim(result, route, may_wait=not shadow)
             if action is Action.WAIT:
                 result = await self._wait(result, rkey, fp, token, route)
