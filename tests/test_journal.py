@@ -4,6 +4,7 @@ whatever order its writes and marks come in and whatever a full disk cuts short.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,10 +12,13 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config.loading import settings_from_dict
@@ -26,7 +30,9 @@ from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
 from .faultkit import fill, until
-from .upstream import CountingUpstream
+from .test_reconcile import Orders
+from .test_reconcile import _reconcile as reconcile_config
+from .upstream import CountingUpstream, serving_app
 
 KEY = {"Idempotency-Key": "k-journal"}
 
@@ -121,21 +127,20 @@ def test_a_journal_removed_after_the_listing_is_passed_over(tmp_path: Path) -> N
     assert unstored_keys(Listing(tmp_path)) == ["kept"]
 
 
-async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_loses_none(
-    upstream: tuple[CountingUpstream, str], full_disk: Path, tmp_path: Path
-) -> None:
-    """Neither Redis nor the journal takes the outcome: the client gets no complete answer
-    (a crash now would lose it, and a retry after the lease would run the call again); the
-    gateway keeps it and stores it once Redis is back, and the retry replays it."""
-    counting, origin = upstream
+@contextlib.asynccontextmanager
+async def gateway_on_a_full_disk(
+    disk: Path, tmp_path: Path, route: dict[str, Any]
+) -> AsyncIterator[tuple[TestClient, RedisServer]]:
+    """An in-process gateway whose state folder (the journal) is on `disk`, with a Redis of
+    its own that the test can stop."""
     redis_server = RedisServer()
     redis_server.start()
     settings = settings_from_dict(
         {
-            "state_dir": str(full_disk / "state"),
+            "state_dir": str(disk / "state"),
             "blob": {"url": f"file://{tmp_path}/blobs"},
             "redis": {"socket_timeout": "300ms", "breaker": {"failures": 1000}},
-            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+            "routes": [{"name": "api", "path_prefix": "/", **route}],
         }
     )
     client = TestClient(
@@ -144,33 +149,119 @@ async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_lo
     await client.start_server()
     assert redis_server.process is not None
     try:
-
-        async def whole_answer() -> bytes:
-            async with client.post("/gate", data=b"x", headers=KEY) as answer:
-                return await answer.read()
-
-        first = asyncio.ensure_future(whole_answer())
-        await counting.entered.wait()
-        fill(full_disk)
-        redis_server.process.send_signal(signal.SIGSTOP)
-        counting.release.set()
-        with pytest.raises((aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
-            await first
-        redis_server.process.send_signal(signal.SIGCONT)
-        replay = await client.post("/gate", data=b"x", headers=KEY)
-        for _ in range(200):  # until the kept outcome is stored (10 s at the most)
-            if replay.status != 409:
-                break
-            await asyncio.sleep(0.05)  # pacing the retries, as a client would
-            replay = await client.post("/gate", data=b"x", headers=KEY)
-        assert replay.status == 201
-        assert replay.headers["Idempotent-Replayed"] == "true"
-        assert (await replay.read()).startswith(b"gated #")
-        assert counting.count("/gate") == 1
+        yield client, redis_server
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
         await client.close()
         redis_server.close()
+
+
+async def whole_answer(client: TestClient, path: str, headers: dict[str, str]) -> bytes:
+    async with client.post(path, data=b"{}", headers=headers) as answer:
+        return await answer.read()
+
+
+CUT = (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)
+
+
+async def replay_once_stored(client: TestClient, path: str, headers: dict[str, str]) -> Any:
+    """The retry's answer once the kept outcome is stored (409 until then; 10 s at most)."""
+    for _ in range(200):
+        answer = await client.post(path, data=b"{}", headers=headers)
+        if answer.status != 409:
+            return answer
+        await asyncio.sleep(0.05)  # pacing the retries, as a client would
+    raise AssertionError("the kept outcome was not stored in 10 s")
+
+
+async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_loses_none(
+    upstream: tuple[CountingUpstream, str], full_disk: Path, tmp_path: Path
+) -> None:
+    """Neither Redis nor the journal takes the outcome: the client gets no complete answer
+    (a crash now would lose it, and a retry after the lease would run the call again); the
+    gateway keeps it and stores it once Redis is back, and the retry replays it."""
+    counting, origin = upstream
+    async with gateway_on_a_full_disk(full_disk, tmp_path, {"upstream": origin}) as (
+        client,
+        redis_server,
+    ):
+        assert redis_server.process is not None
+        first = asyncio.ensure_future(whole_answer(client, "/gate", KEY))
+        await counting.entered.wait()
+        fill(full_disk)
+        redis_server.process.send_signal(signal.SIGSTOP)
+        counting.release.set()
+        with pytest.raises(CUT):
+            await first
+        redis_server.process.send_signal(signal.SIGCONT)
+        replay = await replay_once_stored(client, "/gate", KEY)
+        assert replay.status == 201
+        assert replay.headers["Idempotent-Replayed"] == "true"
+        assert (await replay.read()).startswith(b"gated #")
+    assert counting.count("/gate") == 1
+
+
+async def test_an_unknown_outcome_kept_only_in_memory_is_not_answered_whole(
+    upstream: tuple[CountingUpstream, str], full_disk: Path, tmp_path: Path
+) -> None:
+    """`on_unknown_outcome: record` while neither Redis nor the journal takes the UNKNOWN
+    record: the client gets no whole 502 (a crash would lose the record, and a retry would
+    run the call again, which that mode promises never to do by itself); the record is
+    stored once Redis is back, and retries replay it."""
+    counting, origin = upstream
+    route = {"upstream": origin, "on_unknown_outcome": "record", "timeouts": {"total": "300ms"}}
+    async with gateway_on_a_full_disk(full_disk, tmp_path, route) as (client, redis_server):
+        assert redis_server.process is not None
+        first = asyncio.ensure_future(whole_answer(client, "/stall", KEY))
+        await counting.entered.wait()
+        fill(full_disk)
+        redis_server.process.send_signal(signal.SIGSTOP)
+        with pytest.raises(CUT):
+            await first
+        redis_server.process.send_signal(signal.SIGCONT)
+        replay = await replay_once_stored(client, "/stall", KEY)
+        assert replay.status == 502
+        assert replay.headers["Idempotency-Outcome"] == "unknown"
+    assert counting.count("/stall") == 1
+
+
+class StoppingOrders(Orders):
+    """Orders whose POST first runs `on_create` (here: Redis stops, the disk is full)."""
+
+    on_create: Callable[[], None] = staticmethod(lambda: None)
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        self.on_create()
+        return await super().create(request)
+
+
+async def test_a_reconciled_answer_kept_only_in_memory_is_not_answered_whole(
+    full_disk: Path, tmp_path: Path
+) -> None:
+    """The answer was lost, the lookup says the order exists, and neither Redis nor the
+    journal takes the reconciled record: the client gets no whole 201, and retries replay
+    the reconciled answer once Redis is back."""
+    orders = StoppingOrders()
+    orders.cut = "after"
+    async with serving_app(orders.app()) as origin:
+        route = {"upstream": origin, "reconcile": reconcile_config(origin)}
+        async with gateway_on_a_full_disk(full_disk, tmp_path, route) as (client, redis_server):
+            process = redis_server.process
+            assert process is not None
+
+            def stop() -> None:
+                fill(full_disk)
+                process.send_signal(signal.SIGSTOP)
+
+            orders.on_create = stop
+            headers = {"Authorization": "Bearer t1", "Idempotency-Key": "rk1"}
+            with pytest.raises(CUT):
+                await whole_answer(client, "/orders", headers)
+            process.send_signal(signal.SIGCONT)
+            replay = await replay_once_stored(client, "/orders", headers)
+            assert replay.status == 201
+            assert replay.headers["Idempotency-Outcome"] == "reconciled"
+    assert orders.runs["rk1"] == 1
 
 
 async def test_a_record_stored_late_keeps_its_blob_for_its_whole_retention(
@@ -217,3 +308,23 @@ async def test_a_record_stored_late_keeps_its_blob_for_its_whole_retention(
         redis_server.process.send_signal(signal.SIGCONT)
         await client.close()
         redis_server.close()
+
+
+def test_a_closed_journal_writes_into_no_file_that_took_its_number(tmp_path: Path) -> None:
+    """A store that finishes after the drain (Redis was down longer) marks its entry on a
+    journal already closed: the file that took the closed file's number is left alone, and
+    the journal keeps the entry for the next start."""
+    journal = Journal(tmp_path / "journal")
+    entry = journal.add(outcome("kept"))
+    journal.close()
+    other = tmp_path / "other"
+    other.write_bytes(b"someone else's data\n")
+    fd = os.open(other, os.O_RDWR | os.O_APPEND)  # the lowest free number: the journal's
+    try:
+        journal.stored(entry)
+        with pytest.raises(OSError):
+            journal.add(outcome("late"))
+    finally:
+        os.close(fd)
+    assert other.read_bytes() == b"someone else's data\n"
+    assert unstored_keys(tmp_path / "journal") == ["kept"]

@@ -111,6 +111,8 @@ class ClientFeed:
             self._push(Rest(rest.chunks, self._given, rest.size, rest.sha256))
 
     def cut(self) -> None:
+        """Close the client's connection short of the answer (before its head, if none was
+        begun): the client gets no complete answer."""
         self._push(_CUT)
 
     def fail(self, response: web.StreamResponse) -> None:
@@ -142,9 +144,8 @@ class ClientFeed:
                     if not await _send_rest(response, request, item):
                         return abort(request, response)
                     return response
-                elif isinstance(item, _Cut):
-                    assert response is not None
-                    return abort(request, response)
+                elif isinstance(item, _Cut):  # with no head begun, nothing at all is sent
+                    return abort(request, response or web.Response(status=502))
                 else:  # the end
                     if self.final is not None:
                         return self.final

@@ -135,7 +135,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         kind = failure_of(exc)
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)
-        if feed.started:
+        if feed.started or failed is None:
             feed.cut()
         else:  # a recorded answer's head waits for its first bytes: none went out
             feed.fail(failed)

@@ -148,10 +148,11 @@ async def keep_storing(
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
             continue
+        if stored:  # the blob's age first: a crash before the journal's mark repeats it
+            await _stored_late(s, outcome)
         if entry is not None:
             await asyncio.to_thread(s.journal.stored, entry)
         if stored:
-            await _stored_late(s, outcome)
             log.info("route %s: a journaled outcome is stored now", route)
         else:
             await _fenced(s, route, outcome.record)
@@ -205,7 +206,9 @@ async def release(s: Services, route: Route, key: str, token: str) -> None:
 
 async def settle_failure(
     s: Services, c: Claimed, kind: Failure, exc: BaseException
-) -> web.Response:
+) -> web.Response | None:
+    """Settle a call that got no complete answer; the client's answer, or None when it must
+    get none whole (what was recorded for it is kept only in memory: `Kept.IN_MEMORY`)."""
     route = c.route
     settle = on_failure(kind, route)
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -234,7 +237,8 @@ async def settle_failure(
             unknown=True,
             extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
         )
-        await store_outcome(s, c, record, b"")
+        if await store_outcome(s, c, record, b"") is Kept.IN_MEMORY:
+            return None
         public = "the upstream was called but its outcome is unknown; an operator must resolve it"
         return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
     if kind is Failure.UNSENT:
@@ -249,7 +253,9 @@ def _key(c: Claimed) -> str:
     return key
 
 
-async def _record_found(s: Services, c: Claimed, config: Reconcile, found: Found) -> web.Response:
+async def _record_found(
+    s: Services, c: Claimed, config: Reconcile, found: Found
+) -> web.Response | None:
     """Record what the lookup found as the key's answer, and answer the client with it.
 
     The lookup's body (the resource as the upstream has it now) with its Content-Type, under
@@ -265,6 +271,8 @@ async def _record_found(s: Services, c: Claimed, config: Reconcile, found: Found
         recorded = await recorder.finish()
     reason = HTTPStatus(config.status).phrase
     kept = await record_answer(s, c, config.status, reason, headers, recorded, False)
+    if kept is Kept.IN_MEMORY:
+        return None
     response = web.Response(status=config.status, reason=reason, body=found.body)
     for name, value in headers:
         response.headers[name] = value

@@ -93,6 +93,8 @@ class Journal:
         cannot be written is left out: an entry replayed twice is stored once (the same
         token completes the same record again)."""
         with self._lock:
+            if self._fd < 0:
+                return  # closed (a store finished after the drain): the next start replays it
             with contextlib.suppress(OSError):
                 self._append(orjson.dumps({"done": entry}) + b"\n", sync=False)
             self.depth -= 1
@@ -102,6 +104,8 @@ class Journal:
     def _append(self, line: bytes, sync: bool) -> None:
         """Write a whole line, or nothing: a line cut short by a full disk is taken back, so
         that the next one does not follow a half line and become unreadable with it."""
+        if self._fd < 0:
+            raise OSError("the journal is closed")
         start = os.lseek(self._fd, 0, os.SEEK_END)
         try:
             view = memoryview(line)
@@ -115,11 +119,15 @@ class Journal:
             raise
 
     def close(self) -> None:
-        """Close; the file stays if entries are still unstored (the next start replays it)."""
-        empty = self.depth == 0
-        os.close(self._fd)
-        if empty:
-            self.path.unlink(missing_ok=True)
+        """Close; the file stays if entries are still unstored (the next start replays it).
+        A closed journal writes nothing more: its file number may be another file's now."""
+        with self._lock:
+            fd, self._fd = self._fd, -1
+            if fd < 0:
+                return
+            os.close(fd)
+            if self.depth == 0:
+                self.path.unlink(missing_ok=True)
 
 
 def orphans(folder: Path) -> list[tuple[Path, list[Unstored]]]:
