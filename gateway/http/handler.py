@@ -6,23 +6,21 @@ shadow, fail-open), `forward` (the claimed call), `replay` (a recorded answer), 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-import time
 
 from aiohttp import web
 
 from gateway.config.policy import Policy, Route
-from gateway.core.claims import Claim, ClaimResult
-from gateway.core.decision import Action, on_claim
-from gateway.core.fingerprint import earlier_fingerprint, fingerprint
+from gateway.core.claims import ClaimResult
+from gateway.core.decision import Action
 from gateway.core.headers import undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
+from gateway.http.claiming import take
 from gateway.http.context import Claimed, Services
 from gateway.http.forward import forward
 from gateway.http.incoming import (
@@ -45,9 +43,18 @@ from gateway.telemetry.requestlog import note_key_hash
 log = logging.getLogger(__name__)
 
 RETRY_AFTER = "1"
-# How often a waiting duplicate asks again: from the first value, growing to the last.
-WAIT_BACKOFF = (0.01, 0.25)
 REPLAY_SPAN = "idempotency.replay"  # tracing's name for answering from a record
+# 409s: the request with the key is still running, or ended without a recorded answer.
+CONFLICTS = {
+    Action.CONFLICT: (
+        409, "in-flight", "Request in progress",
+        "a request with this key is in progress; retry later",
+    ),
+    Action.UNRECORDED: (
+        409, "ended-unrecorded", "Request ended without an answer",
+        "the request with this key ended without a recorded answer; retry to run it",
+    ),
+}  # fmt: skip
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD = {
     Action.REPLAY: m.REPLAYED,
@@ -161,21 +168,10 @@ class Gateway:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
         payload = (request.method, url.raw_path, url.raw_query_string, request.headers, body)
-        fp = fingerprint(route.fingerprint, *payload)
         token = secrets.token_hex(16)
-        shadow = route.mode == "shadow"
         try:
-            result = await self.s.store.claim(rkey, fp, token, route.lease)
-            if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
-                earlier = earlier_fingerprint(route.fingerprint, *payload)
-                if earlier is not None and earlier != fp:
-                    again = await self.s.store.claim(rkey, earlier, token, route.lease)
-                    if again.outcome is not Claim.MISMATCH:
-                        result, fp = again, earlier
-            action = on_claim(result, route, may_wait=not shadow)
-            if action is Action.WAIT:
-                result = await self._wait(result, rkey, fp, token, route)
-                action = on_claim(result, route, may_wait=False, waited=True)
+            may_wait = route.mode != "shadow"
+            result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as exc:
             return await self._store_down(request, route, body, exc)
         except RecordCorrupt as exc:
@@ -216,46 +212,14 @@ class Gateway:
                 **expires(result.pttl_ms / 1000),
             }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
-        if action is Action.UNRECORDED:
-            await release(self.s, route, claimed.key, claimed.token)
-            self.s.metrics.request(route.name, request.method, m.CONFLICT)
-            detail = "the request with this key ended without a recorded answer; retry to run it"
-            return problem(
-                409,
-                "ended-unrecorded",
-                "Request ended without an answer",
-                detail,
-                {"Retry-After": RETRY_AFTER},
-            )
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"
             return problem(422, "key-reused", "Key reused with another payload", detail)
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
-        detail = "a request with this key is in progress; retry later"
-        return problem(
-            409, "in-flight", "Request in progress", detail, {"Retry-After": RETRY_AFTER}
-        )
-
-    async def _wait(
-        self, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
-    ) -> ClaimResult:
-        """Ask again with a growing pause until the first request ends or time runs out.
-
-        Asking is claiming: if the first one ended without a record, we hold the key, and
-        `on_claim(..., waited=True)` says to give it back rather than run the call.
-        """
-        deadline = time.monotonic() + route.in_flight_wait
-        pause, longest = WAIT_BACKOFF
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return result
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, longest)
-            result = await self.s.store.claim(rkey, fp, token, route.lease)
-            if on_claim(result, route, may_wait=True) is not Action.WAIT:
-                return result
+        if action is Action.UNRECORDED:
+            await release(self.s, route, claimed.key, claimed.token)
+        return problem(*CONFLICTS[action], {"Retry-After": RETRY_AFTER})
 
     async def _store_down(
         self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable

@@ -1,0 +1,60 @@
+"""Taking a request's key: the claim, a record an earlier version stored under its own
+fingerprint of the request, and waiting for the request in flight (`on_in_flight: wait`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+from gateway.config.policy import Route
+from gateway.core.claims import Claim, ClaimResult
+from gateway.core.decision import Action, on_claim
+from gateway.core.fingerprint import earlier_fingerprint, fingerprint
+from gateway.store.store import Store
+
+# How often a waiting duplicate asks again: from the first value, growing to the last.
+WAIT_BACKOFF = (0.01, 0.25)
+# What the fingerprint covers: method, raw path, raw query, the headers, the body.
+Payload = tuple[str, str, str, Mapping[str, str], bytes]
+
+
+async def take(
+    store: Store, route: Route, rkey: str, token: str, payload: Payload, may_wait: bool
+) -> tuple[ClaimResult, Action, str]:
+    """Claim `rkey` for this request: what the claim found, what to do, and the fingerprint
+    the key is held under."""
+    fp = fingerprint(route.fingerprint, *payload)
+    result = await store.claim(rkey, fp, token, route.lease)
+    if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
+        earlier = earlier_fingerprint(route.fingerprint, *payload)
+        if earlier is not None and earlier != fp:
+            again = await store.claim(rkey, earlier, token, route.lease)
+            if again.outcome is not Claim.MISMATCH:
+                result, fp = again, earlier
+    action = on_claim(result, route, may_wait)
+    if action is Action.WAIT:
+        result = await _wait(store, result, rkey, fp, token, route)
+        action = on_claim(result, route, may_wait=False, waited=True)
+    return result, action, fp
+
+
+async def _wait(
+    store: Store, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
+) -> ClaimResult:
+    """Ask again with a growing pause until the first request ends or time runs out.
+
+    Asking is claiming: if the first one ended without a record, we hold the key, and
+    `on_claim(..., waited=True)` says to give it back rather than run the call.
+    """
+    deadline = time.monotonic() + route.in_flight_wait
+    pause, longest = WAIT_BACKOFF
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return result
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, longest)
+        result = await store.claim(rkey, fp, token, route.lease)
+        if on_claim(result, route, may_wait=True) is not Action.WAIT:
+            return result
