@@ -7,12 +7,14 @@ import redis
 from gateway.config.policy import Fingerprint
 from gateway.core.fingerprint import earlier_fingerprint, fingerprint
 
-from .conftest import GatewayFactory
+from .conftest import GatewayFactory, gateway_settings
+from .scripted import answering, scripted
+from .test_faults_input import exchange, status_of
 from .upstream import CountingUpstream
 
 
 def fp(spec: Fingerprint, body: bytes, method: str = "POST", path: str = "/p", query: str = "",
-       headers: dict[str, str] | None = None) -> str:  # fmt: skip
+       headers: dict[str, tuple[str, ...]] | None = None) -> str:  # fmt: skip
     return fingerprint(spec, method, path, query, headers or {}, body)
 
 
@@ -42,7 +44,25 @@ def test_json_mode_counts_a_non_json_body_as_bytes() -> None:
 
 def test_configured_headers_count() -> None:
     spec = Fingerprint(headers=("X-Account",))
-    assert fp(spec, b"a", headers={"X-Account": "1"}) != fp(spec, b"a", headers={"X-Account": "2"})
+    one, two = {"X-Account": ("1",)}, {"X-Account": ("2",)}
+    assert fp(spec, b"a", headers=one) != fp(spec, b"a", headers=two)
+
+
+def test_every_value_of_a_configured_header_counts_and_absent_is_not_empty() -> None:
+    """The upstream receives every value of a repeated header: `test` then `live` is not
+    `test` alone, nor `live, test`; and a header sent empty is not a header left out."""
+    spec = Fingerprint(headers=("X-Mode",))
+    seen = {
+        fp(spec, b"a", headers=values)
+        for values in (
+            {"X-Mode": ("test", "live")},
+            {"X-Mode": ("test",)},
+            {"X-Mode": ("live", "test")},
+            {"X-Mode": ("",)},
+            {"X-Mode": ()},
+        )
+    }
+    assert len(seen) == 5
 
 
 def test_none_mode_accepts_any_payload() -> None:
@@ -109,3 +129,55 @@ async def test_a_record_an_earlier_version_stored_in_json_mode_still_answers_its
     other = await client.post("/pay", data=b'{"amount": 13, "currency": "EUR"}', headers=key)
     assert other.status == 422
     assert counting.count("/pay") == 1
+
+
+ANSWER = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
+
+
+def keyed(key: bytes, extra: bytes) -> bytes:
+    return (
+        b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nIdempotency-Key: " + key
+        + b"\r\n" + extra + b"Content-Length: 2\r\n\r\n{}"
+    )  # fmt: skip
+
+
+def values_of(head: bytes, name: bytes) -> list[bytes]:
+    lines = head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+    return [line.split(b":", 1)[1].strip() for line in lines if line.lower().startswith(name)]
+
+
+async def test_a_repeated_fingerprint_header_counts_with_every_value_the_upstream_receives(
+    make_gateway: GatewayFactory,
+) -> None:
+    async with scripted(answering(ANSWER)) as (upstream, origin):
+        gateway = await make_gateway(
+            settings=gateway_settings(origin, fingerprint={"headers": ["X-Mode"]})
+        )
+        first = await exchange(gateway.port, keyed(b"dup", b"X-Mode: test\r\nX-Mode: live\r\n"))
+        one_value = await exchange(gateway.port, keyed(b"dup", b"X-Mode: test\r\n"))
+        same = await exchange(gateway.port, keyed(b"dup", b"X-Mode: test\r\nX-Mode: live\r\n"))
+    assert status_of(first) == 201
+    assert values_of(upstream.requests[0][0], b"x-mode") == [b"test", b"live"]
+    assert status_of(one_value) == 422  # another request to the upstream, not a retry
+    assert status_of(same) == 201 and b"Idempotent-Replayed: true" in same
+    assert len(upstream.requests) == 1
+
+
+async def test_a_fingerprint_header_that_connection_names_counts_as_absent(
+    make_gateway: GatewayFactory,
+) -> None:
+    """`Connection: X-Mode` keeps X-Mode from the upstream: the fingerprint counts what the
+    upstream receives, so a later request that does send X-Mode is not its retry."""
+    async with scripted(answering(ANSWER)) as (upstream, origin):
+        gateway = await make_gateway(
+            settings=gateway_settings(origin, fingerprint={"headers": ["X-Mode"]})
+        )
+        hop = b"X-Mode: live\r\nConnection: X-Mode\r\n"
+        first = await exchange(gateway.port, keyed(b"hop", hop))
+        sent = await exchange(gateway.port, keyed(b"hop", b"X-Mode: live\r\n"))
+        absent = await exchange(gateway.port, keyed(b"hop", b""))
+    assert status_of(first) == 201
+    assert values_of(upstream.requests[0][0], b"x-mode") == []
+    assert status_of(sent) == 422
+    assert status_of(absent) == 201 and b"Idempotent-Replayed: true" in absent
+    assert len(upstream.requests) == 1

@@ -106,43 +106,39 @@ def _before_exact_numbers(body: bytes, ignore: tuple[str, ...]) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
-def _digest(
-    spec: Spec, method: str, path: str, query: str, headers: Mapping[str, str], payload: bytes
-) -> str:
+# The configured fingerprint headers as the upstream receives them: each one's values in
+# order (none: absent, or not forwarded).
+Fields = Mapping[str, tuple[str, ...]]
+
+
+def _sha256(texts: list[str], payload: bytes) -> str:
+    """SHA-256 over each text and the payload, each one after its length."""
     h = hashlib.sha256()
-    texts = [method, path, query] + [f"{n.lower()}:{headers.get(n, '')}" for n in spec.headers]
     for part in [*(t.encode("utf-8", "surrogateescape") for t in texts), payload]:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
 
 
-def fingerprint(
-    spec: Spec,
-    method: str,
-    path: str,
-    query: str,
-    headers: Mapping[str, str],
-    body: bytes,
-) -> str:
+def fingerprint(spec: Spec, method: str, path: str, query: str, fields: Fields, body: bytes) -> str:
     """SHA-256 over method, path, query, the configured headers and the body."""
     if spec.mode == "none":
         return _NO_FINGERPRINT
     payload = _canonical_json(body, spec.ignore) if spec.mode == "json" else body
-    return _digest(spec, method, path, query, headers, payload)
+    # A header: its name, then each value after a NUL (which no value holds): absent, empty
+    # and repeated values all read apart.
+    named = ["\0".join([n.lower(), *fields.get(n, ())]) for n in spec.headers]
+    return _sha256([method, path, query, *named], payload)
 
 
 def earlier_fingerprint(
-    spec: Spec,
-    method: str,
-    path: str,
-    query: str,
-    headers: Mapping[str, str],
-    body: bytes,
+    spec: Spec, method: str, path: str, query: str, fields: Fields, body: bytes
 ) -> str | None:
-    """The fingerprint an earlier version gave this request in json mode (before numbers
-    were compared as written), else None: a record it stored still answers its retries,
-    rather than 422, for as long as it is kept."""
-    if spec.mode != "json":
+    """The fingerprint an earlier version gave this request, where it may differ from
+    today's (json mode read through doubles; a configured header by its first value), else
+    None: a record it stored still answers its retries, rather than 422, while it is kept."""
+    if spec.mode == "none" or (spec.mode != "json" and not spec.headers):
         return None
-    return _digest(spec, method, path, query, headers, _before_exact_numbers(body, spec.ignore))
+    payload = _before_exact_numbers(body, spec.ignore) if spec.mode == "json" else body
+    first = [f"{n.lower()}:{(fields.get(n) or ('',))[0]}" for n in spec.headers]
+    return _sha256([method, path, query, *first], payload)

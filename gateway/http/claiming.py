@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 
 from gateway.config.policy import Route
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
-from gateway.core.fingerprint import earlier_fingerprint, fingerprint
+from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.store.store import Store
 
 # How often a waiting duplicate asks again: from the first value, growing to the last.
 WAIT_BACKOFF = (0.01, 0.25)
-# What the fingerprint covers: method, raw path, raw query, the headers, the body.
-Payload = tuple[str, str, str, Mapping[str, str], bytes]
+# What the fingerprint covers: method, raw path, raw query, the configured headers, the body.
+Payload = tuple[str, str, str, Fields, bytes]
 
 
 async def take(

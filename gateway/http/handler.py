@@ -28,6 +28,7 @@ from gateway.http.incoming import (
     SCOPE_TITLES,
     BodyTimeout,
     BodyTooLarge,
+    fingerprint_fields,
     key_of,
     read_body,
     refuse_slow_body,
@@ -167,7 +168,8 @@ class Gateway:
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
-        payload = (request.method, url.raw_path, url.raw_query_string, request.headers, body)
+        fields = fingerprint_fields(request, route)
+        payload = (request.method, url.raw_path, url.raw_query_string, fields, body)
         token = secrets.token_hex(16)
         try:
             may_wait = route.mode != "shadow"

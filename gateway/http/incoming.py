@@ -7,10 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from gateway.config.policy import Route
 from gateway.config.settings import Limits
+from gateway.core.fingerprint import Fields
+from gateway.core.headers import connection_tokens
 from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
 from gateway.core.scope import ScopeProblem, scope_values
 from gateway.http.answers import abort, prepare_quietly
@@ -114,3 +116,19 @@ def scope_of(request: web.Request, route: Route) -> list[str]:
         route.key_header_names,
         route.require_scope,
     )
+
+
+NO_FIELDS: Fields = {}
+
+
+def fingerprint_fields(request: web.Request, route: Route) -> Fields:
+    """The route's fingerprint headers as the upstream receives them: every value, in order;
+    one that a `Connection` header names is not forwarded, so it counts as absent."""
+    names = route.fingerprint.headers
+    if not names:
+        return NO_FIELDS
+    headers = request.headers
+    dropped = connection_tokens(headers.getall(hdrs.CONNECTION, []))
+    return {
+        name: () if name.lower() in dropped else tuple(headers.getall(name, [])) for name in names
+    }
