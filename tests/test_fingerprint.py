@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+
+import pytest
 import redis
 
 from gateway.config.policy import Fingerprint
@@ -181,3 +184,24 @@ async def test_a_fingerprint_header_that_connection_names_counts_as_absent(
     assert status_of(sent) == 422
     assert status_of(absent) == 201 and b"Idempotent-Replayed: true" in absent
     assert len(upstream.requests) == 1
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"deflate, chunked", b"x-foo, chunked"])
+async def test_a_request_body_with_a_transfer_coding_besides_chunked_is_refused_with_501(
+    make_gateway: GatewayFactory, coding: bytes
+) -> None:
+    """Only the chunking is undone: the coded bytes would reach the upstream as if they were
+    the content, unlabelled, and be fingerprinted and recorded so. Keyed or not, 501."""
+    coded = gzip.compress(b'{"amount": 100}')
+    body = b"%x\r\n" % len(coded) + coded + b"\r\n0\r\n\r\n"
+    head = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
+    coded_as = b"Transfer-Encoding: " + coding + b"\r\n\r\n"
+    async with scripted(answering(ANSWER)) as (upstream, origin):
+        gateway = await make_gateway(settings=gateway_settings(origin))
+        replies = [
+            await exchange(gateway.port, head + key + coded_as + body)
+            for key in (b"Idempotency-Key: te\r\n", b"")
+        ]
+    assert [status_of(reply) for reply in replies] == [501, 501]
+    assert all(b'"code":"transfer-coding"' in reply for reply in replies)
+    assert upstream.requests == []

@@ -136,6 +136,17 @@ def replayed_headers(
     return [(name, value) for name, value in headers if name.lower() not in drop]
 
 
+def foreign_coding(transfer_encodings: Iterable[str]) -> str | None:
+    """The first transfer coding of a request body other than `chunked`, else None. The
+    server undoes the chunking only: any other coding would reach the upstream as if it were
+    the content, with nothing to name it (RFC 9112 6.1: 501)."""
+    for value in transfer_encodings:
+        for coding in value.split(","):
+            if coding.strip().lower() != "chunked":
+                return coding.strip()
+    return None
+
+
 def undecodable_header(raw_headers: Iterable[tuple[bytes, bytes]]) -> str | None:
     """The name of the first header whose value is not valid UTF-8, else None.
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import secrets
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from gateway.config.policy import Policy, Route
 from gateway.core.claims import ClaimResult
 from gateway.core.decision import Action
-from gateway.core.headers import undecodable_header
+from gateway.core.headers import foreign_coding, undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
@@ -81,6 +81,12 @@ class Gateway:
             self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
             detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
             return problem(400, "bad-header", "Undecodable header", detail)
+        if hdrs.TRANSFER_ENCODING in request.headers:
+            coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
+            if coding is not None:
+                self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+                detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
+                return problem(501, "transfer-coding", "Unsupported transfer coding", detail)
         if route is None:
             if settings.upstream is None:
                 return problem(404, "no-route", "No route", f"no route matches {request.path}")
