@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import redis
 import yaml
 
 from gateway.cli import main
@@ -237,3 +238,51 @@ async def test_admin_show_of_a_pending_key_gives_its_lease(
     assert "status" not in doc
     counting.release.set()
     assert (await held).status == 201
+
+
+async def test_a_bearer_token_that_is_not_utf8_is_refused_with_401_not_500(
+    make_gateway: GatewayFactory, make_admin: AdminFactory
+) -> None:
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    assert admin.server.port is not None
+    body = b'{"route":"api","key":"k"}'
+    for token in (b"Bearer \xff\xfe", b"Bearer " + ADMIN_TOKEN.encode() + b"\xff", b"\xff"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", admin.server.port)
+        writer.write(
+            b"POST /keys/show HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: "
+            + token + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        )  # fmt: skip
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 401 "), answer[:100]
+        assert b"application/problem+json" in answer
+
+
+async def test_show_names_a_record_the_gateway_cannot_read_corrupt(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Clients get 502 record-corrupt for it; the operator's look at it says so, over HTTP
+    and in the CLI (exit 0), rather than a 500 or a traceback."""
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", headers={"Idempotency-Key": "c1"})).status == 201
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        [rkey] = plain.keys()
+        plain.hset(rkey, "m", b"\x00garbage")
+    finally:
+        plain.close()
+    replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
+    assert (await replay.json())["code"] == "record-corrupt"
+    shown = await admin.post("/keys/show", headers=AUTH, json={"route": "api", "key": "c1"})
+    assert shown.status == 200
+    assert (await shown.json())["state"] == "corrupt"
+    config = write_config(tmp_path, upstream[1], redis_url)
+    code, out = await keys_cli(capsys, config, "show", "--route", "api", "c1")
+    assert code == 0 and '"state": "corrupt"' in out

@@ -118,8 +118,9 @@ def _keys_endpoint(
                 "Key endpoints disabled",
                 "set admin.token to use the /keys endpoints",
             )
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        # Bytes not UTF-8 come as surrogates: compared as they came, never a 500.
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, f"Bearer {token}".encode()):
             return problem(
                 401,
                 "unauthorized",

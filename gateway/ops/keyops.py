@@ -88,7 +88,11 @@ def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
     if b"c" in fields:
         out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
     if state in ("completed", "unknown") and b"m" in fields:
-        record = Record.decode(fields[b"m"])
+        try:
+            record = Record.decode(fields[b"m"])
+        except (ValueError, KeyError, TypeError):  # as the store reads it: record-corrupt
+            out["state"] = "corrupt"
+            return out
         out.update(
             status=record.status,
             body_bytes=record.size,
