@@ -13,9 +13,13 @@ import aiohttp
 import yaml
 from aiohttp.test_utils import TestServer
 
+from gateway.config.loading import settings_from_dict
+from gateway.http.app import LIVE
+from gateway.ops.reload import apply
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
+from .conftest import GatewayFactory
 from .upstream import CountingUpstream
 
 
@@ -90,3 +94,36 @@ async def test_sighup_changes_routes_for_new_requests_and_refuses_a_broken_file(
 
 async def _logged(gateway: GatewayProcess, text: str) -> bool:
     return text in gateway.log()
+
+
+async def test_a_reload_refuses_a_route_to_the_listener_it_keeps(
+    make_gateway: GatewayFactory, upstream, redis_url: str, tmp_path: Path, caplog: Any
+) -> None:
+    """A reload keeps the listener (it needs a restart), so a new route is checked against
+    the kept one: a file that moves `listen.port` and routes to the old port would forward
+    every request on that route to the gateway itself."""
+    _, origin = upstream
+    kept, moved = free_port(), free_port()
+    running = {**config(origin, redis_url, free_port()), "listen": {"port": kept}}
+    client = await make_gateway(settings=settings_from_dict(running))
+    loop = {"name": "loop", "path_prefix": "/loop", "upstream": f"http://127.0.0.1:{kept}"}
+    changed = {**running, "listen": {"port": moved}, "routes": [*running["routes"], loop]}
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    assert apply(client.server.app, path) is False
+    assert "config reload refused" in caplog.text and "own listener" in caplog.text
+    assert [route.name for route in client.server.app[LIVE].settings.routes] == ["api"]
+
+
+async def test_a_reload_that_moves_the_state_folder_says_it_needs_a_restart(
+    make_gateway: GatewayFactory, upstream, redis_url: str, tmp_path: Path, caplog: Any
+) -> None:
+    """The journal and the embedded Redis live in the state folder opened at start."""
+    _, origin = upstream
+    running = {**config(origin, redis_url, free_port()), "state_dir": str(tmp_path / "a")}
+    client = await make_gateway(settings=settings_from_dict(running))
+    path = tmp_path / "gateway.yaml"
+    path.write_text(yaml.safe_dump({**running, "state_dir": str(tmp_path / "b")}))
+    assert apply(client.server.app, path) is True
+    assert "state_dir change(s) need a restart" in caplog.text
+    assert client.server.app[LIVE].settings.state_dir == str(tmp_path / "a")

@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 # Settings fixed for the life of the process.
 FIXED = (
-    "listen", "limits", "redis", "admin", "loop", "log_format", "blob", "tracing", "upstream_tls"
+    "listen", "limits", "redis", "admin", "loop", "log_format", "blob", "tracing", "upstream_tls",
+    "state_dir",
 )  # fmt: skip
 
 
@@ -46,6 +47,10 @@ def apply(app: web.Application, path: str | Path) -> bool:
             "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
         )
         new = new.model_copy(update={name: getattr(old, name) for name in fixed})
+        try:  # the new routes against the listeners kept: one may be a route's upstream
+            new._coherent()
+        except ValueError as exc:
+            return _refused(f"{path}: {exc}")
     orphaned = _orphaned(old, new)
     if orphaned:
         log.warning(
