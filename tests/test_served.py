@@ -74,6 +74,11 @@ async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_
                 answer = await reader.read()  # to the end: the gateway closes the connection
             writer.close()
             assert answer.startswith(b"HTTP/1.0 201 ") and answer.count(b"HTTP/1.") == 1
+            # ... and says so: an answer that announced keep-alive would promise the next
+            # request an answer on a connection that is closing.
+            head = answer.partition(b"\r\n\r\n")[0].lower()
+            assert b"\r\nconnection: keep-alive" not in head, head
+            assert b"\r\nconnection: close" in head, head
             assert upstream.count == 1
         finally:
             gateway.stop()

@@ -6,7 +6,7 @@ import logging
 import os
 import time
 
-from aiohttp import HttpVersion11, web
+from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
 
 from gateway.telemetry.logs import FIELDS
@@ -96,3 +96,4 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
         "Transfer-Encoding", ""
     ):
         response.force_close()
+        response.headers[hdrs.CONNECTION] = "close"  # the head was made before this signal
