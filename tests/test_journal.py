@@ -29,7 +29,7 @@ from gateway.store.journal import Journal, Unstored, orphans
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
-from .faultkit import fill, until
+from .faultkit import fill, metrics_of, until, value
 from .test_reconcile import Orders
 from .test_reconcile import _reconcile as reconcile_config
 from .upstream import CountingUpstream, serving_app
@@ -193,6 +193,9 @@ async def test_redis_down_and_the_journal_disk_full_gives_no_whole_answer_and_lo
         counting.release.set()
         with pytest.raises(CUT):
             await first
+        counted = {"route": "api", "method": "POST"}
+        assert value(metrics_of(client), "idem_requests_total", outcome="error", **counted) == 1
+        assert value(metrics_of(client), "idem_requests_total", outcome="forwarded", **counted) == 0
         redis_server.process.send_signal(signal.SIGCONT)
         replay = await replay_once_stored(client, "/gate", KEY)
         assert replay.status == 201

@@ -257,10 +257,15 @@ class Settings(_Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> Settings:
+        self.check_coherence()
+        return self
+
+    def check_coherence(self) -> None:
+        """ValueError naming a mistake across the sections (`coherence.check`); a reload
+        asks again once it has put back what needs a restart."""
         admin = (self.admin.host, self.admin.port) if self.admin else None
         listen = (self.listen.host, self.listen.port)
-        coherence.check(self.routes, listen, admin, self.upstream)  # across the sections
-        return self
+        coherence.check(self.routes, listen, admin, self.upstream)
 
     def longest_hold(self) -> float:
         """The longest a blob may be referenced: the longest retention plus lease."""

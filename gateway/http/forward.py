@@ -45,6 +45,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     started = time.monotonic()
     beat = Heartbeat(s.store, c.key, c.token, route.lease, s.metrics)
     beat.start()
+    outcome = m.FORWARDED
     try:
         upstream = await s.upstreams.send(
             route.upstream, request.method, target(request), headers, c.body, route.timeouts
@@ -121,6 +122,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 # before a newer claim's answer became the record, unmarked. The client's
                 # retry gets the record (or 409 while it is being stored).
                 feed.cut()
+                outcome = m.ERROR  # what the client got: a cut connection
             else:
                 if fenced:
                     response.headers.update(FENCED)  # another claim's answer is the record
@@ -142,7 +144,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         return
     finally:
         beat.stop()
-    s.metrics.request(route.name, request.method, m.FORWARDED)
+    s.metrics.request(route.name, request.method, outcome)
 
 
 def _size(headers: list[tuple[str, str]]) -> int:

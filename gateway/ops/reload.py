@@ -48,7 +48,7 @@ def apply(app: web.Application, path: str | Path) -> bool:
         )
         new = new.model_copy(update={name: getattr(old, name) for name in fixed})
         try:  # the new routes against the listeners kept: one may be a route's upstream
-            new._coherent()
+            new.check_coherence()
         except ValueError as exc:
             return _refused(f"{path}: {exc}")
     orphaned = _orphaned(old, new)
