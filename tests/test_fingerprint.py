@@ -205,3 +205,24 @@ async def test_a_request_body_with_a_transfer_coding_besides_chunked_is_refused_
     assert [status_of(reply) for reply in replies] == [501, 501]
     assert all(b'"code":"transfer-coding"' in reply for reply in replies)
     assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    ("first", "other"),
+    [
+        (b'{"amount": 0.3}', b'{"amount": 0.30000000000000001}'),
+        (b'{"amount": 5000}', b'{"amount": 1, "amount": 5000}'),
+    ],
+)
+async def test_the_earlier_reading_never_merges_a_payload_into_a_record_of_todays(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], first: bytes, other: bytes
+) -> None:
+    """The earlier json reading (through doubles, last member wins) would take `other` for
+    `first`: asked only of records stored under it, it must never match a record stored
+    today, whose canonical text can be the same bytes."""
+    counting, _ = upstream
+    client = await make_gateway(fingerprint={"mode": "json"})
+    key = {"Idempotency-Key": "k-today", "Content-Type": "application/json"}
+    assert (await client.post("/pay", data=first, headers=key)).status == 201
+    assert (await client.post("/pay", data=other, headers=key)).status == 422
+    assert counting.count("/pay") == 1

@@ -106,6 +106,8 @@ def _before_exact_numbers(body: bytes, ignore: tuple[str, ...]) -> bytes:
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
 
 
+# Hashed with a json-mode fingerprint since numbers are compared as written.
+EXACT_JSON = "json:exact-numbers"
 # The configured fingerprint headers as the upstream receives them: each one's values in
 # order (none: absent, or not forwarded).
 Fields = Mapping[str, tuple[str, ...]]
@@ -124,11 +126,20 @@ def fingerprint(spec: Spec, method: str, path: str, query: str, fields: Fields, 
     """SHA-256 over method, path, query, the configured headers and the body."""
     if spec.mode == "none":
         return _NO_FINGERPRINT
-    payload = _canonical_json(body, spec.ignore) if spec.mode == "json" else body
     # A header: its name, then each value after a NUL (which no value holds): absent, empty
-    # and repeated values all read apart.
-    named = ["\0".join([n.lower(), *fields.get(n, ())]) for n in spec.headers]
-    return _sha256([method, path, query, *named], payload)
+    # and repeated values all read apart (the earlier reading joined name and first value
+    # with a colon, which no name holds: the two never meet).
+    texts = [
+        method,
+        path,
+        query,
+        *["\0".join([n.lower(), *fields.get(n, ())]) for n in spec.headers],
+    ]
+    if spec.mode != "json":
+        return _sha256(texts, body)
+    # Tagged: the earlier reading's canonical text of another payload can be the same bytes
+    # ({"a":0.3} for {"a": 0.30000000000000001}), and must never match today's records.
+    return _sha256([*texts, EXACT_JSON], _canonical_json(body, spec.ignore))
 
 
 def earlier_fingerprint(
