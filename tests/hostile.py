@@ -30,11 +30,14 @@ class BigAnswers(RawUpstream):
     """Answers each request with 201 and `size` bytes after `delay` seconds; counts calls,
     connections and the most connections in use at once."""
 
-    def __init__(self, size: int, delay: float = 0.0, head_extra: bytes = b"") -> None:
+    def __init__(
+        self, size: int, delay: float = 0.0, head_extra: bytes = b"", chunked: bool = False
+    ) -> None:
         super().__init__()
         self.body = pattern(size)
         self.delay = delay
         self.head_extra = head_extra
+        self.chunked = chunked  # sent in 64 KiB chunks, its length nowhere in the head
         self.connections = 0
         self.busy = 0
         self.most_busy = 0
@@ -49,11 +52,21 @@ class BigAnswers(RawUpstream):
                 self.most_busy = max(self.most_busy, self.busy)
                 try:
                     await asyncio.sleep(self.delay)
-                    writer.write(
-                        b"HTTP/1.1 201 Created\r\n%sContent-Length: %d\r\n\r\n"
-                        % (self.head_extra, len(self.body))
-                    )
-                    writer.write(self.body)
+                    if self.chunked:
+                        writer.write(
+                            b"HTTP/1.1 201 Created\r\n%sTransfer-Encoding: chunked\r\n\r\n"
+                            % self.head_extra
+                        )
+                        for at in range(0, len(self.body), 1 << 16):
+                            piece = self.body[at : at + (1 << 16)]
+                            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        writer.write(b"0\r\n\r\n")
+                    else:
+                        writer.write(
+                            b"HTTP/1.1 201 Created\r\n%sContent-Length: %d\r\n\r\n"
+                            % (self.head_extra, len(self.body))
+                        )
+                        writer.write(self.body)
                     await writer.drain()
                 finally:
                     self.busy -= 1

@@ -120,3 +120,52 @@ async def test_a_recorded_answer_still_holds_its_last_bytes_until_stored(
     response = await client.post("/pay", data=b"{}", headers={"Idempotency-Key": "k"})
     assert response.status == 201
     assert await response.read() == upstream.body
+
+
+def _dechunked(body: bytes) -> bytes:
+    """A chunked body's content (no extensions, no trailers: as the gateway writes it)."""
+    content, at = [], 0
+    while True:
+        line_end = body.index(b"\r\n", at)
+        size = int(body[at:line_end], 16)
+        if size == 0:
+            return b"".join(content)
+        content.append(body[line_end + 2 : line_end + 2 + size])
+        at = line_end + 2 + size + 2
+
+
+async def test_a_client_behind_an_answer_that_outgrows_max_recorded_body_gets_it_whole(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A chunked answer grows past max_recorded_body while its client is far behind: it is
+    not recorded (retries get 502), but the client, which the record could not feed, is fed
+    from a spill of the body, byte for byte, and the spill is gone once it has it."""
+    upstream = BigAnswers(SIZE, chunked=True)
+    async with serving(upstream) as origin:
+        limits = {"client_buffer": "64KiB"}
+        gateway = start_gateway(origin, redis_url, tmp_path, limits, max_recorded_body="1MiB")
+        try:
+            slow = connect(gateway.port, receive_buffer=4096)
+            slow.sendall(request("/pay", "k-spill", extra=b"Connection: close\r\n"))
+            sent = time.monotonic()
+            while (status := (await exchange(gateway.port, request("/pay", "k-spill")))[0]) == 409:
+                assert time.monotonic() - sent < 10, "the key stayed in flight"
+                await asyncio.sleep(0.05)  # pacing the retries, as a client would
+            assert status == 502  # body-not-recorded: over max_recorded_body
+            slow.settimeout(20)
+            received = await asyncio.to_thread(_read_to_close, slow)
+            head, _, body = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 201")
+            assert _dechunked(body) == pattern(SIZE)
+            assert upstream.count == 1
+            await until(lambda: not list((tmp_path / "blobs").iterdir()), 10, "the spill removed")
+        finally:
+            gateway.stop()
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(1 << 20):
+        chunks.append(chunk)
+    sock.close()
+    return b"".join(chunks)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -31,6 +32,9 @@ class RecordedBody:
     inline: bytes  # the body itself when it is kept in Redis, else b""
     blob: str | None = None  # the blob name when it is not
     not_recorded: str | None = None  # TOO_LARGE, BLOB_FAILED, OMITTED, HEADERS_TOO_LARGE
+    # A body not recorded, kept in a blob only to feed a client that was behind when it grew
+    # past the limit: no record points at it, and it goes once that client has it.
+    spill: str | None = None
 
 
 class BodyRecorder:
@@ -46,6 +50,7 @@ class BodyRecorder:
         max_recorded: int,
         expected: int | None = None,
         omit_over: int | None = None,
+        spill_wanted: Callable[[], bool] = lambda: False,
     ) -> None:
         self._blobs = blobs
         self._inline_max = inline_max
@@ -61,6 +66,11 @@ class BodyRecorder:
         if omit_over is not None and expected is not None and expected > omit_over:
             self._dropped = OMITTED
         self.failure: BlobError | None = None  # why the blob store refused the body
+        # Asked when the body grows past a limit part way: whether a client still needs the
+        # bytes seen so far from the store (it fell behind). Then the body is kept as a
+        # spill, `_spilling` says why it is not recorded, and the limit is not asked again.
+        self._spill_wanted = spill_wanted
+        self._spilling: str | None = None
 
     async def __aenter__(self) -> BodyRecorder:
         return self
@@ -84,18 +94,22 @@ class BodyRecorder:
         self._hash.update(chunk)
         if self._dropped:
             return
+        over = None
         if self._omit_over is not None and self._size > self._omit_over:
-            await self._drop(OMITTED)
-            return
-        if self._size > self._max_recorded:
-            await self._drop(TOO_LARGE)
-            return
+            over = OMITTED
+        elif self._size > self._max_recorded:
+            over = TOO_LARGE
+        if over is not None and self._spilling is None:
+            if not self._spill_wanted():
+                await self._drop(over)
+                return
+            self._spilling = over
         try:
             if self._writer is not None:
                 await self._writer.write(chunk)
                 return
             self._chunks.append(chunk)
-            if self._size > self._inline_max:
+            if self._size > self._inline_max or self._spilling:
                 self._writer = await self._blobs.writer()
                 held, self._chunks = self._chunks, []
                 for piece in held:
@@ -114,10 +128,16 @@ class BodyRecorder:
         if self._writer is not None and not self._dropped:
             writer, self._writer = self._writer, None
             try:
-                return RecordedBody(self._size, digest, b"", blob=await writer.commit())
+                name = await writer.commit()
             except BlobError as exc:
                 self.failure = exc
                 self._dropped = BLOB_FAILED
+            else:
+                if self._spilling:
+                    return RecordedBody(
+                        self._size, digest, b"", not_recorded=self._spilling, spill=name
+                    )
+                return RecordedBody(self._size, digest, b"", blob=name)
         if self._dropped:
             return RecordedBody(self._size, digest, b"", not_recorded=self._dropped)
         return RecordedBody(self._size, digest, b"".join(self._chunks))

@@ -81,6 +81,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 route.max_recorded_body if headers_kept else 0,
                 upstream.content_length,
                 route.max_replay_body,
+                spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
             ) as recorder:
                 # Only waits for the upstream count towards `limit`: the client is fed
                 # apart, so a slow one can never make a complete answer look lost.
@@ -117,6 +118,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
             )
             fenced = kept is Kept.FENCED
+            spill = recorded.spill  # removed below unless a client behind is fed from it
             if kept is Kept.IN_MEMORY or (fenced and response.prepared):
                 # Held back for good: a crash could lose this answer, or its head went out
                 # before a newer claim's answer became the record, unmarked. The client's
@@ -131,6 +133,9 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 elif held:
                     await feed.put(held)
                 feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # if behind
+                spill = None if feed.behind else spill
+            if spill is not None:
+                await s.blobs.delete(spill)
     except Exception as exc:
         if not isinstance(exc, UpstreamError):
             log.exception("route %s: forwarding failed", route.name)
@@ -152,10 +157,11 @@ def _size(headers: list[tuple[str, str]]) -> int:
 
 
 def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
-    """The stored body for a client that fell behind; None when it was not kept."""
-    if body.not_recorded:
+    """The stored body for a client that fell behind; None when it was not kept. A spill
+    is removed once read (or, if its client went away first, by the sweep)."""
+    if body.not_recorded and body.spill is None:
         return None
-    name = body.blob
+    name = body.blob or body.spill
     if name is None:
         inline = body.inline
 
@@ -173,6 +179,8 @@ def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
                 yield chunk
         finally:
             await reader.close()
+            if body.spill is not None:
+                await blobs.delete(body.spill)
 
     return Rest(stored, 0, body.size, body.sha256)
 
