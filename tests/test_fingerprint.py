@@ -7,8 +7,10 @@ import gzip
 import pytest
 import redis
 
+from gateway.config.loading import settings_from_dict
 from gateway.config.policy import Fingerprint
 from gateway.core.fingerprint import earlier_fingerprint, fingerprint
+from gateway.errors import ConfigError
 
 from .conftest import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
@@ -212,6 +214,7 @@ async def test_a_request_body_with_a_transfer_coding_besides_chunked_is_refused_
     [
         (b'{"amount": 0.3}', b'{"amount": 0.30000000000000001}'),
         (b'{"amount": 5000}', b'{"amount": 1, "amount": 5000}'),
+        (b'{"amount": 100.0}', b'{"amount": 1e2}'),
     ],
 )
 async def test_the_earlier_reading_never_merges_a_payload_into_a_record_of_todays(
@@ -226,3 +229,14 @@ async def test_the_earlier_reading_never_merges_a_payload_into_a_record_of_today
     assert (await client.post("/pay", data=first, headers=key)).status == 201
     assert (await client.post("/pay", data=other, headers=key)).status == 422
     assert counting.count("/pay") == 1
+
+
+@pytest.mark.parametrize(
+    "name", ["Keep-Alive", "Connection", "Proxy-Authorization", "X-Forwarded-For", "Expect"]
+)
+def test_a_fingerprint_header_the_upstream_never_receives_as_sent_is_refused(name: str) -> None:
+    """Hop by hop, or rewritten by the gateway: its client values could only tell apart
+    requests that reach the upstream alike."""
+    route = {"name": "a", "path_prefix": "/", "upstream": "http://127.0.0.1:9"}
+    with pytest.raises(ConfigError, match=f"fingerprint.headers: {name!r} does not reach"):
+        settings_from_dict({"routes": [{**route, "fingerprint": {"headers": [name]}}]})

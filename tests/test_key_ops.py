@@ -286,3 +286,31 @@ async def test_show_names_a_record_the_gateway_cannot_read_corrupt(
     config = write_config(tmp_path, upstream[1], redis_url)
     code, out = await keys_cli(capsys, config, "show", "--route", "api", "c1")
     assert code == 0 and '"state": "corrupt"' in out
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("m", b"[]"), ("m", b"1"), ("m", b'"text"'), ("c", b"not-a-number")]
+)
+async def test_show_and_replay_of_a_record_whose_fields_do_not_read(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    field: str,
+    value: bytes,
+) -> None:
+    """Metadata that is JSON but no object, or a claim time that is no number: `show` says
+    corrupt (not a 500); a client gets 502 record-corrupt where the metadata is unreadable."""
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", headers={"Idempotency-Key": "c1"})).status == 201
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        [rkey] = plain.keys()
+        plain.hset(rkey, field, value)
+    finally:
+        plain.close()
+    shown = await admin.post("/keys/show", headers=AUTH, json={"route": "api", "key": "c1"})
+    replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
+    assert (shown.status, replay.status) == (200, 502 if field == "m" else 201)
+    assert (await shown.json())["state"] == "corrupt"

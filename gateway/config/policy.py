@@ -18,6 +18,7 @@ from pydantic.json_schema import WithJsonSchema
 from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, Origin, Size
 from gateway.core.decision import records
+from gateway.core.headers import HOP_BY_HOP, REWRITTEN
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Default record policy: every status below 500 except those that invite a retry.
@@ -82,6 +83,18 @@ class Fingerprint(_Model):
     mode: Literal["body", "json", "none"] = "body"
     headers: tuple[str, ...] = ()  # request headers that also count
     ignore: tuple[str, ...] = ()  # JSON Pointers left out in json mode, e.g. /client_ts
+
+    @field_validator("headers")
+    @classmethod
+    def _forwarded_as_sent(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            lowered = name.lower()
+            if lowered in HOP_BY_HOP or lowered.startswith("proxy-") or lowered in REWRITTEN:
+                raise ValueError(
+                    f"{name!r} does not reach the upstream as the client sends it "
+                    "(hop by hop, or set by the gateway): it cannot tell payloads apart"
+                )
+        return value
 
     @field_validator("ignore")
     @classmethod

@@ -25,6 +25,11 @@ HOP_BY_HOP = frozenset(
 )
 # Set by the HTTP layer for the hop it writes, not copied from the other side.
 FRAMING = frozenset({"content-length", "host"})
+# Request headers the upstream never receives as the client sent them (beside the hop by
+# hop ones): the gateway's own X-Forwarded-* and framing.
+REWRITTEN = frozenset(
+    {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "content-length", "expect"}
+)
 # The client's body has been read already (or streams as it comes): a 100-continue
 # handshake with the upstream would only stall it.
 DROPPED_FROM_REQUESTS = (*HOP_BY_HOP, *FRAMING, "expect")
@@ -141,9 +146,10 @@ def foreign_coding(transfer_encodings: Iterable[str]) -> str | None:
     server undoes the chunking only: any other coding would reach the upstream as if it were
     the content, with nothing to name it (RFC 9112 6.1: 501)."""
     for value in transfer_encodings:
-        for coding in value.split(","):
-            if coding.strip().lower() != "chunked":
-                return coding.strip()
+        for element in value.split(","):
+            coding = element.strip()
+            if coding and coding.lower() != "chunked":  # empty elements count for nothing
+                return coding
     return None
 
 

@@ -80,6 +80,8 @@ class Record:
     @classmethod
     def decode(cls, data: bytes) -> Record:
         raw = orjson.loads(data)
+        if not isinstance(raw, dict):
+            raise ValueError("the record's metadata is not an object")
         reason = raw.get("r")  # absent in records written before reasons were kept
         if raw.get("hb"):  # header text is bytes as Latin-1 already
             headers = [(name, value) for name, value in raw["h"]]

@@ -92,8 +92,8 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
     info = request.get(REQUEST_INFO)
     if info is not None:
         response.headers[REQUEST_ID] = info.request_id
-    if request.version < HttpVersion11 and "chunked" in request.headers.get(
-        "Transfer-Encoding", ""
+    if request.version < HttpVersion11 and any(
+        "chunked" in value.lower() for value in request.headers.getall(hdrs.TRANSFER_ENCODING, ())
     ):
         response.force_close()
         response.headers[hdrs.CONNECTION] = "close"  # the head was made before this signal

@@ -29,7 +29,10 @@ async def take(
         earlier = earlier_fingerprint(route.fingerprint, *payload)
         if earlier is not None and earlier != fp:
             again = await store.claim(rkey, earlier, token, route.lease)
-            if again.outcome is not Claim.MISMATCH:
+            if again.outcome is Claim.CLAIMED:  # the key went meanwhile: held under today's
+                await store.release(rkey, token)
+                result = await store.claim(rkey, fp, token, route.lease)
+            elif again.outcome is not Claim.MISMATCH:
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
     if action is Action.WAIT:

@@ -22,7 +22,7 @@ def forward_headers(request: web.Request, preserve_host: bool = False) -> CIMult
     if preserve_host and hdrs.HOST in request.headers:
         out[hdrs.HOST] = request.headers[hdrs.HOST]
     peer = request.remote or ""
-    prior = out.get("X-Forwarded-For")
+    prior = ", ".join(request.headers.getall("X-Forwarded-For", ()))  # every hop before
     out["X-Forwarded-For"] = f"{prior}, {peer}" if prior else peer
     out["X-Forwarded-Proto"] = request.scheme
     if request.host:

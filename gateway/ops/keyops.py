@@ -85,23 +85,22 @@ def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
     now = time.time()
     state = STATES.get(fields.get(b"s", b""), "corrupt")
     out: dict[str, Any] = {"state": state, "ttl_seconds": pttl_ms / 1000 if pttl_ms >= 0 else None}
-    if b"c" in fields:
-        out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
-    if state in ("completed", "unknown") and b"m" in fields:
-        try:
+    try:
+        if b"c" in fields:
+            out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
+        if state in ("completed", "unknown"):
             record = Record.decode(fields[b"m"])
-        except (ValueError, KeyError, TypeError):  # as the store reads it: record-corrupt
-            out["state"] = "corrupt"
-            return out
-        out.update(
-            status=record.status,
-            body_bytes=record.size,
-            inline_bytes=len(fields.get(b"b", b"")),
-            blob=record.blob,
-            completed_seconds_ago=round(now - record.completed_at, 3),
-        )
-        if record.extra:
-            out["extra"] = record.extra
+            out.update(
+                status=record.status,
+                body_bytes=record.size,
+                inline_bytes=len(fields.get(b"b", b"")),
+                blob=record.blob,
+                completed_seconds_ago=round(now - record.completed_at, 3),
+            )
+            if record.extra:
+                out["extra"] = record.extra
+    except (ValueError, KeyError, TypeError):  # as the store reads it: record-corrupt
+        return {"state": "corrupt", "ttl_seconds": out["ttl_seconds"]}
     return out
 
 
