@@ -6,6 +6,8 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -107,3 +109,32 @@ async def test_a_dead_worker_is_replaced_and_workers_die_with_their_parent(
         )
     finally:
         gateway.stop()
+
+
+WORKER = """
+import os, signal, sys
+fd = int(sys.argv[sys.argv.index("--ready-fd") + 1]) if "--ready-fd" in sys.argv else None
+if fd is not None:
+    os.write(fd, b"1")
+signal.pause()  # serves until SIGTERM (its default: exit)
+"""
+SUPERVISE = """
+import os, signal, sys
+from gateway.ops.workers import Supervisor
+supervisor = Supervisor([sys.executable, "-c", sys.argv[1]], 3)
+sys.exit(supervisor.run(on_ready=lambda: os.kill(os.getpid(), signal.SIGTERM)))
+"""
+
+
+def test_a_stop_right_after_the_first_worker_serves_starts_no_worker_left_running() -> None:
+    """SIGTERM as the first worker serves, before the others are started (a test's own
+    stop, a deploy's): no worker starts after the stop was passed on, to run on unstopped
+    while the parent waits for it."""
+    done = subprocess.run(
+        [sys.executable, "-c", SUPERVISE, WORKER],
+        capture_output=True,
+        text=True,
+        timeout=30,  # the parent hung here, waiting for workers started after the stop
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

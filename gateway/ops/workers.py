@@ -79,7 +79,9 @@ class Supervisor:
             command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=fds
         )
         self.children[child.pid] = (child, time.monotonic())
-        if ready_fd is None:
+        if self.stopping:  # the stop came while it started, too late to be forwarded to it
+            child.send_signal(signal.SIGTERM)
+        elif ready_fd is None:
             log.info("worker pid %d started", child.pid)
         return child
 
@@ -131,7 +133,8 @@ class Supervisor:
         if on_ready is not None:
             on_ready()
         for _ in range(self.count - 1):
-            self._spawn()
+            if not self.stopping:  # a stop right after the first one served starts no more
+                self._spawn()
         code = 0
         while self.children:
             pid = self._reap()
