@@ -104,7 +104,9 @@ class Supervisor:
             os.close(read_end)
         code = child.wait()
         del self.children[child.pid]
-        return code if code > 0 or (code == 0 and self.stopping) else 1
+        if self.stopping and code in (0, -signal.SIGTERM):  # stopped as it started
+            return 0
+        return code if code > 0 else 1
 
     def _forward(self, sig: int) -> None:
         for child, _ in self.children.values():
