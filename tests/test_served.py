@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import orjson
+
 from .hostile import BigAnswers, exchange, request, start_gateway
 from .upstream import serving
 
@@ -80,5 +82,34 @@ async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_
             assert b"\r\nconnection: keep-alive" not in head, head
             assert b"\r\nconnection: close" in head, head
             assert upstream.count == 1
+        finally:
+            gateway.stop()
+
+
+async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two Content-Lengths, a control byte in a header, a bad chunk size: aiohttp's parser
+    refuses them before the gateway sees them; the answer is still the gateway's kind
+    (problem+json, its own type, a request id) and repeats none of the request's bytes."""
+    upstream = BigAnswers(10)
+    async with serving(upstream) as origin:
+        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        try:
+            refused = [
+                request("/pay", "k1", extra=b"Content-Length: 2\r\n"),
+                request("/pay", "k\x01secret-key"),
+                b"POST /pay HTTP/1.1\r\nHost: gw\r\nIdempotency-Key: k2\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+            ]
+            for sent in refused:
+                status, head, body = await exchange(gateway.port, sent)
+                assert status == 400, head
+                assert header(head, b"Content-Type") == b"application/problem+json", head
+                assert orjson.loads(body)["code"] == "malformed-request"
+                request_id = header(head, b"X-Request-Id")
+                assert request_id is not None and len(request_id) == 32
+                assert b"secret-key" not in head + body and b"Content-Length: 2" not in body
+            assert upstream.count == 0
         finally:
             gateway.stop()

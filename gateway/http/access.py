@@ -92,8 +92,9 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
     info = request.get(REQUEST_INFO)
     if info is not None:
         response.headers[REQUEST_ID] = info.request_id
-    if request.version < HttpVersion11 and any(
-        "chunked" in value.lower() for value in request.headers.getall(hdrs.TRANSFER_ENCODING, ())
+    if request.version < HttpVersion11 and any(  # raw: aiohttp's error requests have no multidict
+        name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
+        for name, value in request.raw_headers
     ):
         response.force_close()
         response.headers[hdrs.CONNECTION] = "close"  # the head was made before this signal

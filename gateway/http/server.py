@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable
 from typing import cast
@@ -25,8 +26,41 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 
 from gateway.http.app import CONNECTIONS, ENTRY
 from gateway.http.limits import fit_open_files
+from gateway.http.problems import problem
+from gateway.telemetry.requestlog import REQUEST_ID
 
 log = logging.getLogger(__name__)
+
+
+# aiohttp's own error answers: a request its parser refuses, a handler that failed.
+MALFORMED = (
+    400, "malformed-request", "Malformed request",
+    "the request is not valid HTTP/1.1 (its request line, framing or a header); nothing was "
+    "forwarded",
+)  # fmt: skip
+INTERNAL = (
+    500, "internal-error", "Internal error",
+    "the gateway could not handle the request; the log says why, under the request id",
+)  # fmt: skip
+
+
+class _ProblemHandler(RequestHandler):
+    """aiohttp's protocol for one connection, whose own error answers are problem+json with
+    a request id, as the gateway's are, and never repeat the request's bytes (aiohttp's
+    text answer quotes the line it refused)."""
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)  # its log line
+        answer = problem(*(MALFORMED if plain.status < 500 else INTERNAL))
+        answer.headers[REQUEST_ID] = os.urandom(16).hex()
+        answer.force_close()  # as aiohttp's: nothing more is read from this connection
+        return answer
 
 
 class _GuardedSite(web.SockSite):
@@ -45,8 +79,11 @@ class _GuardedSite(web.SockSite):
         await web.BaseSite.start(self)  # registers the site with its runner
         server = self._app_runner.server
         assert server is not None
-        protocols = self._app_runner.app[CONNECTIONS].guard(server)
         loop = asyncio.get_running_loop()
+        kwargs = server._kwargs  # what aiohttp's own factory passes (`Server.__call__`)
+        protocols = self._app_runner.app[CONNECTIONS].guard(
+            lambda: _ProblemHandler(server, loop=loop, **kwargs)
+        )
         self._server = await loop.create_server(
             protocols, sock=self._listening, backlog=self._queue
         )
