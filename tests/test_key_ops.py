@@ -259,6 +259,17 @@ async def test_a_bearer_token_that_is_not_utf8_is_refused_with_401_not_500(
         assert b"application/problem+json" in answer
 
 
+async def record_then_damage(gw: Any, redis_url: str, field: str, value: bytes) -> None:
+    """Record key c1 through the gateway, then overwrite one field of its record."""
+    assert (await gw.post("/pay", headers={"Idempotency-Key": "c1"})).status == 201
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        [rkey] = plain.keys()
+        plain.hset(rkey, field, value)
+    finally:
+        plain.close()
+
+
 async def test_show_names_a_record_the_gateway_cannot_read_corrupt(
     make_gateway: GatewayFactory,
     make_admin: AdminFactory,
@@ -271,13 +282,7 @@ async def test_show_names_a_record_the_gateway_cannot_read_corrupt(
     and in the CLI (exit 0), rather than a 500 or a traceback."""
     gw = await make_gateway()
     admin = await make_admin(gw)
-    assert (await gw.post("/pay", headers={"Idempotency-Key": "c1"})).status == 201
-    plain = redis.Redis.from_url(redis_url)
-    try:
-        [rkey] = plain.keys()
-        plain.hset(rkey, "m", b"\x00garbage")
-    finally:
-        plain.close()
+    await record_then_damage(gw, redis_url, "m", b"\x00garbage")
     replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
     assert (await replay.json())["code"] == "record-corrupt"
     shown = await admin.post("/keys/show", headers=AUTH, json={"route": "api", "key": "c1"})
@@ -303,13 +308,7 @@ async def test_show_and_replay_of_a_record_whose_fields_do_not_read(
     corrupt (not a 500); a client gets 502 record-corrupt where the metadata is unreadable."""
     gw = await make_gateway()
     admin = await make_admin(gw)
-    assert (await gw.post("/pay", headers={"Idempotency-Key": "c1"})).status == 201
-    plain = redis.Redis.from_url(redis_url)
-    try:
-        [rkey] = plain.keys()
-        plain.hset(rkey, field, value)
-    finally:
-        plain.close()
+    await record_then_damage(gw, redis_url, field, value)
     shown = await admin.post("/keys/show", headers=AUTH, json={"route": "api", "key": "c1"})
     replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
     assert (shown.status, replay.status) == (200, 502 if field == "m" else 201)
