@@ -21,7 +21,7 @@ CLIENT_CLOSED = 499
 access_log = logging.getLogger("gateway.http.access")
 
 
-def request_id(request: web.Request) -> str:
+def request_id(request: web.BaseRequest) -> str:
     """The client's X-Request-Id when it is sane, else a fresh one (32 hex digits)."""
     given = request.headers.get(REQUEST_ID)
     if given and len(given) <= MAX_REQUEST_ID and all(0x21 <= ord(c) <= 0x7E for c in given):

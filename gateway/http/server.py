@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Callable
 from typing import cast
@@ -24,6 +23,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
+from gateway.http.access import request_id
 from gateway.http.app import CONNECTIONS, ENTRY
 from gateway.http.limits import fit_open_files
 from gateway.http.problems import problem
@@ -58,7 +58,8 @@ class _ProblemHandler(RequestHandler):
     ) -> web.StreamResponse:
         plain = super().handle_error(request, status, exc, message)  # its log line
         answer = problem(*(MALFORMED if plain.status < 500 else INTERNAL))
-        answer.headers[REQUEST_ID] = os.urandom(16).hex()
+        # A request that reached the handler gets its own id back as the answer is prepared.
+        answer.headers[REQUEST_ID] = request_id(request)
         answer.force_close()  # as aiohttp's: nothing more is read from this connection
         return answer
 
