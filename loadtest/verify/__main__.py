@@ -1,0 +1,75 @@
+"""`python -m loadtest.verify`: a run of the verification harness; exit 1 on any violation.
+
+python -m loadtest.verify [--seconds 30] [--routes reconcile,record,release] [--each 1]
+                          [--topology single|sentinel|cluster] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from loadtest.verify.harness import Plan, run
+from loadtest.verify.nemesis import ALL_KINDS
+from loadtest.verify.report import print_table, write_report
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long clients send")
+    parser.add_argument("--gateways", type=int, default=2)
+    parser.add_argument("--clients", type=int, default=1, help="client processes")
+    parser.add_argument("--concurrency", type=int, default=32, help="operations per process")
+    parser.add_argument("--routes", default="reconcile,record,release")
+    parser.add_argument(
+        "--faults", default=",".join(ALL_KINDS), help="fault kinds (none: no faults)"
+    )
+    parser.add_argument("--each", type=int, default=1, help="times each fault kind is made")
+    parser.add_argument("--topology", choices=("single", "sentinel", "cluster"), default="single")
+    parser.add_argument("--lease", default="2s")
+    parser.add_argument("--access-log", action="store_true", help="gateways log every request")
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)
+    parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
+    parser.add_argument("--keep", action="store_true", help="keep the run's folder")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    kinds = [] if args.faults == "none" else args.faults.split(",")
+    unknown = sorted(set(kinds) - set(ALL_KINDS))
+    if unknown:
+        print(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_KINDS)})")
+        return 2
+    plan = Plan(
+        seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
+        concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
+        each=args.each, seed=args.seed, topology=args.topology, lease=args.lease,
+        log_level="info" if args.access_log else "warning",
+    )  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="idem-verify-"))
+    print(
+        f"verify: {plan.gateways} gateways, {plan.client_procs}x{plan.concurrency} clients, "
+        f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}",
+        flush=True,
+    )
+    result = asyncio.run(run(plan, workdir))
+    print_table(result)
+    if args.out:
+        write_report(result, args.out)
+    failed = bool(result.verdict.violations)
+    if failed or args.keep:
+        print(f"verify: {'FAILED' if failed else 'OK'} (histories and logs in {workdir})")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+        print("verify: OK")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""One verification run: start the system, let the clients and the nemesis loose, settle,
+stop everything, and hand the histories to the checker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from loadtest.verify.checker import Verdict, check, read_logs
+from loadtest.verify.history import Fault, read_attempts, read_executions
+from loadtest.verify.nemesis import Nemesis
+from loadtest.verify.system import Policy, System
+from loadtest.verify.topology import Single
+
+WARM_UP = 1.0  # seconds before the first fault
+COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
+
+
+@dataclass
+class Plan:
+    seconds: float
+    gateways: int
+    client_procs: int
+    concurrency: int
+    routes: list[str]
+    kinds: list[str]
+    each: int
+    seed: int
+    topology: str = "single"
+    lease: str = "2s"
+    log_level: str = "warning"
+
+
+@dataclass
+class Run:
+    plan: Plan
+    verdict: Verdict
+    faults: list[Fault]
+    skipped: dict[str, str]
+    elapsed: float
+    workdir: Path
+
+
+def make_topology(name: str) -> Single:
+    if name == "single":
+        return Single()
+    from loadtest.verify.failover import make_failover_topology
+
+    return make_failover_topology(name)
+
+
+async def run(plan: Plan, workdir: Path) -> Run:
+    policy = Policy(routes=plan.routes, lease=plan.lease, log_level=plan.log_level)
+    system = System(workdir, make_topology(plan.topology), policy, plan.gateways, plan.seed)
+    clients: list[subprocess.Popen[bytes]] = []
+    histories = [workdir / f"attempts-{i}.tsv" for i in range(plan.client_procs)]
+    nemesis = Nemesis(system, plan.kinds, plan.seed)
+    codes: list[int] = []
+    try:
+        await asyncio.to_thread(system.start)
+        if system.tmpfs_refused:
+            print(f"journal-full fault skipped: {system.tmpfs_refused}", flush=True)
+        urls = ",".join(gateway.url for gateway in system.gateways)
+        began = time.time()
+        for i, history in enumerate(histories):
+            args = [
+                "--gateways", urls, "--routes", ",".join(plan.routes),
+                "--seconds", str(plan.seconds), "--concurrency", str(plan.concurrency),
+                "--seed", str(plan.seed * 100 + i), "--out", str(history),
+            ]  # fmt: skip
+            command = [sys.executable, "-m", "loadtest.verify.clients", *args]
+            clients.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
+        schedule = nemesis.plan(plan.each, WARM_UP, max(WARM_UP, plan.seconds - COOL_DOWN))
+        await nemesis.run(began, schedule)
+        for client in clients:
+            await asyncio.to_thread(client.wait)
+        # Calls held by a hanging upstream or a paused process end within a few seconds.
+        await asyncio.sleep(policy.upstream_timeout + 2.0)
+        await nemesis.post(f"{system.upstream_url}/__flush")
+        elapsed = time.time() - began
+        codes = await asyncio.to_thread(system.stop)
+    finally:
+        for client in clients:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        system.kill_leftovers()
+        if not codes:
+            system.stop()
+    attempts = [a for history in histories for a in read_attempts(history)]
+    policies = {name: name for name in plan.routes}
+    logs = read_logs(gateway.log_path for gateway in system.gateways)
+    verdict = check(
+        attempts, read_executions(system.executions), nemesis.done, policies, logs, codes
+    )
+    (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
+    (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
+    return Run(plan, verdict, nemesis.done, nemesis.skipped, elapsed, workdir)

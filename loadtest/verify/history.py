@@ -1,0 +1,83 @@
+"""The two histories the checker reads: every client attempt and every upstream execution.
+
+Both are tab-separated lines, one event each, written as they happen and read back whole.
+Times are wall-clock seconds (`time.time()`), shared by every process on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+# Attempt statuses that are no HTTP answer.
+REFUSED = 0  # the connection was refused: nothing was sent
+CUT = -1  # the connection broke after the request went out (the gateway died, say)
+TIMED_OUT = -2  # the client gave up waiting
+
+
+class Attempt(NamedTuple):
+    """One request a client sent and what came back."""
+
+    attempt: str  # unique; sent as X-Attempt, which the upstream logs
+    op: str  # the client operation it belongs to (first try, retries, duplicates)
+    kind: str  # first, retry, dup (a concurrent duplicate), replay, reuse (another payload)
+    route: str
+    tenant: str
+    key: str
+    payload: str  # digest of the request body
+    gateway: int  # index of the gateway it was sent to
+    start: float
+    end: float
+    status: int  # HTTP status, or REFUSED, CUT, TIMED_OUT
+    outcome: str  # the Idempotency-Outcome header, if any
+    body: str  # digest of the answer body
+    execution: str  # the execution id a 2xx body names
+    code: str  # the problem+json code of an error answer
+
+    def line(self) -> str:
+        return "\t".join(map(str, self)) + "\n"
+
+
+class Execution(NamedTuple):
+    """One call the upstream ran."""
+
+    execution: str
+    route: str
+    tenant: str
+    key: str
+    payload: str
+    attempt: str  # the X-Attempt that the gateway forwarded
+    time: float
+    body: str  # digest of the answer it wrote (or would have: see fault)
+    fault: str  # "", "reset" (answer lost) or "hang" (answer held past the timeout)
+
+
+class Fault(NamedTuple):
+    """One fault the nemesis made, and when."""
+
+    kind: str
+    target: str
+    start: float
+    end: float
+
+
+def read_attempts(path: Path) -> Iterator[Attempt]:
+    with open(path) as lines:
+        for line in lines:
+            f = line.rstrip("\n").split("\t")
+            if len(f) != 15:
+                continue  # a line cut by the end of a killed writer
+            yield Attempt(
+                f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]), float(f[9]),
+                int(f[10]), f[11], f[12], f[13], f[14],
+            )  # fmt: skip
+
+
+def read_executions(path: Path) -> Iterator[Execution]:
+    with open(path) as lines:
+        for line in lines:
+            f = line.rstrip("\n").split("\t")
+            if len(f) != 9:
+                continue
+            yield Execution(f[0], f[1], f[2], f[3], f[4], f[5], float(f[6]), f[7], f[8])

@@ -1,0 +1,183 @@
+"""The nemesis: a seeded schedule of faults, each started and stopped by the harness.
+
+Faults run one after another on a single track, spread evenly over the run between a
+warm-up and a cool-down, each kind `each` times in a shuffled order. Every fault is logged
+with its interval, which the checker uses to explain what it finds and the report shades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import redis
+
+from loadtest.verify.history import Fault
+from loadtest.verify.system import System
+
+# Kinds of fault, each with how long it lasts at most (seconds).
+GATEWAY_KINDS = {"gateway-kill": 0.5, "gateway-stop": 0.0}  # a stop lasts lease + 1.5 s
+REDIS_KINDS = {"redis-kill": 0.5, "redis-stop": 2.0, "redis-full": 2.0}
+LINK_KINDS = {
+    "redis-blackhole": 2.0, "redis-reset": 0.5, "redis-latency": 2.0,
+    "upstream-blackhole": 2.0, "upstream-reset": 0.5, "upstream-latency": 2.0,
+}  # fmt: skip
+UPSTREAM_KINDS = {"upstream-resets": 2.0, "upstream-hangs": 2.0}
+DISK_KINDS = {"journal-full": 2.0}
+LATENCY_MS = 200
+
+
+class Nemesis:
+    def __init__(self, system: System, kinds: list[str], seed: int) -> None:
+        self.system = system
+        self.kinds = kinds
+        self.rng = random.Random(seed)
+        self.done: list[Fault] = []
+        self.skipped: dict[str, str] = {}
+        self.turn = 0  # which gateway the next gateway fault hits
+
+    def plan(self, each: int, start: float, end: float) -> list[tuple[float, str]]:
+        """(offset, kind) pairs: every kind `each` times, in a shuffled order, evenly spread."""
+        order = [kind for kind in self.kinds for _ in range(each)]
+        self.rng.shuffle(order)
+        slot = (end - start) / max(1, len(order))
+        return [(start + i * slot, kind) for i, kind in enumerate(order)]
+
+    async def run(self, began: float, plan: list[tuple[float, str]]) -> None:
+        for offset, kind in plan:
+            await asyncio.sleep(max(0.0, began + offset - time.time()))
+            start = time.time()
+            try:
+                target = await self.inflict(kind)
+            except Exception as exc:  # a fault that could not be made is reported, not fatal
+                self.skipped.setdefault(kind, f"failed: {exc!r}")
+                continue
+            if target is not None:
+                self.done.append(Fault(kind, target, start, time.time()))
+                print(f"  {time.strftime('%X')} {kind} on {target}", flush=True)
+
+    async def inflict(self, kind: str) -> str | None:
+        """Start the fault, wait its time, end it; what it hit (None: skipped)."""
+        lasts = {**GATEWAY_KINDS, **REDIS_KINDS, **LINK_KINDS, **UPSTREAM_KINDS, **DISK_KINDS}
+        seconds = lasts[kind]
+        if kind.startswith("gateway-"):
+            return await self.gateway(kind)
+        if kind == "redis-kill":
+            target = await asyncio.to_thread(self.system.topology.kill)
+            await asyncio.sleep(seconds)
+            await asyncio.to_thread(self.system.topology.recover)
+            return target
+        if kind == "redis-stop":
+            target = self.system.topology.pause(signal.SIGSTOP)
+            await asyncio.sleep(seconds)
+            self.system.topology.pause(signal.SIGCONT)
+            return target
+        if kind == "redis-full":
+            return await self.redis_full(seconds)
+        if kind in LINK_KINDS:
+            return await self.link(kind, seconds)
+        if kind in UPSTREAM_KINDS:
+            share = "reset=0.3" if kind == "upstream-resets" else "hang=0.3"
+            hang = self.system.policy.upstream_timeout + 1.0
+            await self.post(f"{self.system.upstream_url}/__fault?{share}&hang_seconds={hang}")
+            await asyncio.sleep(seconds)
+            await self.post(f"{self.system.upstream_url}/__fault")
+            return "upstream (30% of calls)"
+        if kind == "journal-full":
+            return await self.journal_full(seconds)
+        raise ValueError(kind)
+
+    async def gateway(self, kind: str) -> str:
+        gateways = self.system.gateways
+        victim = gateways[self.turn % len(gateways)]
+        self.turn += 1
+        if kind == "gateway-kill":
+            await asyncio.to_thread(victim.kill)
+            await asyncio.sleep(GATEWAY_KINDS[kind])
+            await asyncio.to_thread(victim.start)
+        else:  # longer than the lease: another gateway finds its keys' leases ended
+            victim.signal(signal.SIGSTOP)
+            await asyncio.sleep(seconds_of(self.system.policy.lease) + 1.5)
+            victim.signal(signal.SIGCONT)
+        return f"gateway {gateways.index(victim)}"
+
+    async def redis_full(self, seconds: float) -> str:
+        def lower() -> list[redis.Redis]:
+            clients = self.system.topology.primary_clients()
+            for client in clients:
+                used = int(client.info("memory")["used_memory"])
+                client.config_set("maxmemory", str(max(1, used // 2)))
+            return clients
+
+        clients = await asyncio.to_thread(lower)
+        await asyncio.sleep(seconds)
+
+        def raise_again() -> None:
+            for client in clients:
+                client.config_set("maxmemory", "0")
+                client.close()
+
+        await asyncio.to_thread(raise_again)
+        return f"redis maxmemory (noeviction), {len(clients)} node(s)"
+
+    async def link(self, kind: str, seconds: float) -> str | None:
+        side, mode = kind.split("-", 1)
+        proxy = self.system.redis_proxy if side == "redis" else self.system.upstream_proxy
+        if proxy is None:
+            self.skipped[kind] = f"no proxy in front of {side} with this topology"
+            return None
+        control = f"http://127.0.0.1:{proxy.control}/mode"
+        await self.post(f"{control}?m={mode}&ms={LATENCY_MS}")
+        await asyncio.sleep(seconds)
+        await self.post(f"{control}?m=pass")
+        return f"gateway 0 <-> {side}"
+
+    async def journal_full(self, seconds: float) -> str | None:
+        """Fill the state folder's disk while gateway 0 cannot reach Redis (a reset link),
+        so that outcomes it cannot store must go to the full journal."""
+        if self.system.tmpfs_refused is not None:
+            self.skipped["journal-full"] = self.system.tmpfs_refused
+            return None
+        state: Path = self.system.state
+        await asyncio.to_thread(fill_disk, state / "filler")
+        try:
+            if self.system.redis_proxy is not None:
+                await self.link("redis-reset", seconds)
+            else:
+                await asyncio.sleep(seconds)
+        finally:
+            (state / "filler").unlink()
+        cut_off = ", gateway 0 <-> redis reset" if self.system.redis_proxy else ""
+        return "state tmpfs full" + cut_off
+
+    async def post(self, url: str) -> None:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(url) as resp:
+            resp.raise_for_status()
+
+
+def fill_disk(path: Path) -> None:
+    """Write to `path` until its file system refuses a byte more."""
+    with open(path, "wb", buffering=0) as out:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                continue
+
+
+def seconds_of(duration: str) -> float:
+    """`2s`, `500ms` -> seconds."""
+    if duration.endswith("ms"):
+        return float(duration[:-2]) / 1000
+    return float(duration.rstrip("s"))
+
+
+ALL_KINDS: list[str] = [
+    *GATEWAY_KINDS, *REDIS_KINDS, *LINK_KINDS, *UPSTREAM_KINDS, *DISK_KINDS,
+]  # fmt: skip

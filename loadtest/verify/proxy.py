@@ -1,0 +1,131 @@
+"""A TCP fault proxy for loopback links (gateway to Redis, gateway to upstream).
+
+    python -m loadtest.verify.proxy --listen P --target PORT --control C
+
+It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?m=MODE`:
+- `pass`: forward as they come;
+- `blackhole`: pass nothing either way on the open connections and on new ones, and leave
+  them open, as a dead link does; when the link heals they are reset (a real TCP stream
+  never loses bytes and goes on: its retransmissions time out and it dies);
+- `reset`: abort every open connection with a TCP RST and every new one as it comes;
+- `latency&ms=N`: hold each chunk N ms before passing it on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import struct
+
+from aiohttp import web
+
+from loadtest.procs import run_server
+
+CHUNK = 1 << 16
+
+
+class FaultProxy:
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.mode = "pass"
+        self.latency = 0.0
+        self.open: set[asyncio.StreamWriter] = set()
+        self.doomed: set[asyncio.StreamWriter] = set()  # held by a black hole
+
+    def set_mode(self, mode: str, latency_ms: float = 0.0) -> None:
+        self.mode, self.latency = mode, latency_ms / 1000
+        if mode == "blackhole":
+            self.doomed.update(self.open)
+        else:
+            for writer in list(self.doomed if mode != "reset" else self.open):
+                abort(writer)
+            self.doomed.clear()
+
+    async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.mode == "reset":
+            abort(client_w)
+            return
+        try:
+            server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            abort(client_w)
+            return
+        self.open.update((client_w, server_w))
+        if self.mode == "blackhole":
+            self.doomed.update((client_w, server_w))
+        try:
+            await asyncio.gather(
+                self.pipe(client_r, server_w, client_w), self.pipe(server_r, client_w, server_w)
+            )
+        finally:
+            for writer in (client_w, server_w):
+                self.open.discard(writer)
+                self.doomed.discard(writer)
+                writer.close()
+
+    async def pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        other: asyncio.StreamWriter,
+    ) -> None:
+        try:
+            while chunk := await reader.read(CHUNK):
+                if writer in self.doomed:
+                    continue  # swallowed; the connection is reset when the link heals
+                if self.mode == "latency" and self.latency:
+                    await asyncio.sleep(self.latency)
+                writer.write(chunk)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            if self.mode == "reset":
+                abort(writer)
+                abort(other)
+            else:
+                writer.close()
+
+
+def abort(writer: asyncio.StreamWriter) -> None:
+    """Close with a TCP RST (linger 0) rather than a FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def serve(listen: int, target: int, control: int) -> None:
+    proxy = FaultProxy(target)
+    server = await asyncio.start_server(proxy.handle, "127.0.0.1", listen, backlog=4096)
+
+    async def set_mode(request: web.Request) -> web.Response:
+        proxy.set_mode(request.query.get("m", "pass"), float(request.query.get("ms", "0")))
+        return web.Response(text=proxy.mode)
+
+    app = web.Application()
+    app.router.add_post("/mode", set_mode)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", control).start()
+    try:
+        await server.serve_forever()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--listen", type=int, required=True)
+    parser.add_argument("--target", type=int, required=True, help="the port on 127.0.0.1")
+    parser.add_argument("--control", type=int, required=True)
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    args = parser.parse_args()
+    run_server(args.loop, serve(args.listen, args.target, args.control))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The run's report: a markdown table on stdout (and in `report.md`), and a PNG of the
+availability per second with the fault intervals shaded."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadtest.verify.harness import Run
+
+RULES = {
+    1: "executions per key (<= 1; extra runs on release routes explained)",
+    2: "every 2xx carries the key's one execution's body",
+    3: "no answer of another key, tenant or payload",
+    4: "no acknowledged outcome lost (no run after a 2xx)",
+    6: "no 500, no traceback, clean exits",
+}
+
+
+def table(result: Run) -> str:
+    v, plan = result.verdict, result.plan
+    rate = v.attempts / max(result.elapsed, 1e-9)
+    kinds = Counter(f.kind for f in result.faults)
+    rows = [
+        ("requests", f"{v.attempts:,} in {result.elapsed:.0f} s ({rate:,.0f}/s)"),
+        ("keys", f"{v.keys:,} (route, tenant, key)"),
+        ("executions", f"{v.executions:,}"),
+        ("routes", ", ".join(plan.routes)),
+        ("topology", f"{plan.topology}, {plan.gateways} gateways, lease {plan.lease}"),
+        ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"),
+        ("executions per key", ", ".join(f"{n}: {c:,}" for n, c in sorted(v.runs_per_key.items()))),
+        ("availability", f"{v.availability:.2%} of attempts 2xx or 409/422/503"),
+        ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
+        ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
+        ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
+    ]
+    for rule, name in RULES.items():
+        rows.append((f"rule {rule}: {name}", f"{v.count(rule)} violation(s)"))
+    for kind, why in sorted(result.skipped.items()):
+        rows.append((f"skipped {kind}", why))
+    lines = ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
+    if v.violations:
+        lines += ["", "| rule | key | violation |", "|---|---|---|"]
+        lines += [f"| {x.rule} | {x.key} | {x.what} |" for x in v.violations[:50]]
+        if len(v.violations) > 50:
+            lines.append(f"| | | and {len(v.violations) - 50} more |")
+    return "\n".join(lines)
+
+
+def print_table(result: Run) -> None:
+    print(table(result), flush=True)
+
+
+def write_report(result: Run, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(table(result) + "\n")
+    plot(result, out / "availability.png")
+
+
+def plot(result: Run, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    v = result.verdict
+    seconds = sorted(v.per_second)
+    share = [v.per_second[s][0] / max(1, v.per_second[s][1]) * 100 for s in seconds]
+    rate = [v.per_second[s][1] for s in seconds]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5), sharex=True, height_ratios=(3, 1))
+    colors: dict[str, Any] = {}
+    palette = plt.get_cmap("tab20")
+    for fault in result.faults:
+        color = colors.setdefault(fault.kind, palette(len(colors) % 20))
+        for axis in (top, bottom):
+            axis.axvspan(
+                fault.start - v.began, max(fault.end - v.began, fault.start - v.began + 0.2),
+                color=color, alpha=0.35, lw=0, label=fault.kind if axis is top else None,
+            )  # fmt: skip
+    top.plot(seconds, share, color="black", lw=0.8)
+    top.set_ylabel("available %")
+    top.set_ylim(-2, 102)
+    bottom.plot(seconds, rate, color="tab:blue", lw=0.8)
+    bottom.set_ylabel("requests/s")
+    bottom.set_xlabel("seconds since start")
+    handles, labels = top.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    top.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="lower left")
+    top.set_title(
+        f"{v.attempts:,} requests, {len(result.faults)} faults: "
+        "share answered 2xx or an expected 409/422/503, per second"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

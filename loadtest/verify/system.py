@@ -1,0 +1,170 @@
+"""The system under test: the upstream, Redis, the fault proxies and the gateways.
+
+Gateway 0 reaches Redis (when the topology allows) and the upstream through fault proxies;
+the others reach them directly, so a network fault cuts one gateway off, as it would one
+host. The gateways share one state folder: one that starts again replays the journal of
+the one killed. Where root may mount, that folder is a small tmpfs, for the disk-full fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.procs import Child
+from loadtest.verify.topology import Single
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
+
+STATE_TMPFS = "16m"
+
+
+@dataclass
+class Policy:
+    """How the routes are set up."""
+
+    routes: list[str]  # among record, reconcile, release
+    lease: str = "2s"
+    upstream_timeout: float = 1.0
+    log_level: str = "warning"
+
+
+def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": name,
+        "path_prefix": f"/{name}",
+        "upstream": origin,
+        "lease": policy.lease,
+        "require_scope": True,
+        "timeouts": {"connect": "1s", "total": f"{policy.upstream_timeout}s"},
+        "on_unknown_outcome": "release" if name == "release" else "record",
+    }
+    if name == "reconcile":
+        spec["reconcile"] = {
+            "url": f"{origin}/reconcile/by-key/{{key}}",
+            "forward_headers": ["Authorization"],
+            "status": 201,  # the upstream's own status for the call
+            "timeout": "1s",
+        }
+    return spec
+
+
+@dataclass
+class Proxy:
+    """A `loadtest.verify.proxy` child in front of a loopback port."""
+
+    name: str
+    target: int
+    workdir: Path
+    child: Child | None = None
+    control: int = field(default_factory=free_port)
+
+    def start(self) -> Proxy:
+        port = free_port()
+        args = ["--listen", str(port), "--target", str(self.target)]
+        self.child = Child(
+            self.name, "loadtest.verify.proxy", port, [*args, "--control", str(self.control)],
+            self.workdir,
+        )  # fmt: skip
+        return self
+
+    @property
+    def port(self) -> int:
+        assert self.child is not None
+        return self.child.port
+
+
+class System:
+    def __init__(
+        self, workdir: Path, topology: Single, policy: Policy, gateways: int, seed: int
+    ) -> None:
+        self.workdir = workdir
+        self.topology = topology
+        self.policy = policy
+        self.n_gateways = gateways
+        self.seed = seed
+        self.executions = workdir / "executions.tsv"
+        self.state = workdir / "state"
+        self.tmpfs_refused: str | None = None
+        self.upstream: Child | None = None
+        self.redis_proxy: Proxy | None = None
+        self.upstream_proxy: Proxy | None = None
+        self.gateways: list[GatewayProcess] = []
+
+    def start(self) -> None:
+        self.state.mkdir(mode=0o700)
+        self.tmpfs_refused = mount_tmpfs(self.state)
+        port = free_port()
+        self.upstream = Child(
+            "upstream", "loadtest.verify.upstream", port,
+            ["--port", str(port), "--log", str(self.executions), "--seed", str(self.seed)],
+            self.workdir,
+        )  # fmt: skip
+        self.topology.start()
+        self.upstream_proxy = Proxy("upstream-proxy", port, self.workdir).start()
+        if self.topology.proxied:
+            self.redis_proxy = Proxy("redis-proxy", self.topology.port, self.workdir).start()
+        for index in range(self.n_gateways):
+            upstream_port = self.upstream_proxy.port if index == 0 else port
+            redis_port = self.redis_proxy.port if index == 0 and self.redis_proxy else None
+            config = self.gateway_config(f"http://127.0.0.1:{upstream_port}", redis_port)
+            self.gateways.append(GatewayProcess(config, self.workdir))
+        for gateway in self.gateways:
+            gateway.start()
+
+    def gateway_config(self, origin: str, redis_port: int | None) -> dict[str, Any]:
+        return {
+            "log_level": self.policy.log_level,
+            "state_dir": str(self.state),
+            "redis": {
+                **self.topology.gateway_redis(redis_port),
+                "socket_timeout": "500ms",
+                "connect_timeout": "500ms",
+                "breaker": {"failures": 3, "reset": "300ms"},
+            },
+            "routes": [route(name, origin, self.policy) for name in self.policy.routes],
+        }
+
+    @property
+    def upstream_url(self) -> str:
+        assert self.upstream is not None
+        return self.upstream.url
+
+    def stop(self) -> list[int]:
+        """Stop the gateways (SIGTERM: a clean stop is part of the check), then the rest;
+        the gateways' exit codes."""
+        codes = [gateway.stop() for gateway in self.gateways]
+        for child in (self.redis_proxy, self.upstream_proxy):
+            if child is not None and child.child is not None:
+                child.child.stop()
+        if self.upstream is not None:
+            self.upstream.stop()
+        self.topology.close()
+        if self.tmpfs_refused is None:
+            subprocess.run(["umount", str(self.state)], check=False)
+        return codes
+
+    def kill_leftovers(self) -> None:
+        """After a failure half way: stop every gateway still running, by its handle."""
+        for gateway in self.gateways:
+            if gateway.process is not None and gateway.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    gateway.process.send_signal(18)  # SIGCONT, in case it was paused
+                gateway.kill()
+
+
+def mount_tmpfs(folder: Path) -> str | None:
+    """Mount a small tmpfs at `folder`; None when done, else why not."""
+    try:
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={STATE_TMPFS},mode=0700", "tmpfs", str(folder)],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"mount could not run: {exc}"
+    if done.returncode != 0:
+        return f"mount refused: {done.stderr.strip() or done.returncode}"
+    return None
