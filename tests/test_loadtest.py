@@ -90,22 +90,6 @@ async def test_an_ablated_gateway_really_goes_without_the_named_parts(
     assert counting.count("/pay", "k") == 2
 
 
-def test_a_tiny_chaos_run_holds_through_kills_a_full_redis_and_a_restart() -> None:
-    """A few seconds of the chaos soak: an evicting Redis is refused at start, then no key
-    runs twice while Redis is full (noeviction) for a while and restarted."""
-    out = subprocess.run(
-        [sys.executable, "-m", "loadtest.chaos", "--seconds", "5", "--gateways", "1",
-         "--clients", "4", "--seed", "7"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = {line.split("  ")[0]: line for line in out.stdout.splitlines()}
-    assert "refused (exit 2, 1 line(s): idem-gateway: cannot start" in lines["evicting redis"]
-    assert "error replies" in lines["redis full"]
-    assert lines["duplicates found"].endswith(" 0 keys")
-    assert "chaos: OK" in out.stdout
-
-
 def _quick(module: str, *args: str) -> str:
     """`python -m loadtest.MODULE --quick`: its output, after checking it exited 0."""
     out = subprocess.run(

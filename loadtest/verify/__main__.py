@@ -36,6 +36,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)
     parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
+    parser.add_argument(
+        "--workdir", type=Path, help="make the run's folder in this one (default: TMPDIR)"
+    )
     return parser.parse_args(argv)
 
 
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         each=args.each, seed=args.seed, topology=args.topology, lease=args.lease,
         log_level="info" if args.access_log else "warning",
     )  # fmt: skip
-    workdir = Path(tempfile.mkdtemp(prefix="idem-verify-"))
+    workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))
     print(
         f"verify: {plan.gateways} gateways, {plan.client_procs}x{plan.concurrency} clients, "
         f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}",

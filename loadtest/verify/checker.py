@@ -152,9 +152,6 @@ def explain(
     extra: Execution, ran: list[Execution], asked: list[Attempt], faults: Sequence[Fault]
 ) -> str | None:
     """Why the key ran once more, when a cause the policy accepts is in the history."""
-    earlier = [e for e in ran if e.time < extra.time]
-    if any(e.fault for e in earlier):
-        return "unknown outcome released: the upstream reset or hung after executing"
     for attempt in asked:
         if attempt.start > extra.time:
             continue
@@ -166,6 +163,9 @@ def explain(
                 and fault.end >= attempt.start
             ):
                 return f"owner lost: {fault.target} {fault.kind.split('-')[1]}ed mid-call"
+    earlier = [e for e in ran if e.time < extra.time]
+    if any(e.fault for e in earlier):
+        return "unknown outcome released: the upstream reset or hung after executing"
     for attempt in asked:
         if attempt.start <= extra.time and (
             attempt.outcome == "unknown" or attempt.status in (502, 504)

@@ -21,13 +21,13 @@ from loadtest.verify.system import System
 
 # Kinds of fault, each with how long it lasts at most (seconds).
 GATEWAY_KINDS = {"gateway-kill": 0.5, "gateway-stop": 0.0}  # a stop lasts lease + 1.5 s
-REDIS_KINDS = {"redis-kill": 0.5, "redis-stop": 2.0, "redis-full": 2.0}
+REDIS_KINDS = {"redis-kill": 0.5, "redis-stop": 1.5, "redis-full": 1.5}
 LINK_KINDS = {
-    "redis-blackhole": 2.0, "redis-reset": 0.5, "redis-latency": 2.0,
-    "upstream-blackhole": 2.0, "upstream-reset": 0.5, "upstream-latency": 2.0,
+    "redis-blackhole": 1.5, "redis-reset": 0.5, "redis-latency": 1.5,
+    "upstream-blackhole": 1.5, "upstream-reset": 0.5, "upstream-latency": 1.5,
 }  # fmt: skip
-UPSTREAM_KINDS = {"upstream-resets": 2.0, "upstream-hangs": 2.0}
-DISK_KINDS = {"journal-full": 2.0}
+UPSTREAM_KINDS = {"upstream-resets": 1.5, "upstream-hangs": 1.5}
+DISK_KINDS = {"journal-full": 1.5}
 LATENCY_MS = 200
 
 

@@ -91,9 +91,11 @@ class FaultProxy:
 
 def abort(writer: asyncio.StreamWriter) -> None:
     """Close with a TCP RST (linger 0) rather than a FIN."""
+    if writer.transport.is_closing():
+        return
     sock = writer.get_extra_info("socket")
     if sock is not None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):  # it may have closed meanwhile
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
 

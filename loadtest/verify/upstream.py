@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import os
@@ -104,10 +105,11 @@ class Executions:
 def reset(request: web.BaseRequest) -> web.StreamResponse:
     """Close the connection with a TCP RST (linger 0), answering nothing."""
     transport = request.transport
-    if transport is not None:
+    if transport is not None and not transport.is_closing():
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            with contextlib.suppress(OSError, ValueError):  # it may have closed meanwhile
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()
     return web.Response(status=499)  # never written: the connection is gone
 

@@ -1,0 +1,145 @@
+"""The history checker of `loadtest.verify` on handmade histories: each kind of violation
+is reported, and what the policy allows is not."""
+
+from __future__ import annotations
+
+from loadtest.verify.checker import Verdict, check
+from loadtest.verify.history import CUT, Attempt, Execution, Fault
+
+POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release"}
+
+
+def attempt(
+    n: int,
+    status: int = 201,
+    *,
+    route: str = "record",
+    tenant: str = "t0",
+    key: str = "k1",
+    payload: str = "p1",
+    body: str = "b1",
+    execution: str = "x1",
+    start: float = 10.0,
+    end: float = 10.1,
+    gateway: int = 0,
+    outcome: str = "",
+) -> Attempt:
+    return Attempt(
+        f"a{n}", "o1", "first", route, tenant, key, payload, gateway, start, end, status,
+        outcome, body if 200 <= status < 300 else "", execution if 200 <= status < 300 else "",
+        "",
+    )  # fmt: skip
+
+
+def execution(
+    n: int,
+    *,
+    route: str = "record",
+    tenant: str = "t0",
+    key: str = "k1",
+    payload: str = "p1",
+    at: float = 10.05,
+    fault: str = "",
+    caused_by: str = "a1",
+) -> Execution:
+    return Execution(f"x{n}", route, tenant, key, payload, caused_by, at, f"b{n}", fault)
+
+
+def rules(verdict: Verdict) -> list[int]:
+    return sorted(v.rule for v in verdict.violations)
+
+
+def test_a_clean_history_has_no_violation() -> None:
+    verdict = check(
+        [attempt(1), attempt(2, start=11, end=11.1)], [execution(1)], [], POLICIES, ["ok\n"], [0]
+    )
+    assert verdict.violations == []
+    assert verdict.runs_per_key == {1: 1}
+    assert verdict.availability == 1.0
+
+
+def test_a_double_execution_is_reported_on_a_record_route() -> None:
+    history = [attempt(1, CUT, end=12.0), attempt(2, start=13, end=13.1, execution="x2", body="b2")]
+    ran = [execution(1), execution(2, at=13.05, caused_by="a2")]
+    killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
+    verdict = check(history, ran, killed, POLICIES)
+    assert rules(verdict) == [1]
+    assert "executed 2 times (owner lost: gateway 0 killed" in verdict.violations[0].what
+
+
+def test_an_explained_rerun_on_a_release_route_is_counted_not_reported() -> None:
+    history = [
+        attempt(1, CUT, route="release", end=12.0),
+        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
+    verdict = check(history, ran, killed, POLICIES)
+    assert verdict.violations == []
+    assert sum(verdict.explained.values()) == 1
+
+
+def test_an_unexplained_rerun_on_a_release_route_is_reported() -> None:
+    history = [
+        attempt(1, 503, route="release"),
+        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    verdict = check(history, ran, [], POLICIES)
+    assert rules(verdict) == [1]
+    assert "unexplained" in verdict.violations[0].what
+
+
+def test_a_wrong_2xx_body_is_reported() -> None:
+    history = [attempt(1), attempt(2, start=11, end=11.1, body="tampered")]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [2, 2]  # two bodies for one key; one differs from its execution
+
+
+def test_a_2xx_naming_no_execution_is_reported() -> None:
+    verdict = check([attempt(1, execution="x9")], [execution(1)], [], POLICIES)
+    assert rules(verdict) == [2]
+
+
+def test_a_cross_tenant_answer_is_reported() -> None:
+    history = [
+        attempt(1),
+        attempt(2, tenant="t1", start=11, end=11.1),  # t1 got t0's answer
+    ]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [3]
+    assert "carries record/t0/k1's answer" in verdict.violations[0].what
+
+
+def test_an_answer_for_another_payload_is_reported() -> None:
+    history = [attempt(1), attempt(2, payload="p2", start=11, end=11.1)]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [3]
+
+
+def test_a_lost_acknowledged_outcome_is_reported_even_on_a_release_route() -> None:
+    history = [
+        attempt(1, route="release"),
+        attempt(2, 502, route="release", start=11, end=11.1, outcome="unknown"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=11.05)]
+    verdict = check(history, ran, [], POLICIES)
+    assert 4 in rules(verdict)
+
+
+def test_a_500_a_traceback_and_an_unclean_exit_are_reported() -> None:
+    log = 'Traceback (most recent call last):\n{"status": 500}\n'
+    verdict = check([attempt(1), attempt(2, 500)], [execution(1)], [], POLICIES, [log], [0, 1])
+    assert rules(verdict) == [6, 6, 6, 6]
+
+
+def test_availability_counts_expected_answers_per_second() -> None:
+    history = [
+        attempt(1),
+        attempt(2, 409, start=10.5),
+        attempt(3, 502, start=11.2, outcome="unknown"),
+        attempt(4, CUT, start=11.5),
+    ]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert verdict.per_second == {0: (2, 2), 1: (0, 2)}
+    assert verdict.availability == 0.5

@@ -1,0 +1,31 @@
+"""A smoke run of `python -m loadtest.verify`: a few thousand requests through two gateways
+while every fault of the nemesis is made once; any violation of the checker fails it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtest.verify.nemesis import ALL_KINDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(120)
+def test_every_fault_once_and_no_violation(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "loadtest.verify", "--seconds", "25", "--seed", "24",
+         "--concurrency", "24", "--workdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    report = out.stdout + out.stderr
+    assert out.returncode == 0, report
+    faults = next(line for line in out.stdout.splitlines() if line.startswith("| faults |"))
+    for kind in ALL_KINDS:
+        assert f"{kind} 1" in faults or f"| skipped {kind} |" in out.stdout, report
+    requests = next(line for line in out.stdout.splitlines() if line.startswith("| requests |"))
+    assert int(requests.split("|")[2].split()[0].replace(",", "")) >= 2000, report
+    assert "verify: OK" in out.stdout
