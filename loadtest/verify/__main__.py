@@ -30,6 +30,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--faults", default=",".join(ALL_KINDS), help="fault kinds (none: no faults)"
     )
     parser.add_argument("--each", type=int, default=1, help="times each fault kind is made")
+    parser.add_argument("--tracks", type=int, default=1, help="fault tracks at once (compound)")
     parser.add_argument("--topology", choices=("single", "sentinel", "cluster"), default="single")
     parser.add_argument("--lease", default="2s")
     parser.add_argument("--access-log", action="store_true", help="gateways log every request")
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(
         seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
         concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
-        each=args.each, seed=args.seed, topology=args.topology, lease=args.lease,
+        each=args.each, tracks=args.tracks, seed=args.seed, topology=args.topology,
+        lease=args.lease,
         log_level="info" if args.access_log else "warning",
     )  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))

@@ -45,6 +45,8 @@ class Verdict:
     violations: list[Violation] = field(default_factory=list)
     per_second: dict[int, tuple[int, int]] = field(default_factory=dict)  # good, all
     began: float = 0.0
+    span: float = 0.0  # from the first attempt's start to the last one's end
+    held_unknown: int = 0  # keys whose last answer was an unknown outcome (for an operator)
 
     @property
     def availability(self) -> float:
@@ -84,6 +86,9 @@ def check(
     verdict.keys = len(asked)
     for key in asked.keys() | runs.keys():
         ran = sorted(runs.get(key, ()), key=lambda e: e.time)
+        answered = [a for a in asked.get(key, ()) if a.status > 0]
+        if answered and max(answered, key=lambda a: a.end).outcome == "unknown":
+            verdict.held_unknown += 1
         verdict.runs_per_key[len(ran)] += 1
         check_key(verdict, key, ran, asked.get(key, []), by_id, faults, policies)
     availability(verdict, attempts)
@@ -152,6 +157,9 @@ def explain(
     extra: Execution, ran: list[Execution], asked: list[Attempt], faults: Sequence[Fault]
 ) -> str | None:
     """Why the key ran once more, when a cause the policy accepts is in the history."""
+    caused_by = next((a for a in asked if a.attempt == extra.attempt), None)
+    if caused_by is not None and caused_by.outcome == "rerun":
+        return "owner lost: rerun announced (Idempotency-Outcome: rerun)"
     for attempt in asked:
         if attempt.start > extra.time:
             continue
@@ -162,7 +170,8 @@ def explain(
                 and fault.start <= max(attempt.end, extra.time)
                 and fault.end >= attempt.start
             ):
-                return f"owner lost: {fault.target} {fault.kind.split('-')[1]}ed mid-call"
+                how = "killed" if fault.kind == "gateway-kill" else "paused"
+                return f"owner lost: {fault.target} {how} mid-call"
     earlier = [e for e in ran if e.time < extra.time]
     if any(e.fault for e in earlier):
         return "unknown outcome released: the upstream reset or hung after executing"
@@ -179,6 +188,7 @@ def availability(verdict: Verdict, attempts: Sequence[Attempt]) -> None:
         return
     began = min(a.start for a in attempts)
     verdict.began = began
+    verdict.span = max(a.end for a in attempts) - began
     tally: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for attempt in attempts:
         second = tally[int(attempt.start - began)]

@@ -31,6 +31,7 @@ class Plan:
     kinds: list[str]
     each: int
     seed: int
+    tracks: int = 1
     topology: str = "single"
     lease: str = "2s"
     log_level: str = "warning"
@@ -42,7 +43,6 @@ class Run:
     verdict: Verdict
     faults: list[Fault]
     skipped: dict[str, str]
-    elapsed: float
     workdir: Path
 
 
@@ -75,14 +75,14 @@ async def run(plan: Plan, workdir: Path) -> Run:
             ]  # fmt: skip
             command = [sys.executable, "-m", "loadtest.verify.clients", *args]
             clients.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
-        schedule = nemesis.plan(plan.each, WARM_UP, max(WARM_UP, plan.seconds - COOL_DOWN))
+        end = max(WARM_UP, plan.seconds - COOL_DOWN)
+        schedule = nemesis.plan(plan.each, WARM_UP, end, plan.tracks)
         await nemesis.run(began, schedule)
         for client in clients:
             await asyncio.to_thread(client.wait)
         # Calls held by a hanging upstream or a paused process end within a few seconds.
         await asyncio.sleep(policy.upstream_timeout + 2.0)
         await nemesis.post(f"{system.upstream_url}/__flush")
-        elapsed = time.time() - began
         codes = await asyncio.to_thread(system.stop)
     finally:
         for client in clients:
@@ -100,4 +100,4 @@ async def run(plan: Plan, workdir: Path) -> Run:
     )
     (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
     (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
-    return Run(plan, verdict, nemesis.done, nemesis.skipped, elapsed, workdir)
+    return Run(plan, verdict, nemesis.done, nemesis.skipped, workdir)

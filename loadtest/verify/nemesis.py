@@ -1,8 +1,10 @@
 """The nemesis: a seeded schedule of faults, each started and stopped by the harness.
 
-Faults run one after another on a single track, spread evenly over the run between a
-warm-up and a cool-down, each kind `each` times in a shuffled order. Every fault is logged
-with its interval, which the checker uses to explain what it finds and the report shades.
+Each kind is made `each` times, in a shuffled order, spread evenly between a warm-up and a
+cool-down over `tracks` tracks that run at once: with two or more, faults of different
+parts overlap (a gateway killed while Redis is paused, say). Two faults never hit the same
+part at once (a lock per part). Every fault is logged with its interval, which the checker
+uses to explain what it finds and the report shades.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import redis
 
 from loadtest.verify.history import Fault
 from loadtest.verify.system import System
+from testkit.procs import GatewayProcess
 
 # Kinds of fault, each with how long it lasts at most (seconds).
 GATEWAY_KINDS = {"gateway-kill": 0.5, "gateway-stop": 0.0}  # a stop lasts lease + 1.5 s
@@ -39,20 +42,47 @@ class Nemesis:
         self.done: list[Fault] = []
         self.skipped: dict[str, str] = {}
         self.turn = 0  # which gateway the next gateway fault hits
+        self.parts: dict[str, asyncio.Lock] = {}
 
-    def plan(self, each: int, start: float, end: float) -> list[tuple[float, str]]:
-        """(offset, kind) pairs: every kind `each` times, in a shuffled order, evenly spread."""
+    def plan(
+        self, each: int, start: float, end: float, tracks: int = 1
+    ) -> list[list[tuple[float, str]]]:
+        """Per track, (offset, kind) pairs: every kind `each` times in all, shuffled, each
+        track's evenly spread."""
         order = [kind for kind in self.kinds for _ in range(each)]
         self.rng.shuffle(order)
-        slot = (end - start) / max(1, len(order))
-        return [(start + i * slot, kind) for i, kind in enumerate(order)]
+        planned = []
+        for track in range(tracks):
+            mine = order[track::tracks]
+            slot = (end - start) / max(1, len(mine))
+            planned.append([(start + i * slot, kind) for i, kind in enumerate(mine)])
+        return planned
 
-    async def run(self, began: float, plan: list[tuple[float, str]]) -> None:
+    async def run(self, began: float, plan: list[list[tuple[float, str]]]) -> None:
+        await asyncio.gather(*(self.track(began, track) for track in plan))
+
+    def part(self, kind: str) -> asyncio.Lock:
+        """The lock of the part a fault hits: Redis or its link (the journal-full fault
+        resets that link too), the upstream or its link, or one gateway (`gateway N`)."""
+        if kind.startswith("gateway "):
+            name = kind
+        elif kind.startswith("upstream"):
+            name = "upstream"
+        else:
+            name = "redis"
+        return self.parts.setdefault(name, asyncio.Lock())
+
+    async def track(self, began: float, plan: list[tuple[float, str]]) -> None:
         for offset, kind in plan:
             await asyncio.sleep(max(0.0, began + offset - time.time()))
-            start = time.time()
             try:
-                target = await self.inflict(kind)
+                if kind.startswith("gateway-"):
+                    start = time.time()
+                    target = await self.inflict(kind)
+                else:
+                    async with self.part(kind):
+                        start = time.time()
+                        target = await self.inflict(kind)
             except Exception as exc:  # a fault that could not be made is reported, not fatal
                 self.skipped.setdefault(kind, f"failed: {exc!r}")
                 continue
@@ -93,8 +123,16 @@ class Nemesis:
 
     async def gateway(self, kind: str) -> str:
         gateways = self.system.gateways
-        victim = gateways[self.turn % len(gateways)]
-        self.turn += 1
+        for _ in range(len(gateways)):  # the next one not under a fault, if there is one
+            index = self.turn % len(gateways)
+            self.turn += 1
+            if not self.part(f"gateway {index}").locked():
+                break
+        async with self.part(f"gateway {index}"):
+            await self.hit_gateway(kind, gateways[index])
+        return f"gateway {index}"
+
+    async def hit_gateway(self, kind: str, victim: GatewayProcess) -> None:
         if kind == "gateway-kill":
             await asyncio.to_thread(victim.kill)
             await asyncio.sleep(GATEWAY_KINDS[kind])
@@ -103,7 +141,6 @@ class Nemesis:
             victim.signal(signal.SIGSTOP)
             await asyncio.sleep(seconds_of(self.system.policy.lease) + 1.5)
             victim.signal(signal.SIGCONT)
-        return f"gateway {gateways.index(victim)}"
 
     async def redis_full(self, seconds: float) -> str:
         def lower() -> list[redis.Redis]:

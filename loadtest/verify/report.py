@@ -3,13 +3,14 @@ availability per second with the fault intervals shaded."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from loadtest.verify.harness import Run
 
+NO_FAULT = "(no fault on)"
 RULES = {
     1: "executions per key (<= 1; extra runs on release routes explained)",
     2: "every 2xx carries the key's one execution's body",
@@ -21,19 +22,19 @@ RULES = {
 
 def table(result: Run) -> str:
     v, plan = result.verdict, result.plan
-    rate = v.attempts / max(result.elapsed, 1e-9)
     kinds = Counter(f.kind for f in result.faults)
     rows = [
-        ("requests", f"{v.attempts:,} in {result.elapsed:.0f} s ({rate:,.0f}/s)"),
+        ("requests", f"{v.attempts:,} in {v.span:.0f} s ({v.attempts / max(v.span, 1e-9):,.0f}/s)"),
         ("keys", f"{v.keys:,} (route, tenant, key)"),
         ("executions", f"{v.executions:,}"),
         ("routes", ", ".join(plan.routes)),
-        ("topology", f"{plan.topology}, {plan.gateways} gateways, lease {plan.lease}"),
+        ("topology", f"{plan.topology} Redis, {plan.gateways} gateways, lease {plan.lease}"),
         ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"),
         ("executions per key", ", ".join(f"{n}: {c:,}" for n, c in sorted(v.runs_per_key.items()))),
         ("availability", f"{v.availability:.2%} of attempts 2xx or 409/422/503"),
         ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
         ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
+        ("keys held unknown", f"{v.held_unknown:,} (last answer 502 unknown: for an operator)"),
         ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
     ]
     for rule, name in RULES.items():
@@ -41,12 +42,42 @@ def table(result: Run) -> str:
     for kind, why in sorted(result.skipped.items()):
         rows.append((f"skipped {kind}", why))
     lines = ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
+    if result.faults:
+        lines += ["", "| fault | times | seconds | availability while on |", "|---|---|---|---|"]
+        for kind, (times, seconds, share) in during_faults(result).items():
+            if kind == NO_FAULT:
+                lines.append(f"| {kind} | | | {share} |")
+            else:
+                lines.append(f"| {kind} | {times} | {seconds:.1f} | {share} |")
     if v.violations:
         lines += ["", "| rule | key | violation |", "|---|---|---|"]
         lines += [f"| {x.rule} | {x.key} | {x.what} |" for x in v.violations[:50]]
         if len(v.violations) > 50:
             lines.append(f"| | | and {len(v.violations) - 50} more |")
     return "\n".join(lines)
+
+
+def during_faults(result: Run) -> dict[str, tuple[int, float, str]]:
+    """Per fault kind: how often, how long in all, and the availability in the seconds it
+    was on (a second counts for every fault on during any part of it)."""
+    v = result.verdict
+    seconds: dict[str, set[int]] = {}
+    spent: dict[str, float] = defaultdict(float)
+    times: Counter[str] = Counter()
+    for fault in result.faults:
+        first, last = int(fault.start - v.began), int(fault.end - v.began)
+        seconds.setdefault(fault.kind, set()).update(range(first, last + 1))
+        spent[fault.kind] += fault.end - fault.start
+        times[fault.kind] += 1
+    faulty = set().union(*seconds.values()) if seconds else set()
+    seconds[NO_FAULT] = set(v.per_second) - faulty
+    found: dict[str, tuple[int, float, str]] = {}
+    for kind, covered in sorted(seconds.items()):
+        good = sum(v.per_second[s][0] for s in covered if s in v.per_second)
+        total = sum(v.per_second[s][1] for s in covered if s in v.per_second)
+        share = f"{good / total:.1%}" if total else "-"
+        found[kind] = (times[kind], spent[kind], share)
+    return found
 
 
 def print_table(result: Run) -> None:
@@ -86,8 +117,9 @@ def plot(result: Run, path: Path) -> None:
     bottom.set_ylabel("requests/s")
     bottom.set_xlabel("seconds since start")
     handles, labels = top.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
-    top.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="lower left")
+    if handles:
+        unique = dict(zip(labels, handles, strict=True))
+        top.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="lower left")
     top.set_title(
         f"{v.attempts:,} requests, {len(result.faults)} faults: "
         "share answered 2xx or an expected 409/422/503, per second"
