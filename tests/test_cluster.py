@@ -24,9 +24,7 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.procs import GatewayProcess
-
-from .faultkit import until
-from .topologies import (
+from testkit.topologies import (
     ClusterServers,
     client,
     connections_received,
@@ -35,6 +33,8 @@ from .topologies import (
     slot_owner,
     wait_until,
 )
+
+from .faultkit import until
 from .upstream import CountingUpstream
 
 KEYS = 1000

@@ -18,11 +18,11 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client, tls_options
 from gateway.store.store import Store
 from testkit.redis_server import RedisServer
+from testkit.topologies import SentinelServers, start_all, wait_until
 
 from .conftest import GatewayFactory
 from .faultkit import until
 from .tls_certs import private_ca
-from .topologies import SentinelServers, start_all, wait_until
 from .upstream import CountingUpstream
 
 

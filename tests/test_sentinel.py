@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestClient
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.pipeline import Coalescer
+from testkit.topologies import SERVICE, SentinelServers, wait_until
 
 from .conftest import GatewayFactory
-from .topologies import SERVICE, SentinelServers, wait_until
 from .upstream import CountingUpstream
 
 CLIENTS = 4

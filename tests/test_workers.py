@@ -14,8 +14,8 @@ from pathlib import Path
 import aiohttp
 
 from testkit.procs import GatewayProcess
+from testkit.topologies import wait_until
 
-from .topologies import wait_until
 from .upstream import CountingUpstream
 
 KEYS = 150

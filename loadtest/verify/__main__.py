@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from loadtest.verify.harness import Plan, run
-from loadtest.verify.nemesis import ALL_KINDS
+from loadtest.verify.nemesis import ALL_KINDS, default_kinds
 from loadtest.verify.report import print_table, write_report
 
 
@@ -27,12 +27,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=32, help="operations per process")
     parser.add_argument("--routes", default="reconcile,record,release")
     parser.add_argument(
-        "--faults", default=",".join(ALL_KINDS), help="fault kinds (none: no faults)"
-    )
+        "--faults", help="fault kinds, comma-separated (none: no faults; default: every one "
+        "the topology can take)",
+    )  # fmt: skip
     parser.add_argument("--each", type=int, default=1, help="times each fault kind is made")
     parser.add_argument("--tracks", type=int, default=1, help="fault tracks at once (compound)")
     parser.add_argument("--topology", choices=("single", "sentinel", "cluster"), default="single")
     parser.add_argument("--lease", default="2s")
+    parser.add_argument(
+        "--claim-replicas", type=int, default=0, help="redis.claim_replicas (sentinel, cluster)"
+    )
     parser.add_argument("--access-log", action="store_true", help="gateways log every request")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)
     parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
@@ -45,7 +49,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    kinds = [] if args.faults == "none" else args.faults.split(",")
+    if args.faults is None:
+        kinds = default_kinds(args.topology)
+    else:
+        kinds = [] if args.faults == "none" else args.faults.split(",")
     unknown = sorted(set(kinds) - set(ALL_KINDS))
     if unknown:
         print(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_KINDS)})")
@@ -54,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
         concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
         each=args.each, tracks=args.tracks, seed=args.seed, topology=args.topology,
-        lease=args.lease,
+        lease=args.lease, claim_replicas=args.claim_replicas,
         log_level="info" if args.access_log else "warning",
     )  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))

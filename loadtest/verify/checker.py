@@ -23,6 +23,8 @@ from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution,
 Key = tuple[str, str, str]  # route, tenant, key
 EXPECTED = frozenset({409, 422, 503})  # answers a real client retries or expects
 OWNER_FAULTS = ("gateway-kill", "gateway-stop")
+FAILOVER_FAULTS = ("redis-kill", "redis-stop", "redis-failover", "redis-migrate")
+ACCEPTED = ("owner lost", "unknown outcome")  # causes a `release` policy accepts
 STATUS_500 = re.compile(r'"status": ?500\b|\bstatus=500\b')
 
 
@@ -109,7 +111,7 @@ def check_key(
     # Rule 1: executions per key.
     for extra in ran[1:]:
         cause = explain(extra, ran, asked, faults)
-        if policies.get(key[0]) == "release" and cause is not None:
+        if policies.get(key[0]) == "release" and cause is not None and cause.startswith(ACCEPTED):
             verdict.explained[cause] += 1
         else:
             why = cause or "unexplained"
@@ -175,6 +177,15 @@ def explain(
     earlier = [e for e in ran if e.time < extra.time]
     if any(e.fault for e in earlier):
         return "unknown outcome released: the upstream reset or hung after executing"
+    first = min(a.start for a in asked) if asked else extra.time
+    for fault in faults:
+        if (
+            fault.kind in FAILOVER_FAULTS
+            and "master" in fault.target
+            and fault.start <= extra.time
+            and fault.end >= first
+        ):
+            return f"a claim lost with a Redis master ({fault.kind}: asynchronous replication)"
     for attempt in asked:
         if attempt.start <= extra.time and (
             attempt.outcome == "unknown" or attempt.status in (502, 504)

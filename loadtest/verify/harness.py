@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from loadtest.verify.checker import Verdict, check, read_logs
+from loadtest.verify.failover import make_topology
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis
 from loadtest.verify.system import Policy, System
-from loadtest.verify.topology import Single
 
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
@@ -33,6 +33,7 @@ class Plan:
     seed: int
     tracks: int = 1
     topology: str = "single"
+    claim_replicas: int = 0
     lease: str = "2s"
     log_level: str = "warning"
 
@@ -46,17 +47,11 @@ class Run:
     workdir: Path
 
 
-def make_topology(name: str) -> Single:
-    if name == "single":
-        return Single()
-    from loadtest.verify.failover import make_failover_topology
-
-    return make_failover_topology(name)
-
-
 async def run(plan: Plan, workdir: Path) -> Run:
     policy = Policy(routes=plan.routes, lease=plan.lease, log_level=plan.log_level)
-    system = System(workdir, make_topology(plan.topology), policy, plan.gateways, plan.seed)
+    system = System(
+        workdir, make_topology(plan.topology, plan.claim_replicas), policy, plan.gateways, plan.seed
+    )
     clients: list[subprocess.Popen[bytes]] = []
     histories = [workdir / f"attempts-{i}.tsv" for i in range(plan.client_procs)]
     nemesis = Nemesis(system, plan.kinds, plan.seed)

@@ -31,6 +31,7 @@ LINK_KINDS = {
 }  # fmt: skip
 UPSTREAM_KINDS = {"upstream-resets": 1.5, "upstream-hangs": 1.5}
 DISK_KINDS = {"journal-full": 1.5}
+FAILOVER_KINDS = {"redis-failover": 0.0, "redis-migrate": 0.0}  # as long as they take
 LATENCY_MS = 200
 
 
@@ -92,7 +93,10 @@ class Nemesis:
 
     async def inflict(self, kind: str) -> str | None:
         """Start the fault, wait its time, end it; what it hit (None: skipped)."""
-        lasts = {**GATEWAY_KINDS, **REDIS_KINDS, **LINK_KINDS, **UPSTREAM_KINDS, **DISK_KINDS}
+        lasts = {
+            **GATEWAY_KINDS, **REDIS_KINDS, **LINK_KINDS, **UPSTREAM_KINDS, **DISK_KINDS,
+            **FAILOVER_KINDS,
+        }  # fmt: skip
         seconds = lasts[kind]
         if kind.startswith("gateway-"):
             return await self.gateway(kind)
@@ -119,6 +123,12 @@ class Nemesis:
             return "upstream (30% of calls)"
         if kind == "journal-full":
             return await self.journal_full(seconds)
+        if kind in FAILOVER_KINDS:
+            action = getattr(self.system.topology, kind.split("-")[1], None)
+            if action is None:
+                self.skipped[kind] = f"{self.system.topology.name} Redis has no replica"
+                return None
+            return str(await asyncio.to_thread(action))
         raise ValueError(kind)
 
     async def gateway(self, kind: str) -> str:
@@ -216,5 +226,17 @@ def seconds_of(duration: str) -> float:
 
 
 ALL_KINDS: list[str] = [
-    *GATEWAY_KINDS, *REDIS_KINDS, *LINK_KINDS, *UPSTREAM_KINDS, *DISK_KINDS,
+    *GATEWAY_KINDS, *REDIS_KINDS, *LINK_KINDS, *UPSTREAM_KINDS, *DISK_KINDS, *FAILOVER_KINDS,
 ]  # fmt: skip
+
+
+def default_kinds(topology: str) -> list[str]:
+    """Every fault the topology can take: links only where a proxy fits, failovers only
+    where there are replicas (`migrate` only in a Cluster)."""
+    kinds = [*GATEWAY_KINDS, *REDIS_KINDS, *UPSTREAM_KINDS, *DISK_KINDS]
+    kinds += [kind for kind in LINK_KINDS if topology == "single" or kind.startswith("upstream")]
+    if topology != "single":
+        kinds.append("redis-failover")
+    if topology == "cluster":
+        kinds.append("redis-migrate")
+    return kinds

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.procs import Child
-from loadtest.verify.topology import Single
+from loadtest.verify.topology import Topology
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
@@ -79,7 +79,7 @@ class Proxy:
 
 class System:
     def __init__(
-        self, workdir: Path, topology: Single, policy: Policy, gateways: int, seed: int
+        self, workdir: Path, topology: Topology, policy: Policy, gateways: int, seed: int
     ) -> None:
         self.workdir = workdir
         self.topology = topology
@@ -105,12 +105,13 @@ class System:
         )  # fmt: skip
         self.topology.start()
         self.upstream_proxy = Proxy("upstream-proxy", port, self.workdir).start()
-        if self.topology.proxied:
-            self.redis_proxy = Proxy("redis-proxy", self.topology.port, self.workdir).start()
+        redis_port = self.topology.proxy_target()
+        if redis_port is not None:
+            self.redis_proxy = Proxy("redis-proxy", redis_port, self.workdir).start()
         for index in range(self.n_gateways):
             upstream_port = self.upstream_proxy.port if index == 0 else port
-            redis_port = self.redis_proxy.port if index == 0 and self.redis_proxy else None
-            config = self.gateway_config(f"http://127.0.0.1:{upstream_port}", redis_port)
+            proxied = self.redis_proxy.port if index == 0 and self.redis_proxy else None
+            config = self.gateway_config(f"http://127.0.0.1:{upstream_port}", proxied)
             self.gateways.append(GatewayProcess(config, self.workdir))
         for gateway in self.gateways:
             gateway.start()

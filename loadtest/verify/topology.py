@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -14,17 +14,31 @@ from testkit.redis_server import RedisServer
 DURABLE = ["--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"]
 
 
+class Topology(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+    def proxy_target(self) -> int | None:
+        """The port a fault proxy may stand in front of: one address that redirects no
+        client elsewhere (not Sentinel, not Cluster)."""
+
+    def gateway_redis(self, port: int | None = None) -> dict[str, Any]: ...
+    def kill(self) -> str: ...
+    def recover(self) -> None: ...
+    def pause(self, sig: signal.Signals) -> str: ...
+    def primary_clients(self) -> list[redis.Redis]: ...
+    def close(self) -> None: ...
+
+
 class Single:
     """One redis-server with AOF (`appendfsync always`)."""
 
     name = "single"
-    proxied = True  # its link can go through the fault proxy (one address, no redirects)
 
     def __init__(self) -> None:
         self.server = RedisServer(extra=DURABLE)
 
-    @property
-    def port(self) -> int:
+    def proxy_target(self) -> int | None:
         return self.server.port
 
     def start(self) -> None:

@@ -55,9 +55,22 @@ def client(server: RedisServer) -> redis.Redis:
 class ClusterServers:
     """`masters` cluster-enabled redis-servers joined with CLUSTER MEET, slots split evenly."""
 
-    def __init__(self, masters: int = 3, replicated: bool = False) -> None:
-        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        extra += ["--cluster-node-timeout", "5000"]
+    def __init__(
+        self,
+        masters: int = 3,
+        replicated: bool = False,
+        node_timeout_ms: int = 5000,
+        extra: list[str] | None = None,
+    ) -> None:
+        extra = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
+            *(extra or []),
+        ]
         self.servers = [RedisServer(port=cluster_port(), extra=extra) for _ in range(masters)]
         # With `replicated`, one replica per master (not in `servers`, which are the masters).
         count = masters if replicated else 0
