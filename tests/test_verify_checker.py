@@ -143,3 +143,25 @@ def test_availability_counts_expected_answers_per_second() -> None:
     verdict = check(history, [execution(1)], [], POLICIES)
     assert verdict.per_second == {0: (2, 2), 1: (0, 2)}
     assert verdict.availability == 0.5
+
+
+def test_an_owner_lost_rerun_is_accepted_where_on_owner_lost_is_release() -> None:
+    history = [attempt(1, CUT, end=12.0), attempt(2, start=13, end=13.1, execution="x2", body="b2")]
+    ran = [execution(1), execution(2, at=13.05, caused_by="a2")]
+    killed = [Fault("gateway-stop", "gateway 0", 10.5, 14.0)]
+    owner_lost = {route: "release" for route in POLICIES}
+    verdict = check(history, ran, killed, POLICIES, owner_lost=owner_lost)
+    assert verdict.violations == []
+    assert verdict.explained == {"owner lost: gateway 0 paused mid-call": 1}
+
+
+def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
+    history = [
+        attempt(1, 503, route="release"),
+        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    failover = [Fault("redis-kill", "master :7000 (failover)", 11.0, 12.0)]
+    verdict = check(history, ran, failover, POLICIES)
+    assert rules(verdict) == [1]
+    assert "a claim lost with a Redis master" in verdict.violations[0].what

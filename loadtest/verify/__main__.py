@@ -37,6 +37,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--claim-replicas", type=int, default=0, help="redis.claim_replicas (sentinel, cluster)"
     )
+    parser.add_argument(
+        "--owner-lost", choices=("release", "keep", "record"),
+        help="every route's on_owner_lost (default: its on_unknown_outcome)",
+    )  # fmt: skip
+    parser.add_argument("--mark-sent", action="store_true", help="mark_sent: true on every route")
     parser.add_argument("--access-log", action="store_true", help="gateways log every request")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)
     parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
@@ -61,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
         concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
         each=args.each, tracks=args.tracks, seed=args.seed, topology=args.topology,
-        lease=args.lease, claim_replicas=args.claim_replicas,
+        lease=args.lease, claim_replicas=args.claim_replicas, owner_lost=args.owner_lost,
+        mark_sent=args.mark_sent,
         log_level="info" if args.access_log else "warning",
     )  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))

@@ -24,7 +24,6 @@ Key = tuple[str, str, str]  # route, tenant, key
 EXPECTED = frozenset({409, 422, 503})  # answers a real client retries or expects
 OWNER_FAULTS = ("gateway-kill", "gateway-stop")
 FAILOVER_FAULTS = ("redis-kill", "redis-stop", "redis-failover", "redis-migrate")
-ACCEPTED = ("owner lost", "unknown outcome")  # causes a `release` policy accepts
 STATUS_500 = re.compile(r'"status": ?500\b|\bstatus=500\b')
 
 
@@ -70,8 +69,15 @@ def check(
     policies: dict[str, str],
     logs: Iterable[str] = (),
     exit_codes: Sequence[int] = (),
+    owner_lost: dict[str, str] | None = None,
 ) -> Verdict:
-    """`policies`: each route's policy for an unknown outcome (record, reconcile, release)."""
+    """`policies`: each route's policy for an unknown outcome (record, reconcile, release);
+    `owner_lost`: for a key whose owner died (the gateway's `on_owner_lost`), the same
+    unless given."""
+    accepts = {
+        route: (policy == "release", (owner_lost or policies).get(route, policy) == "release")
+        for route, policy in policies.items()
+    }
     verdict = Verdict(attempts=len(attempts))
     runs: dict[Key, list[Execution]] = defaultdict(list)
     by_id: dict[str, Execution] = {}
@@ -92,7 +98,7 @@ def check(
         if answered and max(answered, key=lambda a: a.end).outcome == "unknown":
             verdict.held_unknown += 1
         verdict.runs_per_key[len(ran)] += 1
-        check_key(verdict, key, ran, asked.get(key, []), by_id, faults, policies)
+        check_key(verdict, key, ran, asked.get(key, []), by_id, faults, accepts)
     availability(verdict, attempts)
     check_logs(verdict, logs, exit_codes)
     return verdict
@@ -105,21 +111,21 @@ def check_key(
     asked: list[Attempt],
     by_id: dict[str, Execution],
     faults: Sequence[Fault],
-    policies: dict[str, str],
+    accepts: dict[str, tuple[bool, bool]],
 ) -> None:
     name = "/".join(key)
     # Rule 1: executions per key.
+    unknown_released, owner_lost_released = accepts.get(key[0], (False, False))
     for extra in ran[1:]:
         cause = explain(extra, ran, asked, faults)
-        if policies.get(key[0]) == "release" and cause is not None and cause.startswith(ACCEPTED):
+        if cause is not None and (
+            (cause.startswith("unknown outcome") and unknown_released)
+            or (cause.startswith("owner lost") and owner_lost_released)
+        ):
             verdict.explained[cause] += 1
         else:
             why = cause or "unexplained"
-            verdict.violations.append(
-                Violation(
-                    1, name, f"executed {len(ran)} times ({why}; policy {policies.get(key[0])})"
-                )
-            )
+            verdict.violations.append(Violation(1, name, f"executed {len(ran)} times ({why})"))
             break
     # Rules 2 and 3: every 2xx carries the body of this key's execution, one body for all.
     acked = [a for a in asked if 200 <= a.status < 300]

@@ -34,6 +34,8 @@ class Plan:
     tracks: int = 1
     topology: str = "single"
     claim_replicas: int = 0
+    owner_lost: str | None = None
+    mark_sent: bool = False
     lease: str = "2s"
     log_level: str = "warning"
 
@@ -48,7 +50,10 @@ class Run:
 
 
 async def run(plan: Plan, workdir: Path) -> Run:
-    policy = Policy(routes=plan.routes, lease=plan.lease, log_level=plan.log_level)
+    policy = Policy(
+        routes=plan.routes, lease=plan.lease, log_level=plan.log_level,
+        owner_lost=plan.owner_lost, mark_sent=plan.mark_sent,
+    )  # fmt: skip
     system = System(
         workdir, make_topology(plan.topology, plan.claim_replicas), policy, plan.gateways, plan.seed
     )
@@ -89,10 +94,12 @@ async def run(plan: Plan, workdir: Path) -> Run:
             system.stop()
     attempts = [a for history in histories for a in read_attempts(history)]
     policies = {name: name for name in plan.routes}
+    owner_lost = {name: plan.owner_lost or name for name in plan.routes}
     logs = read_logs(gateway.log_path for gateway in system.gateways)
     verdict = check(
-        attempts, read_executions(system.executions), nemesis.done, policies, logs, codes
-    )
+        attempts, read_executions(system.executions), nemesis.done, policies, logs, codes,
+        owner_lost,
+    )  # fmt: skip
     (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
     (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
     return Run(plan, verdict, nemesis.done, nemesis.skipped, workdir)

@@ -30,6 +30,8 @@ class Policy:
     lease: str = "2s"
     upstream_timeout: float = 1.0
     log_level: str = "warning"
+    owner_lost: str | None = None  # every route's on_owner_lost (default: on_unknown_outcome)
+    mark_sent: bool = False
 
 
 def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
@@ -42,6 +44,10 @@ def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
         "timeouts": {"connect": "1s", "total": f"{policy.upstream_timeout}s"},
         "on_unknown_outcome": "release" if name == "release" else "record",
     }
+    if policy.owner_lost is not None:
+        spec["on_owner_lost"] = policy.owner_lost
+    if policy.mark_sent:
+        spec["mark_sent"] = True
     if name == "reconcile":
         spec["reconcile"] = {
             "url": f"{origin}/reconcile/by-key/{{key}}",
