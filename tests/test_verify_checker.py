@@ -141,7 +141,7 @@ def test_availability_counts_expected_answers_per_second() -> None:
         attempt(4, CUT, start=11.5),
     ]
     verdict = check(history, [execution(1)], [], POLICIES)
-    assert verdict.per_second == {0: (2, 2), 1: (0, 2)}
+    assert verdict.per_second == {0: (2, 1, 2), 1: (0, 0, 2)}
     assert verdict.availability == 0.5
 
 

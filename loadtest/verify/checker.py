@@ -44,15 +44,16 @@ class Verdict:
     runs_per_key: Counter[int] = field(default_factory=Counter)
     explained: Counter[str] = field(default_factory=Counter)  # extra runs, by cause
     violations: list[Violation] = field(default_factory=list)
-    per_second: dict[int, tuple[int, int]] = field(default_factory=dict)  # good, all
+    # Per second since the start: attempts answered 2xx or as expected, 2xx, all.
+    per_second: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     began: float = 0.0
     span: float = 0.0  # from the first attempt's start to the last one's end
     held_unknown: int = 0  # keys whose last answer was an unknown outcome (for an operator)
 
     @property
     def availability(self) -> float:
-        good = sum(g for g, _ in self.per_second.values())
-        return good / max(1, sum(n for _, n in self.per_second.values()))
+        good = sum(g for g, _, _ in self.per_second.values())
+        return good / max(1, sum(n for _, _, n in self.per_second.values()))
 
     def count(self, rule: int) -> int:
         return sum(1 for v in self.violations if v.rule == rule)
@@ -206,13 +207,16 @@ def availability(verdict: Verdict, attempts: Sequence[Attempt]) -> None:
     began = min(a.start for a in attempts)
     verdict.began = began
     verdict.span = max(a.end for a in attempts) - began
-    tally: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    tally: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
     for attempt in attempts:
         second = tally[int(attempt.start - began)]
-        second[1] += 1
-        if 200 <= attempt.status < 300 or attempt.status in EXPECTED:
+        second[2] += 1
+        if 200 <= attempt.status < 300:
             second[0] += 1
-    verdict.per_second = {s: (g, n) for s, (g, n) in sorted(tally.items())}
+            second[1] += 1
+        elif attempt.status in EXPECTED:
+            second[0] += 1
+    verdict.per_second = {s: (g, ok, n) for s, (g, ok, n) in sorted(tally.items())}
 
 
 def check_logs(verdict: Verdict, logs: Iterable[str], exit_codes: Sequence[int]) -> None:

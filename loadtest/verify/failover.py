@@ -119,8 +119,16 @@ class Sentinel:
 
     def failover(self) -> str:
         before = self.master()
-        with client(self.sentinels[0]) as sentinel:
-            sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+
+        def accepted() -> bool:  # refused while a failover is on or no replica is ready
+            with client(self.sentinels[0]) as sentinel:
+                try:
+                    sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                except redis.ResponseError:
+                    return False
+            return True
+
+        wait_until(accepted, 30, "SENTINEL FAILOVER accepted")
         wait_until(lambda: self.master() is not before, 30, "SENTINEL FAILOVER done")
         return f"master :{before.port} -> :{self.master().port}"
 

@@ -43,12 +43,16 @@ def table(result: Run) -> str:
         rows.append((f"skipped {kind}", why))
     lines = ["| | |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)]
     if result.faults:
-        lines += ["", "| fault | times | seconds | availability while on |", "|---|---|---|---|"]
-        for kind, (times, seconds, share) in during_faults(result).items():
+        lines += [
+            "",
+            "| fault | times | seconds | 2xx or 409/422/503 while on | 2xx while on |",
+            "|---|---|---|---|---|",
+        ]
+        for kind, (times, seconds, share, ok) in during_faults(result).items():
             if kind == NO_FAULT:
-                lines.append(f"| {kind} | | | {share} |")
+                lines.append(f"| {kind} | | | {share} | {ok} |")
             else:
-                lines.append(f"| {kind} | {times} | {seconds:.1f} | {share} |")
+                lines.append(f"| {kind} | {times} | {seconds:.1f} | {share} | {ok} |")
     if v.violations:
         lines += ["", "| rule | key | violation |", "|---|---|---|"]
         lines += [f"| {x.rule} | {x.key} | {x.what} |" for x in v.violations[:50]]
@@ -57,7 +61,7 @@ def table(result: Run) -> str:
     return "\n".join(lines)
 
 
-def during_faults(result: Run) -> dict[str, tuple[int, float, str]]:
+def during_faults(result: Run) -> dict[str, tuple[int, float, str, str]]:
     """Per fault kind: how often, how long in all, and the availability in the seconds it
     was on (a second counts for every fault on during any part of it)."""
     v = result.verdict
@@ -71,12 +75,12 @@ def during_faults(result: Run) -> dict[str, tuple[int, float, str]]:
         times[fault.kind] += 1
     faulty = set().union(*seconds.values()) if seconds else set()
     seconds[NO_FAULT] = set(v.per_second) - faulty
-    found: dict[str, tuple[int, float, str]] = {}
+    found: dict[str, tuple[int, float, str, str]] = {}
     for kind, covered in sorted(seconds.items()):
-        good = sum(v.per_second[s][0] for s in covered if s in v.per_second)
-        total = sum(v.per_second[s][1] for s in covered if s in v.per_second)
+        counted = [v.per_second[s] for s in covered if s in v.per_second]
+        good, ok, total = (sum(c[i] for c in counted) for i in range(3))
         share = f"{good / total:.1%}" if total else "-"
-        found[kind] = (times[kind], spent[kind], share)
+        found[kind] = (times[kind], spent[kind], share, f"{ok / total:.1%}" if total else "-")
     return found
 
 
@@ -98,8 +102,9 @@ def plot(result: Run, path: Path) -> None:
 
     v = result.verdict
     seconds = sorted(v.per_second)
-    share = [v.per_second[s][0] / max(1, v.per_second[s][1]) * 100 for s in seconds]
-    rate = [v.per_second[s][1] for s in seconds]
+    share = [v.per_second[s][0] / max(1, v.per_second[s][2]) * 100 for s in seconds]
+    ok = [v.per_second[s][1] / max(1, v.per_second[s][2]) * 100 for s in seconds]
+    rate = [v.per_second[s][2] for s in seconds]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5), sharex=True, height_ratios=(3, 1))
     colors: dict[str, Any] = {}
     palette = plt.get_cmap("tab20")
@@ -110,7 +115,8 @@ def plot(result: Run, path: Path) -> None:
                 fault.start - v.began, max(fault.end - v.began, fault.start - v.began + 0.2),
                 color=color, alpha=0.35, lw=0, label=fault.kind if axis is top else None,
             )  # fmt: skip
-    top.plot(seconds, share, color="black", lw=0.8)
+    top.plot(seconds, share, color="black", lw=0.8, label="2xx or 409/422/503")
+    top.plot(seconds, ok, color="tab:green", lw=0.6, label="2xx")
     top.set_ylabel("available %")
     top.set_ylim(-2, 102)
     bottom.plot(seconds, rate, color="tab:blue", lw=0.8)
@@ -119,10 +125,10 @@ def plot(result: Run, path: Path) -> None:
     handles, labels = top.get_legend_handles_labels()
     if handles:
         unique = dict(zip(labels, handles, strict=True))
-        top.legend(unique.values(), unique.keys(), fontsize=7, ncol=4, loc="lower left")
+        top.legend(unique.values(), unique.keys(), fontsize=7, ncol=5, loc="lower left")
     top.set_title(
         f"{v.attempts:,} requests, {len(result.faults)} faults: "
-        "share answered 2xx or an expected 409/422/503, per second"
+        "share of attempts answered, per second"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)

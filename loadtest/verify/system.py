@@ -143,7 +143,8 @@ class System:
     def stop(self) -> list[int]:
         """Stop the gateways (SIGTERM: a clean stop is part of the check), then the rest;
         the gateways' exit codes."""
-        codes = [gateway.stop() for gateway in self.gateways]
+        # Longer than the gateway's own drain (60 s): a hang is the gateway's, not ours.
+        codes = [gateway.stop(timeout=70) for gateway in self.gateways]
         for child in (self.redis_proxy, self.upstream_proxy):
             if child is not None and child.child is not None:
                 child.child.stop()
