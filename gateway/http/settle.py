@@ -42,10 +42,11 @@ from gateway.telemetry import metrics as m
 
 log = logging.getLogger(__name__)
 
-OUTCOME_UNKNOWN = {"Idempotency-Outcome": "unknown"}
+OUTCOME = "Idempotency-Outcome"
+OUTCOME_UNKNOWN = {OUTCOME: "unknown"}
 # The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
 # record (and every replay) is the newer claim's answer.
-FENCED = {"Idempotency-Outcome": "fenced"}
+FENCED = {OUTCOME: "fenced"}
 
 
 class Kept(Enum):
@@ -144,7 +145,7 @@ async def keep_storing(
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
-                await s.store.extend(outcome.key, outcome.token, lease)
+                await s.store.extend(outcome.key, outcome.token, lease, outcome.retention)
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
             continue
@@ -223,27 +224,45 @@ async def settle_failure(
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
             settle = after_lookup(lookup, kind, route)
             if settle is Settle.RECORD:
-                return await _record_found(s, c, route.reconcile, found)
+                return await record_found(s, c, route.reconcile, found)
     if settle is Settle.RELEASE:
         await release(s, route, c.key, c.token)
+    elif settle is Settle.KEEP:
+        await _keep(s, c)
     elif settle is Settle.RECORD_UNKNOWN:
-        status = failure_status(kind)
-        record = Record(
-            status=502,
-            headers=[],
-            size=0,
-            sha256="",
-            completed_at=time.time(),
-            unknown=True,
-            extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
-        )
-        if await store_outcome(s, c, record, b"") is Kept.IN_MEMORY:
+        seen = str(failure_status(kind))
+        extra = {"failure": kind, "detail": detail[:500], "seen": seen}
+        if await record_unknown(s, c, extra) is Kept.IN_MEMORY:
             return None
         public = "the upstream was called but its outcome is unknown; an operator must resolve it"
         return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
     if kind is Failure.UNSENT:
         log.warning("route %s: upstream unreachable: %s", route.name, detail)
     return upstream_failure(kind)
+
+
+async def record_unknown(s: Services, c: Claimed, extra: dict[str, str]) -> Kept:
+    """Store an UNKNOWN outcome for an operator: retries replay 502 until it is resolved."""
+    record = Record(
+        status=502,
+        headers=[],
+        size=0,
+        sha256="",
+        completed_at=time.time(),
+        unknown=True,
+        extra=extra,
+    )
+    return await store_outcome(s, c, record, b"")
+
+
+async def _keep(s: Services, c: Claimed) -> None:
+    """`keep`: retries get 409 for one more lease, then the key is free (it ends with the
+    lease rather than outliving it: this owner lives, and chose to let a retry run then)."""
+    try:
+        await s.store.extend(c.key, c.token, c.route.lease, 0.0)
+    except StoreUnavailable as exc:
+        s.metrics.redis_errors.inc()
+        log.error("route %s: the kept key could not be renewed: %s", c.route.name, exc)
 
 
 def _key(c: Claimed) -> str:
@@ -253,7 +272,7 @@ def _key(c: Claimed) -> str:
     return key
 
 
-async def _record_found(
+async def record_found(
     s: Services, c: Claimed, config: Reconcile, found: Found
 ) -> web.Response | None:
     """Record what the lookup found as the key's answer, and answer the client with it.
