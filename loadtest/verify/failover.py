@@ -105,6 +105,9 @@ class Sentinel:
         down = self.down
         wait_until(lambda: self.master() is not down, 30, "sentinel promoted a replica")
         down.start(timeout=30)
+        # Until Sentinel makes it a replica it is a master of its own, with its old data
+        # (and maybe a replica still following it): the fault lasts until then.
+        wait_until(lambda: demoted(down), 30, "the old master follows the new one")
         self.down = None
 
     def pause(self, sig: signal.Signals) -> str:
@@ -130,6 +133,7 @@ class Sentinel:
 
         wait_until(accepted, 30, "SENTINEL FAILOVER accepted")
         wait_until(lambda: self.master() is not before, 30, "SENTINEL FAILOVER done")
+        wait_until(lambda: demoted(before), 30, "the old master follows the new one")
         return f"master :{before.port} -> :{self.master().port}"
 
     def primary_clients(self) -> list[redis.Redis]:
@@ -213,6 +217,7 @@ class Cluster:
 
         wait_until(taken_over, 30, "its replica took its slots")
         down.start(timeout=30)
+        wait_until(lambda: demoted(down), 30, "the old master follows the new one")
         self.down = None
 
     def state_ok(self, exclude: RedisServer | None = None) -> bool:
@@ -249,6 +254,7 @@ class Cluster:
         with client(replica) as each:
             each.execute_command("CLUSTER", "FAILOVER")
         wait_until(lambda: replica in self.masters(), 30, "CLUSTER FAILOVER done")
+        wait_until(lambda: demoted(master), 30, "the old master follows the new one")
         return f"master :{master.port} -> :{replica.port}"
 
     def migrate(self) -> str:
@@ -277,6 +283,16 @@ class Cluster:
             if server.process is not None:
                 server.process.send_signal(signal.SIGCONT)
         self.cluster.close()
+
+
+def demoted(server: RedisServer) -> bool:
+    """`server` is a replica now, and in sync with its master."""
+    try:
+        with client(server) as each:
+            info = each.info("replication")
+    except redis.RedisError:
+        return False
+    return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
 
 def replica_of(server: RedisServer) -> str:
