@@ -2,6 +2,7 @@
 
 python -m loadtest.verify [--seconds 30] [--routes reconcile,record,release] [--each 1]
                           [--topology single|sentinel|cluster] [--out DIR]
+python -m loadtest.verify --judge RUN_FOLDER [--out DIR]    (a kept run, checked again)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadtest.verify.harness import Plan, run
+from loadtest.verify.harness import Plan, judge, run
 from loadtest.verify.nemesis import ALL_KINDS, default_kinds
 from loadtest.verify.report import print_table, write_report
 
@@ -47,6 +48,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
     parser.add_argument(
+        "--judge", type=Path, metavar="RUN_FOLDER", help="check a kept run's histories again"
+    )
+    parser.add_argument(
         "--workdir", type=Path, help="make the run's folder in this one (default: TMPDIR)"
     )
     return parser.parse_args(argv)
@@ -54,6 +58,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.judge is not None:
+        return rejudge(args.judge, args.out)
     if args.faults is None:
         kinds = default_kinds(args.topology)
     else:
@@ -87,6 +93,18 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         print("verify: OK")
     return 1 if failed else 0
+
+
+def rejudge(workdir: Path, out: Path | None) -> int:
+    try:
+        result = judge(workdir)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"{workdir}: not a run's folder ({exc})", file=sys.stderr)
+        return 2
+    print_table(result)
+    if out:
+        write_report(result, out)
+    return 1 if result.verdict.violations else 0
 
 
 if __name__ == "__main__":

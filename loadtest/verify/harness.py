@@ -15,7 +15,7 @@ from loadtest.verify.checker import Verdict, check, read_logs
 from loadtest.verify.failover import make_topology
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis
-from loadtest.verify.system import Policy, System
+from loadtest.verify.system import EXECUTIONS, Policy, System
 
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
@@ -58,7 +58,7 @@ async def run(plan: Plan, workdir: Path) -> Run:
         workdir, make_topology(plan.topology, plan.claim_replicas), policy, plan.gateways, plan.seed
     )
     clients: list[subprocess.Popen[bytes]] = []
-    histories = [workdir / f"attempts-{i}.tsv" for i in range(plan.client_procs)]
+    histories = [history(workdir, i) for i in range(plan.client_procs)]
     nemesis = Nemesis(system, plan.kinds, plan.seed)
     codes: list[int] = []
     try:
@@ -92,14 +92,27 @@ async def run(plan: Plan, workdir: Path) -> Run:
         system.kill_leftovers()
         if not codes:
             system.stop()
-    attempts = [a for history in histories for a in read_attempts(history)]
+    (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
+    (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
+    (workdir / "stopped.json").write_text(json.dumps({"codes": codes, "skipped": nemesis.skipped}))
+    return judge(workdir)
+
+
+def judge(workdir: Path) -> Run:
+    """Check the histories a run left in `workdir` (again, if need be)."""
+    plan = Plan(**json.loads((workdir / "plan.json").read_text()))
+    faults = [Fault(**f) for f in json.loads((workdir / "faults.json").read_text())]
+    stopped = json.loads((workdir / "stopped.json").read_text())
+    attempts = [a for i in range(plan.client_procs) for a in read_attempts(history(workdir, i))]
     policies = {name: name for name in plan.routes}
     owner_lost = {name: plan.owner_lost or name for name in plan.routes}
-    logs = read_logs(gateway.log_path for gateway in system.gateways)
+    logs = read_logs(sorted(workdir.glob("gateway-*.log")))
     verdict = check(
-        attempts, read_executions(system.executions), nemesis.done, policies, logs, codes,
-        owner_lost,
+        attempts, read_executions(workdir / EXECUTIONS), faults, policies, logs,
+        stopped["codes"], owner_lost,
     )  # fmt: skip
-    (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
-    (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
-    return Run(plan, verdict, nemesis.done, nemesis.skipped, workdir)
+    return Run(plan, verdict, faults, stopped["skipped"], workdir)
+
+
+def history(workdir: Path, client: int) -> Path:
+    return workdir / f"attempts-{client}.tsv"

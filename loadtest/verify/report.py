@@ -105,7 +105,7 @@ def plot(result: Run, path: Path) -> None:
     share = [v.per_second[s][0] / max(1, v.per_second[s][2]) * 100 for s in seconds]
     ok = [v.per_second[s][1] / max(1, v.per_second[s][2]) * 100 for s in seconds]
     rate = [v.per_second[s][2] for s in seconds]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5), sharex=True, height_ratios=(3, 1))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(13, 5), sharex=True, height_ratios=(3, 1))
     colors: dict[str, Any] = {}
     palette = plt.get_cmap("tab20")
     for fault in result.faults:
@@ -125,7 +125,9 @@ def plot(result: Run, path: Path) -> None:
     handles, labels = top.get_legend_handles_labels()
     if handles:
         unique = dict(zip(labels, handles, strict=True))
-        top.legend(unique.values(), unique.keys(), fontsize=7, ncol=5, loc="lower left")
+        top.legend(
+            unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
+        )
     top.set_title(
         f"{v.attempts:,} requests, {len(result.faults)} faults: "
         "share of attempts answered, per second"

@@ -20,6 +20,7 @@ from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 STATE_TMPFS = "16m"
+EXECUTIONS = "executions.tsv"  # the upstream's log, in the run's folder
 
 
 @dataclass
@@ -92,7 +93,7 @@ class System:
         self.policy = policy
         self.n_gateways = gateways
         self.seed = seed
-        self.executions = workdir / "executions.tsv"
+        self.executions = workdir / EXECUTIONS
         self.state = workdir / "state"
         self.tmpfs_refused: str | None = None
         self.upstream: Child | None = None
