@@ -67,11 +67,11 @@ async def run(plan: Plan, workdir: Path) -> Run:
             print(f"journal-full fault skipped: {system.tmpfs_refused}", flush=True)
         urls = ",".join(gateway.url for gateway in system.gateways)
         began = time.time()
-        for i, history in enumerate(histories):
+        for i, out in enumerate(histories):
             args = [
                 "--gateways", urls, "--routes", ",".join(plan.routes),
                 "--seconds", str(plan.seconds), "--concurrency", str(plan.concurrency),
-                "--seed", str(plan.seed * 100 + i), "--out", str(history),
+                "--seed", str(plan.seed * 100 + i), "--out", str(out),
             ]  # fmt: skip
             command = [sys.executable, "-m", "loadtest.verify.clients", *args]
             clients.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
