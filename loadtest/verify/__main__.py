@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -56,8 +57,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a `timeout`, a CI's cancel) unwinds like Ctrl-C: the run stops what it
+    started and unmounts what it mounted."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    stop_on_sigterm()
     if args.judge is not None:
         return rejudge(args.judge, args.out)
     if args.faults is None:
@@ -82,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}",
         flush=True,
     )
-    result = asyncio.run(run(plan, workdir))
+    try:
+        result = asyncio.run(run(plan, workdir))
+    except KeyboardInterrupt:
+        print(f"verify: interrupted (what ran so far is in {workdir})", file=sys.stderr)
+        return 130
     print_table(result)
     if args.out:
         write_report(result, args.out)

@@ -3,7 +3,8 @@
 - `sentinel`: a master, two replicas and three Sentinels (quorum 2) that fail over after
   1 s of silence. Faults: the master SIGKILLed (a failover; it comes back as a replica), the
   master paused, the master full, and `redis-failover` (SENTINEL FAILOVER).
-- `cluster`: three masters with a replica each (node timeout 2 s). Faults: a master
+- `cluster`: three masters with a replica each (node timeout 3 s: longer
+  than a paused master's 1.5 s). Faults: a master
   SIGKILLed (its replica takes over; it comes back as a replica), a master paused, every
   master full, `redis-failover` (CLUSTER FAILOVER on a replica, its master demoted) and
   `redis-migrate` (slots moved to another master under load, keys and all).
@@ -152,7 +153,7 @@ class Cluster:
 
     def __init__(self, claim_replicas: int) -> None:
         self.claim_replicas = claim_replicas
-        self.cluster = ClusterServers(3, replicated=True, node_timeout_ms=2000, extra=DURABLE)
+        self.cluster = ClusterServers(3, replicated=True, node_timeout_ms=3000, extra=DURABLE)
         self.rng = random.Random(7)
         self.turn = 0
         self.down: RedisServer | None = None
