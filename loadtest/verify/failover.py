@@ -107,7 +107,7 @@ class Sentinel:
         wait_until(lambda: self.master() is not down, 30, "sentinel promoted a replica")
         down.start(timeout=30)
         # Until Sentinel makes it a replica it is a master of its own, with its old data
-        # (and maybe a replica still following it): the fault lasts until then.
+        # (and maybe a replica still following it): the fault lasts until it is demoted.
         wait_until(lambda: demoted(down), 30, "the old master follows the new one")
         self.down = None
 
@@ -287,13 +287,12 @@ class Cluster:
 
 
 def demoted(server: RedisServer) -> bool:
-    """`server` is a replica now, and in sync with its master."""
+    """`server` is a replica now: it takes no more writes of its own."""
     try:
         with client(server) as each:
-            info = each.info("replication")
+            return bool(each.info("replication").get("role") == "slave")
     except redis.RedisError:
         return False
-    return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
 
 def replica_of(server: RedisServer) -> str:
