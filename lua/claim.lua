@@ -20,12 +20,12 @@
 -- The lease's end is a field ('l', Redis's clock) rather than the key's TTL: a key outlives
 -- its owner, so that a retry never runs a call that may have run. The same call repeated
 -- (same token: redis-py retrying after a timeout) answers CLAIMED and renews the lease.
-redis.replicate_commands()  -- TIME before writes (Redis 6; a no-op from Redis 7)
+redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
 local v = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'm', 'b', 'l', 'u', 'o')
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local lease = tonumber(ARGV[3])
-local ttl = lease + tonumber(ARGV[5])
+local ttl = lease + (tonumber(ARGV[5]) or 0)  -- absent: a caller of before the hold
 local state = v[1]
 if not state then
   redis.call('HSET', KEYS[1], 's', 'P', 't', ARGV[2], 'f', ARGV[1], 'c', ARGV[4], 'l', now + lease)

@@ -5,7 +5,7 @@
 -- ARGV[2]  inline body bytes
 -- ARGV[3]  retention in milliseconds
 -- Returns  1 if stored, 0 if the key holds no unknown outcome
-redis.replicate_commands()  -- TIME before writes (Redis 6; a no-op from Redis 7)
+redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
 local v = redis.call('HMGET', KEYS[1], 's', 'l')
 local unknown = v[1] == 'U'
 if v[1] == 'P' and v[2] then
