@@ -117,7 +117,7 @@ class Store(Inspection):
                 result = await send(script, key, args)
         except _FAILURES as exc:
             breaker.failure()
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}", unanswered=True) from exc
         breaker.success()
         return result
 
@@ -244,8 +244,15 @@ class Store(Inspection):
         return bool(await self._call(self._extend, key, token, ms, int(hold * 1000), settles=True))
 
     async def sent(self, key: str, token: str) -> bool:
-        """Mark `token`'s claim as possibly sent; False when it owns the key no more."""
-        return bool(await self._call(self._sent, key, token))
+        """Mark `token`'s claim as possibly sent; False when it owns the key no more. With
+        replicas, a mark they did not acknowledge is StoreUnavailable (nothing may be sent):
+        a failover would promote a replica that takes the key for never sent."""
+        if not self.replicas:
+            return bool(await self._call(self._sent, key, token))
+        reply, acked = await self._call_replicated(self._sent, key, token)
+        if reply and acked < self.replicas:
+            raise StoreUnavailable(f"the send mark reached {acked} of {self.replicas} replicas")
+        return bool(reply)
 
     async def complete(
         self,
