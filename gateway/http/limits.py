@@ -217,10 +217,15 @@ class _Guarded(asyncio.Protocol):
         self.head_since = BETWEEN
 
     def slow(self) -> None:
-        """The head did not arrive in time: nothing is owed to this client."""
+        """The head did not arrive in time: nothing is owed to this client. Over TLS not even
+        a close_notify, whose answer it could keep the socket waiting for."""
         self.head_since = NOT_READING
         self._connections.metrics.connection_cut("header-timeout")
-        if self._transport is not None:
+        if self._transport is None:
+            return
+        if self._transport.get_extra_info("sslcontext") is not None:
+            self._transport.abort()
+        else:
             self._transport.close()
 
     def _stalled(self) -> None:

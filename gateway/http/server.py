@@ -99,13 +99,18 @@ class _GuardedSite(web.SockSite):
                 protocols, sock=self._listening, backlog=self._queue
             )
             return
-        # The handshake comes before the head, and has the head's time of its own.
+        # The handshake comes before the head, and has the head's time of its own. A closing
+        # connection sends the rest of its answer and close_notify, then waits for the
+        # client's close_notify: as long as a client may take nothing that is written to it
+        # (the loop's default is 30 s, after which what is still buffered is dropped).
+        limits = connections.limits
         self._server = await loop.create_server(
             protocols,
             sock=self._listening,
             backlog=self._queue,
             ssl=self._tls,
-            ssl_handshake_timeout=connections.limits.request_header_timeout,
+            ssl_handshake_timeout=limits.request_header_timeout,
+            ssl_shutdown_timeout=limits.client_write_timeout,
         )
 
 
