@@ -259,6 +259,17 @@ class Settings(_Model):
         return self
 
     @model_validator(mode="after")
+    def _client_cert_scope_needs_mutual_tls(self) -> Settings:
+        tls = self.listen.tls
+        for index, route in enumerate(self.routes):
+            if route.client_cert_scope and (tls is None or tls.client_ca is None):
+                raise ValueError(
+                    f"routes[{index}].scope names the client's certificate, which needs mutual "
+                    "TLS on the listener (listen.tls.client_ca)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _coherent(self) -> Settings:
         self.check_coherence()
         return self
