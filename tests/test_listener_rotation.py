@@ -218,3 +218,37 @@ async def test_files_that_do_not_load_keep_the_certificate_in_use_and_the_metric
         finally:
             gateway.stop()
     assert "Traceback" not in gateway.log()
+
+
+async def test_the_admin_listener_certificate_is_rotated_with_the_public_one(
+    redis_url: str, tmp_path: Path
+) -> None:
+    ca = private_ca(tmp_path / "ca")
+    cert, key = ca.leaf_files("gateway")
+    admin_cert, admin_key = ca.leaf_files("admin")
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    admin = free_port()
+    counting = CountingUpstream()
+    async with serving_app(counting.app()) as origin:
+        tls = {"cert": admin_cert, "key": admin_key}
+        config = config_for(
+            tmp_path, redis_url, origin, {"cert": cert, "key": key},
+            admin={"host": "127.0.0.1", "port": admin, "tls": tls},
+        )  # fmt: skip
+        gateway = GatewayProcess(config, tmp_path).start()
+        try:
+            assert gateway.process is not None
+            wait_for_port(admin, gateway.process)
+            assert await presented(admin, context) == der(admin_cert)
+            new_public = rotate(ca, cert, key)
+            new_cert, new_key = ca.leaf_files("admin-next")
+            os.replace(new_key, admin_key)
+            os.replace(new_cert, admin_cert)
+            gateway.signal(signal.SIGHUP)
+            await until(lambda: gateway.log().count("certificate reloaded") == 2, 10, "reloads")
+            assert await presented(admin, context) == der(admin_cert)
+            assert await presented(gateway.port, context) == new_public
+        finally:
+            gateway.stop()
+    log = gateway.log()
+    assert "listen.tls: certificate reloaded" in log and "admin.tls: certificate reloaded" in log

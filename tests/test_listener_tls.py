@@ -334,6 +334,12 @@ def test_check_refuses_certificate_files_that_cannot_serve(
         ),
         "expired": ({"cert": old_cert, "key": old_key}, "expired on"),
         "client-ca": ({"cert": cert, "key": key, "client_ca": str(garbage)}, "client_ca"),
+        "no-client-ca": ({"cert": cert, "key": key, "client_auth": "optional"}, "needs client_ca"),
+        "two-passwords": (
+            {"cert": cert, "key": locked, "key_password_file": str(wrong), "key_password_env": "X"},
+            "not both",
+        ),
+        "ciphers": ({"cert": cert, "key": key, "ciphers": "NO-SUCH-CIPHER"}, "no cipher matches"),
     }
     for name, (tls, expected) in cases.items():
         said = check(tmp_path, tls)

@@ -49,6 +49,8 @@ class ServerTls(_Model):
     def _files_load(self, info: ValidationInfo) -> ServerTls:
         if self.key_password_file is not None and self.key_password_env is not None:
             raise ValueError("set key_password_file or key_password_env, not both")
+        if "client_auth" in self.model_fields_set and self.client_ca is None:
+            raise ValueError("client_auth needs client_ca: the CA client certificates come from")
         if info.context is None or info.context.get(LOAD_FILES, True):
             server_context(self)
         return self
