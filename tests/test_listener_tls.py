@@ -176,6 +176,35 @@ async def test_requests_that_came_over_tls_are_forwarded_with_proto_https(
     assert seen["X-Forwarded-Host"] == "gw"  # as over plain HTTP
 
 
+async def test_min_version_and_alpn_are_the_listeners(
+    redis_url: str, tmp_path: Path, server_ca: PrivateCa
+) -> None:
+    """`min_version: TLSv1.3` refuses a TLS 1.2 client; ALPN picks http/1.1 for a client
+    that offers h2 first."""
+    cert, key = server_ca.leaf_files("gateway")
+    tls = {"cert": cert, "key": key, "min_version": "TLSv1.3"}
+    counting = CountingUpstream()
+    async with serving_app(counting.app()) as origin:
+        gateway = start(tmp_path, redis_url, origin, listen={"tls": tls})
+        try:
+
+            def handshake(maximum: ssl.TLSVersion) -> str | None:
+                context = client_context(server_ca)
+                context.maximum_version = maximum
+                context.set_alpn_protocols(["h2", "http/1.1"])
+                with (
+                    socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as raw,
+                    context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+                ):
+                    return tls.selected_alpn_protocol()
+
+            assert await asyncio.to_thread(handshake, ssl.TLSVersion.TLSv1_3) == "http/1.1"
+            with pytest.raises(ssl.SSLError):  # the loop closes it, with no alert
+                await asyncio.to_thread(handshake, ssl.TLSVersion.TLSv1_2)
+        finally:
+            gateway.stop()
+
+
 # Mutual TLS on the admin listener.
 
 
