@@ -19,6 +19,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from gateway.config.server_tls import ServerTls
+from gateway.http.certificates import Certificates
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
@@ -252,3 +254,47 @@ async def test_the_admin_listener_certificate_is_rotated_with_the_public_one(
             gateway.stop()
     log = gateway.log()
     assert "listen.tls: certificate reloaded" in log and "admin.tls: certificate reloaded" in log
+
+
+async def test_a_reload_swaps_the_client_ca_for_new_connections(tmp_path: Path) -> None:
+    """The whole context is replaced, trust store included: after a reload whose client_ca
+    holds another CA, that CA's clients are served and the old one's are refused."""
+    server = private_ca(tmp_path / "server")
+    first, second = private_ca(tmp_path / "first"), private_ca(tmp_path / "second")
+    cert, key = server.leaf_files("gateway")
+    client_ca = tmp_path / "clients.pem"
+    client_ca.write_bytes(Path(first.ca_file).read_bytes())
+    certificates = Certificates("listen", ServerTls(cert=cert, key=key, client_ca=str(client_ca)))
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await reader.readexactly(2)
+            writer.write(b"ok")
+            await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=certificates.context)
+    port = listening.sockets[0].getsockname()[1]
+
+    clients = {id(ca): ca.client_files("client") for ca in (first, second)}
+
+    async def served(ca: PrivateCa) -> bool:
+        context = ssl.create_default_context(cafile=server.ca_file)
+        context.load_cert_chain(*clients[id(ca)])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        try:
+            writer.write(b"hi")
+            return await reader.read() == b"ok"
+        except (ConnectionError, ssl.SSLError):
+            return False
+        finally:
+            writer.close()
+
+    try:
+        assert (await served(first), await served(second)) == (True, False)
+        client_ca.write_bytes(Path(second.ca_file).read_bytes())
+        assert certificates.reload()
+        assert (await served(first), await served(second)) == (False, True)
+    finally:
+        listening.close()
+        await listening.wait_closed()
