@@ -11,7 +11,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,12 @@ class Wire:
 
     client: ssl.SSLContext | None = None  # the clients' context; None: plain TCP
     listen_tls: dict[str, str] | None = None  # the gateway's `listen.tls`
-    # A closing TLS connection waits `client_write_timeout` for the client's close_notify,
-    # which these clients never send: a short one, unless the test sets its own.
-    limits: dict[str, str] = field(default_factory=dict)
+
+    def closing(self, limits: dict[str, Any]) -> dict[str, Any]:
+        """`limits` for a test that waits for the gateway to close a connection: over TLS
+        the close waits `client_write_timeout` for the client's close_notify, which a raw
+        client that does not read never sends: a short one."""
+        return limits if self.client is None else {**limits, "client_write_timeout": "1s"}
 
     @property
     def name(self) -> str:
@@ -52,7 +55,7 @@ def tls_wire(folder: Path) -> Wire:
     ca = private_ca(folder)
     cert, key = ca.leaf_files("gateway")
     client = ssl.create_default_context(cafile=ca.ca_file)
-    return Wire(client, {"cert": cert, "key": key}, {"client_write_timeout": "1s"})
+    return Wire(client, {"cert": cert, "key": key})
 
 
 def pattern(size: int) -> bytes:
@@ -126,7 +129,7 @@ def start_gateway(
         "redis": {"url": redis_url},
         "blob": {"url": f"file://{workdir}/blobs"},
         "log_level": "warning",
-        "limits": {**wire.limits, **limits},
+        "limits": limits,
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
     if admin_port is not None:

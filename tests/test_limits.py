@@ -88,7 +88,7 @@ async def test_a_body_that_pauses_or_trickles_is_cut_with_408(
     }
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits, wire=wire)
+        gateway = start_gateway(origin, redis_url, tmp_path, wire.closing(limits), wire=wire)
         try:
             # A pause longer than the gap.
             paused = connect(gateway.port, wire=wire)
@@ -125,7 +125,7 @@ async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(
 ) -> None:
     limits = {"request_header_timeout": LONG, "keepalive_timeout": "1s"}
     async with serving(BigAnswers(10)) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits, wire=wire)
+        gateway = start_gateway(origin, redis_url, tmp_path, wire.closing(limits), wire=wire)
         try:
             sock = connect(gateway.port, wire=wire)
             sock.sendall(request("/pay", "k"))
