@@ -220,6 +220,7 @@ def test_the_listener_certificate_is_the_mounted_tls_secret() -> None:
     # A kubernetes.io/tls Secret's keys, as files of the mounted folder.
     assert volume["secret"]["secretName"] == "idem-gateway-tls"
     assert (tls["cert"], tls["key"]) == (f"{SECRET_MOUNT}/tls.crt", f"{SECRET_MOUNT}/tls.key")
+    assert tls["watch_interval"]  # a renewed Secret is loaded without a signal or restart
     # Readable by the gateway's group only (fsGroup), never by others.
     assert volume["secret"]["defaultMode"] & 0o007 == 0
     assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsGroup"]

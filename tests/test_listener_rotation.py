@@ -298,3 +298,44 @@ async def test_a_reload_swaps_the_client_ca_for_new_connections(tmp_path: Path) 
     finally:
         listening.close()
         await listening.wait_closed()
+
+
+async def test_with_watch_interval_a_rotation_needs_no_signal(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The files are looked at every watch_interval: a rotation is loaded without SIGHUP,
+    and files that do not load are refused once and loaded at their next change. The key is
+    in the certificate's file here, so that each change replaces the pair at once."""
+    ca = private_ca(tmp_path / "ca")
+    combined = tmp_path / "gateway.pem"
+
+    def write(cert: str, key: str) -> bytes:
+        """`cert` with `key` in one file, renamed over the served one; the cert's DER."""
+        staged = tmp_path / "staged.pem"
+        staged.write_bytes(Path(cert).read_bytes() + Path(key).read_bytes())
+        os.replace(staged, combined)
+        return der(cert)
+
+    cert, key = ca.leaf_files("gateway")
+    old = write(cert, key)
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    counting = CountingUpstream()
+    async with serving_app(counting.app()) as origin:
+        tls = {"cert": str(combined), "watch_interval": "100ms"}
+        gateway = GatewayProcess(config_for(tmp_path, redis_url, origin, tls), tmp_path).start()
+        try:
+            assert await presented(gateway.port, context) == old
+            _, other_key = ca.leaf_files("other")
+            write(cert, other_key)  # a key that does not match: refused
+            await until(lambda: "reload refused" in gateway.log(), 10, "the refusal")
+            assert await presented(gateway.port, context) == old
+            new_cert, new_key = ca.leaf_files("next")
+            new = write(new_cert, new_key)
+            await until(lambda: "certificate reloaded" in gateway.log(), 10, "the rotation")
+            assert await presented(gateway.port, context) == new
+        finally:
+            gateway.stop()
+    log = gateway.log()
+    # Said once: the refused files were not tried again at every look.
+    assert log.count("reload refused") == 1 and log.count("certificate reloaded") == 1
+    assert "Traceback" not in log

@@ -9,8 +9,12 @@ were given. Every context is built from the same settings, so only the files dif
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import ssl
+from collections.abc import AsyncIterator
 from datetime import datetime
 
 from aiohttp import web
@@ -60,6 +64,32 @@ class Certificates:
         log.info("%s.tls: certificate reloaded from %s (expires %s)", self.name, cert, when)
         return True
 
+    def files(self) -> tuple[tuple[int, int, int], ...]:
+        """What the files are now (inode, size, modification time; following symlinks, as a
+        mounted Kubernetes Secret swaps its files by a symlink): a change shows a rotation."""
+        found = []
+        for path in (self.settings.cert, self.settings.key, self.settings.client_ca):
+            try:
+                status = os.stat(path) if path else None
+            except OSError:  # gone for now: a change, loaded (or refused) when it is back
+                status = None
+            if status is None:
+                found.append((0, 0, 0))
+            else:
+                found.append((status.st_ino, status.st_size, status.st_mtime_ns))
+        return tuple(found)
+
+    async def watch(self, interval: float) -> None:
+        """Reload whenever the files change, looking every `interval` seconds; files that do
+        not load are said once, and tried again at their next change."""
+        seen = self.files()
+        while True:
+            await asyncio.sleep(interval)
+            now = self.files()
+            if now != seen:
+                seen = now
+                self.reload()
+
     def _newest(self, tls: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: object) -> None:
         if tls.context is not self._current.context:
             tls.context = self._current.context
@@ -80,6 +110,19 @@ def attach_tls(
         app[LISTENER_TLS] = {}
     app[LISTENER_TLS][name] = certificates
     metrics.watch_certificate(name, lambda: certificates.expires)
+    interval = settings.watch_interval
+    if interval is not None:
+
+        async def watching(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.ensure_future(certificates.watch(interval))
+            try:
+                yield
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+        app.cleanup_ctx.append(watching)
     return certificates
 
 
