@@ -25,6 +25,7 @@ from gateway.config.policy import Route
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
 from gateway.http.app import METRICS, SERVICES
+from gateway.http.certificates import attach_tls
 from gateway.http.eviction import eviction_risk
 from gateway.http.problems import problem
 from gateway.ops import keyops
@@ -207,6 +208,10 @@ def attach_admin(
     returned state shows the bound port once the listener has started.
     """
     state = AdminState()
+    tls = None
+    if settings.tls is not None:
+        tls = attach_tls(public, "admin", settings.tls, public[METRICS]).context
+    scheme = "http" if tls is None else "https"
 
     async def draining(app: web.Application) -> None:
         state.draining = True
@@ -227,9 +232,9 @@ def attach_admin(
                 )
             # A site on a socket bound here: a port lost to a sibling worker is skipped before
             # aiohttp registers a site for it (a failed TCPSite stays in the runner's sites).
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=tls).start()
             state.port = int(sock.getsockname()[1])
-            log.info("admin listener on http://%s:%d", settings.host, state.port)
+            log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
             yield
         finally:
             await runner.cleanup()
