@@ -213,17 +213,10 @@ class Store(Inspection):
         stopped renewing is told apart (TAKEN, or LOST when not `take_lost`) from a free one.
         With `mark_sent`, the key counts as unsent until `sent` (UNSENT when its owner died
         before)."""
+        lost, mark = (b"take" if take_lost else b"hold"), (b"1" if mark_sent else b"")
         now_ms = int(time.time() * 1000)
-        reply = await self._claim_reply(
-            key,
-            fingerprint,
-            token,
-            _ms(lease),
-            now_ms,
-            int(hold * 1000),
-            b"take" if take_lost else b"hold",
-            b"1" if mark_sent else b"",
-        )
+        args = (fingerprint, token, _ms(lease), now_ms, int(hold * 1000), lost, mark)
+        reply = await self._claim_reply(key, *args)
         outcome = claim_of(reply[0])
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))
