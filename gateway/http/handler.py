@@ -196,7 +196,7 @@ class Gateway:
         # With `mark_sent`, a claim of its own counts as unsent until forward marks it.
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS
         claimed = Claimed(request, route, rkey, token, fp, body, unsent)
-        if result.outcome is Claim.UNSENT:  # its owner died before sending: it runs as new
+        if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
             owner_lost(self.s, claimed, LostStep.UNSENT)
         return await self._act(request, route, action, result, claimed, anonymous)
 
