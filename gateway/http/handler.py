@@ -35,7 +35,7 @@ from gateway.http.incoming import (
     scope_of,
 )
 from gateway.http.passthrough import pass_through
-from gateway.http.problems import problem
+from gateway.http.problems import code_for, problem
 from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN, release
 from gateway.telemetry import metrics as m
@@ -167,7 +167,7 @@ class Gateway:
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
     ) -> web.Response:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
-        return problem(status, slug, title, detail)
+        return problem(status, slug, title, detail, code=code_for(slug, route.problem_codes))
 
     async def _idempotent(
         self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
@@ -223,7 +223,8 @@ class Gateway:
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"
-            return problem(422, "key-reused", "Key reused with another payload", detail)
+            code = code_for("key-reused", route.problem_codes)
+            return problem(422, "key-reused", "Key reused with another payload", detail, code=code)
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
         if action is Action.UNRECORDED:
             await release(self.s, route, claimed.key, claimed.token)
