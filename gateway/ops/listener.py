@@ -5,7 +5,9 @@ join the port and split its connections between two Redis)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import socket
 
 
@@ -54,3 +56,18 @@ def bind_first_free(host: str, port: int, tries: int) -> socket.socket:
             if offset == tries - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+def bind_private(path: str) -> socket.socket:
+    """A unix socket at `path` that only this user may connect to (a worker's channel to its
+    supervisor); a socket file left by a worker that died is replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+    except OSError:
+        sock.close()
+        raise
+    return sock
