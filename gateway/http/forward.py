@@ -45,6 +45,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     started = time.monotonic()
     beat = Heartbeat(s.store, c.key, c.token, route.lease, s.metrics)
     beat.start()
+    s.watch.calling(c.key, route.name)
     outcome = m.FORWARDED
     try:
         upstream = await s.upstreams.send(
@@ -149,6 +150,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         return
     finally:
         beat.stop()
+        s.watch.called(c.key)
     s.metrics.request(route.name, request.method, outcome)
 
 

@@ -37,6 +37,7 @@ from gateway.http.context import Claimed, Services
 from gateway.http.incoming import key_of
 from gateway.http.problems import problem
 from gateway.http.reconcile import Found, look_up
+from gateway.store import attention
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
 
@@ -109,6 +110,7 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
             return Kept.FENCED
         return Kept.STORED
     outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention)
+    s.watch.journaled(c.key, route.name)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return Kept.IN_MEMORY if entry is None else Kept.JOURNALED
@@ -152,11 +154,23 @@ async def keep_storing(
             await _stored_late(s, outcome)
         if entry is not None:
             await asyncio.to_thread(s.journal.stored, entry)
+        s.watch.stored(outcome.key)
+        if stored and outcome.record.unknown:
+            await note_unknown(s, route, outcome.key, outcome.retention)
         if stored:
             log.info("route %s: a journaled outcome is stored now", route)
         else:
             await _fenced(s, route, outcome.record)
         return
+
+
+async def note_unknown(s: Services, route: str, key: str, retention: float) -> None:
+    """Put a stored unknown outcome on the console's attention list; an index only: a
+    Redis that refuses it now loses nothing but the listing."""
+    try:
+        await attention.note_unknown(s.store, s.settings.redis.key_prefix, route, key, retention)
+    except StoreUnavailable as exc:
+        log.warning("route %s: unknown outcome not indexed for the console: %s", route, exc)
 
 
 async def _stored_late(s: Services, outcome: Unstored) -> None:
@@ -237,8 +251,11 @@ async def settle_failure(
             unknown=True,
             extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
         )
-        if await store_outcome(s, c, record, b"") is Kept.IN_MEMORY:
+        kept = await store_outcome(s, c, record, b"")
+        if kept is Kept.IN_MEMORY:
             return None
+        if kept is Kept.STORED:
+            await note_unknown(s, route.name, c.key, route.retention)
         public = "the upstream was called but its outcome is unknown; an operator must resolve it"
         return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
     if kind is Failure.UNSENT:

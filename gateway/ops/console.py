@@ -18,6 +18,7 @@ FILES = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 SECURITY_HEADERS = {
     "Content-Security-Policy": (

@@ -29,7 +29,7 @@ from gateway.http.problems import problem
 from gateway.ops.console import add_pages
 from gateway.ops.keyroutes import FORWARDED_FOR
 from gateway.ops.overview import overview
-from gateway.ops.workerset import WorkerSet
+from gateway.ops.workerset import Worker, WorkerSet
 
 log = logging.getLogger("gateway.ops.hub")
 
@@ -118,6 +118,7 @@ class Hub:
         app.router.add_get("/readyz", _readyz)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/console/api/overview", _overview)
+        app.router.add_get("/console/api/attention", _attention)
         app.router.add_post("/keys/{op}", _forward)
         app.router.add_route("*", "/console/api/{name}", _forward)
         add_pages(app)
@@ -200,33 +201,63 @@ async def _overview(request: web.Request) -> web.Response:
     workers = await hub.states("/readyz")
     await hub.refresh()
     document = overview(hub.metrics.families(), workers)
-    return web.json_response(document, dumps=lambda v: orjson.dumps(v).decode())
+    return web.json_response(document, dumps=_dumps)
 
 
 async def _forward(request: web.Request) -> web.Response:
     """A key operation or lookup, answered by the first live worker (they share Redis)."""
     hub = request.app[WORKERS]
     body = await request.read()
+    for worker in sorted(hub.workers.values(), key=lambda w: w.slot):
+        answer = await _pass(request, worker, body)
+        if answer is not None:
+            return answer
+    return _no_worker()
+
+
+async def _attention(request: web.Request) -> web.Response:
+    """Every worker's attention list in one: each knows its own calls and journal, and all
+    read the same index in Redis (those entries are listed once)."""
+    hub = request.app[WORKERS]
+    workers = sorted(hub.workers.values(), key=lambda w: w.slot)
+    answers = [a for a in await asyncio.gather(*(_pass(request, w, b"") for w in workers)) if a]
+    if not answers:
+        return _no_worker()
+    refused = next((a for a in answers if a.status != 200), None)
+    if refused is not None:
+        return refused
+    items: dict[tuple[str, str], dict[str, object]] = {}
+    for answer in answers:
+        assert answer.body is not None and isinstance(answer.body, bytes)
+        for item in orjson.loads(answer.body)["items"]:
+            items.setdefault((item["record"], item["why"]), item)
+    return web.json_response({"items": list(items.values())}, dumps=_dumps)
+
+
+async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Response | None:
+    """`request` as `worker` answers it; None when it does not (it is going away)."""
     headers = {FORWARDED_FOR: request.remote or ""}
     for name in ("Authorization", "Content-Type"):
         if name in request.headers:
             headers[name] = request.headers[name]
     timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
-    for worker in sorted(hub.workers.values(), key=lambda w: w.slot):
-        url = f"http://worker{request.path}"
-        try:
-            async with worker.client().request(
-                request.method, url, data=body, headers=headers, timeout=timeout
-            ) as resp:
-                answer = await resp.read()
-                kept = {
-                    name: resp.headers[name]
-                    for name in ("Content-Type", "WWW-Authenticate")
-                    if name in resp.headers
-                }
-                return web.Response(status=resp.status, body=answer, headers=kept)
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            continue  # that one is going away: the next
+    try:
+        async with worker.client().request(
+            request.method, f"http://worker{request.path}", data=body, headers=headers,
+            timeout=timeout,
+        ) as resp:  # fmt: skip
+            answer = await resp.read()
+            kept = {
+                name: resp.headers[name]
+                for name in ("Content-Type", "WWW-Authenticate")
+                if name in resp.headers
+            }
+            return web.Response(status=resp.status, body=answer, headers=kept)
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None
+
+
+def _no_worker() -> web.Response:
     return problem(
         503,
         "workers-unavailable",
@@ -234,3 +265,7 @@ async def _forward(request: web.Request) -> web.Response:
         "no worker of this gateway answers now; try again",
         {"Retry-After": "1"},
     )
+
+
+def _dumps(value: object) -> str:
+    return orjson.dumps(value).decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -14,9 +15,11 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.config.policy import Route
+from gateway.errors import StoreUnavailable
 from gateway.http.app import SERVICES
 from gateway.http.problems import problem
 from gateway.ops import keyops, keyview
+from gateway.store import attention
 from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
 
@@ -126,7 +129,7 @@ async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
     services = request.app[PUBLIC][SERVICES]
     _, route, rkey = _target(request, body)
     found = await keyview.detail(services.store, services.blobs, route, rkey)
-    return web.json_response(found, status=404 if found["state"] == "absent" else 200)
+    return web.json_response(found)  # "absent" is an answer too: the page shows it
 
 
 def _audit(request: web.Request, action: str, route: str, rkey: str) -> None:
@@ -144,6 +147,7 @@ async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
     if not await keyops.purge(store, rkey):
         raise keyops.KeyOpError(404, "no record for this key")
     _audit(request, "purge", body.route, rkey)
+    await _settled(request, body.route, rkey)
     return web.json_response({"purged": True})
 
 
@@ -157,7 +161,55 @@ async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
             store, route, rkey, body.status, body.body_bytes(), body.content_type
         )
     _audit(request, "resolve-purge" if body.purge else "resolve", body.route, rkey)
+    await _settled(request, body.route, rkey)
     return web.json_response({"resolved": True, "purged": body.purge})
+
+
+def _authorized(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def endpoint(request: web.Request) -> web.Response:
+        return unauthorized(request) or await handler(request)
+
+    return endpoint
+
+
+async def _routes(request: web.Request) -> web.Response:
+    """The routes and their scope headers, for the console's lookup form."""
+    settings = request.app[PUBLIC][SERVICES].settings
+    routes = [{"name": r.name, "scope": list(r.scope)} for r in settings.routes]
+    return web.json_response({"routes": routes})
+
+
+async def _attention(request: web.Request) -> web.Response:
+    """The keys that need a person: unknown outcomes held for an operator (from Redis's
+    index), and this process's outcomes not stored yet and calls outliving their lease."""
+    services = request.app[PUBLIC][SERVICES]
+    settings = services.settings
+    items = [
+        {"route": route, "why": "journaled, not stored", "record": record, "since": since}
+        for record, (route, since) in services.watch.unstored.items()
+    ]
+    leases = {r.name: r.lease for r in settings.routes}
+    items += [
+        {"route": route, "why": "running past its lease", "record": record, "since": since}
+        for route, record, since in services.watch.overdue(leases)
+    ]
+    held = await attention.unknown_outcomes(
+        services.store, settings.redis.key_prefix, [r.name for r in settings.routes]
+    )
+    items += [
+        {"route": route, "why": "unknown outcome", "record": record, "since": since}
+        for route, record, since in held
+    ]
+    return web.json_response({"items": items})
+
+
+async def _settled(request: web.Request, route: str, rkey: str) -> None:
+    """Off the attention list; an index only, so a failure to update it is no error."""
+    services = request.app[PUBLIC][SERVICES]
+    with contextlib.suppress(StoreUnavailable):
+        await attention.forget(services.store, services.settings.redis.key_prefix, route, rkey)
 
 
 def add_key_routes(app: web.Application) -> None:
@@ -165,3 +217,5 @@ def add_key_routes(app: web.Application) -> None:
     app.router.add_post("/keys/purge", _keys_endpoint(KeyRequest, _purge))
     app.router.add_post("/keys/resolve", _keys_endpoint(ResolveRequest, _resolve))
     app.router.add_post("/console/api/key", _keys_endpoint(KeyRequest, _detail))
+    app.router.add_get("/console/api/routes", _authorized(_routes))
+    app.router.add_get("/console/api/attention", _authorized(_attention))

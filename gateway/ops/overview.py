@@ -51,6 +51,11 @@ def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[
         entry["overhead_p99_ms"] = _quantile(0.99, by_bound)
     circuit = max((v for _, v in samples(families, "idem_circuit_state")), default=0.0)
     risk = max((v for _, v in samples(families, "idem_redis_eviction_risk")), default=0.0)
+    served: dict[str, float] = {}  # answers by worker (a single process is worker 0)
+    for labels, value in samples(families, "idem_requests_total"):
+        worker = labels.get("worker", "0")
+        served[worker] = served.get(worker, 0.0) + value
+    workers = [{**w, "requests": served.get(str(w["worker"]), 0.0)} for w in workers]
     up = [w for w in workers if w.get("up")]
     return {
         **version(),

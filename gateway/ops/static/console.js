@@ -109,6 +109,7 @@ function showOverview(now) {
         w.ready ? "yes" : "no",
         w.redis ? "reachable" : "unreachable",
         w.draining ? "yes" : "no",
+        String(Math.round(w.requests)),
       ]);
       tr.className = w.up && w.ready ? "" : "bad";
       return tr;
@@ -168,7 +169,7 @@ function showTenantInputs() {
     const input = el("input");
     input.id = id;
     input.spellcheck = false;
-    input.placeholder = header + " (as the client sends it)";
+    input.placeholder = "as the client sends it";
     input.className = "tenant";
     box.append(label, input);
   });
@@ -214,11 +215,13 @@ async function lookup(request) {
   $("record").hidden = true;
   $("action-result").hidden = true;
   const { status, data } = await api("/console/api/key", request);
-  if (status === 404 && data && data.state === "absent") return showError("No record for this key.");
+  if (status === 200 && data && data.state === "absent") return showError("No record for this key.");
   if (status !== 200 || !data) return showError((data && data.detail) || "lookup failed (" + status + ")");
   shown = request;
   const facts = $("record-facts");
   facts.replaceChildren();
+  fact(facts, "key", request.key);
+  fact(facts, "route", request.route);
   fact(facts, "state", data.state);
   fact(facts, "status", data.status === undefined ? null : data.status + (data.reason ? " " + data.reason : ""));
   fact(facts, "created", when(data.created_at));

@@ -1,0 +1,160 @@
+"""The console's files and JSON on the admin listener, without a browser: security headers,
+what needs the token, how a record is shown (text, hex, capped) and the attention list."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from html.parser import HTMLParser
+
+import orjson
+import pytest
+
+from gateway.ops.console import FILES, STATIC
+from gateway.ops.keyview import PREVIEW_MAX, preview
+
+from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .upstream import CountingUpstream
+
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[dict[str, str | None]] = []
+        self.handlers: list[str] = []
+        self.inline: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handlers += [name for name, _ in attrs if name.startswith("on")]
+        if tag == "script":
+            self.scripts.append(dict(attrs))
+            self._in_script = True
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.inline.append(data)
+
+
+def test_the_page_has_no_inline_script_and_fetches_nothing_from_elsewhere() -> None:
+    tags = _Tags()
+    tags.feed((STATIC / "index.html").read_text())
+    assert tags.scripts == [{"src": "/console/console.js", "defer": None}]
+    assert tags.inline == [] and tags.handlers == []
+    for name in FILES:
+        text = (STATIC / name).read_text()
+        assert not re.search(r"https?://", text.replace("http://www.w3.org/2000/svg", "")), name
+    script = (STATIC / "console.js").read_text()
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script
+    assert "document.write" not in script and "eval(" not in script
+
+
+async def test_every_answer_is_locked_down_and_key_data_is_never_cached(
+    make_gateway: GatewayFactory, make_admin: AdminFactory
+) -> None:
+    admin = await make_admin(await make_gateway())
+    for path in ("/console/", "/console/console.js", "/console/api/overview", "/metrics"):
+        resp = await admin.get(path)
+        assert resp.status == 200, path
+        csp = resp.headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    resp = await admin.post("/console/api/key", json={"route": "api", "key": "k"}, headers=AUTH)
+    assert resp.headers["Cache-Control"] == "no-store"
+    assert (
+        (await admin.get("/console/console.js"))
+        .headers["Content-Type"]
+        .startswith("text/javascript")
+    )
+    assert (await admin.get("/console/nothing.js")).status == 404
+
+
+async def test_the_overview_needs_no_token_and_key_data_does(
+    make_gateway: GatewayFactory, make_admin: AdminFactory
+) -> None:
+    gw = await make_gateway()
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "k"})).status == 201
+    admin = await make_admin(gw)
+    overview = orjson.loads(await (await admin.get("/console/api/overview")).read())
+    assert overview["routes"]["api"]["counts"]["forwarded"] == 1
+    assert overview["workers"]["up"] == 1 and overview["redis"]["reachable"] is True
+    assert overview["build"] in ("pure", "compiled")
+    for method, path in (("POST", "/console/api/key"), ("GET", "/console/api/attention")):
+        resp = await admin.request(method, path, json={"route": "api", "key": "k"})
+        assert resp.status == 401, path
+    closed = await make_admin(gw, token=None)
+    assert (await closed.get("/console/api/routes")).status == 403
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b'{"a": "<b>"}', "text"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "hex"),
+        (b"caf\xc3\xa9", "text"),
+        (b"\xff\xfe", "hex"),
+    ],
+)
+def test_a_body_is_shown_as_text_only_when_it_is_utf8_text(body: bytes, kind: str) -> None:
+    shown = preview(body)
+    assert shown["kind"] == kind and shown["truncated"] is False
+    if kind == "hex":
+        assert bytes.fromhex(shown["hex"]) == body
+
+
+def test_a_long_body_is_capped_without_cutting_a_character() -> None:
+    body = "é".encode() * PREVIEW_MAX
+    shown = preview(body)
+    assert shown["truncated"] is True and shown["text"] == "é" * (PREVIEW_MAX // 2)
+
+
+async def test_a_lookup_shows_the_recorded_answer(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream: tuple[CountingUpstream, str]
+) -> None:
+    gw = await make_gateway()
+    first = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "seen"})
+    admin = await make_admin(gw)
+    resp = await admin.post("/console/api/key", json={"route": "api", "key": "seen"}, headers=AUTH)
+    found = orjson.loads(await resp.read())
+    assert found["state"] == "completed" and found["status"] == 201
+    assert ["X-Upstream", "yes"] in found["headers"]
+    assert found["body"] == {
+        "kind": "text",
+        "text": (await first.read()).decode(),
+        "truncated": False,
+    }
+    assert found["stored_at"] <= found["expires_at"]
+    resp = await admin.post("/console/api/key", json={"route": "api", "key": "not"}, headers=AUTH)
+    assert orjson.loads(await resp.read()) == {"state": "absent"}
+
+
+async def test_a_call_outliving_its_lease_needs_attention(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream: tuple[CountingUpstream, str]
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(lease="1s")
+    admin = await make_admin(gw)
+    call = asyncio.create_task(gw.post("/gate", data=b"x", headers={"Idempotency-Key": "slow"}))
+    await asyncio.wait_for(counting.entered.wait(), 10)
+
+    async def items() -> list[dict[str, object]]:
+        resp = await admin.get("/console/api/attention", headers=AUTH)
+        return list(orjson.loads(await resp.read())["items"])
+
+    assert await items() == []  # within its lease
+    deadline = asyncio.get_running_loop().time() + 10
+    while not (listed := await items()):
+        assert asyncio.get_running_loop().time() < deadline, "never listed"
+        await asyncio.sleep(0.05)
+    (item,) = listed
+    assert item["route"] == "api" and item["why"] == "running past its lease"
+    counting.release.set()
+    assert (await call).status == 201
+    assert await items() == []
