@@ -12,6 +12,7 @@ import pytest
 
 from gateway.ops.console import FILES, STATIC
 from gateway.ops.keyview import PREVIEW_MAX, preview
+from gateway.ops.merge import WorkerMetrics, parse
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 from .upstream import CountingUpstream
@@ -158,3 +159,35 @@ async def test_a_call_outliving_its_lease_needs_attention(
     counting.release.set()
     assert (await call).status == 201
     assert await items() == []
+
+
+def test_merged_counters_carry_on_across_a_restart_and_gauges_do_not() -> None:
+    text = (
+        "# TYPE idem_requests_total counter\n"
+        'idem_requests_total{route="a",outcome="forwarded"} 5\n'
+        'idem_requests_total{route="b",outcome="forwarded"} 2\n'
+        "# TYPE idem_journal_depth gauge\n"
+        "idem_journal_depth 3\n"
+    )
+    merged = WorkerMetrics()
+    merged.update(0, parse(text))
+    merged.update(1, parse(text.replace(" 5\n", " 1\n")))
+    merged.retire(0)  # worker 0 died; its successor has counted one request on route a
+    merged.update(
+        0,
+        parse(
+            '# TYPE idem_requests_total counter\nidem_requests_total{route="a",outcome="forwarded"} 1\n'
+        ),
+    )
+    exposed = {
+        (s.name, s.labels.get("route"), s.labels["worker"]): s.value
+        for family in merged.families()
+        for s in family.samples
+    }
+    assert exposed == {
+        ("idem_requests_total", "a", "0"): 6,
+        ("idem_requests_total", "b", "0"): 2,  # not seen by the new worker yet: carried alone
+        ("idem_requests_total", "a", "1"): 1,
+        ("idem_requests_total", "b", "1"): 2,
+        ("idem_journal_depth", None, "1"): 3,
+    }
