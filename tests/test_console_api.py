@@ -173,12 +173,10 @@ def test_merged_counters_carry_on_across_a_restart_and_gauges_do_not() -> None:
     merged.update(0, parse(text))
     merged.update(1, parse(text.replace(" 5\n", " 1\n")))
     merged.retire(0)  # worker 0 died; its successor has counted one request on route a
-    merged.update(
-        0,
-        parse(
-            '# TYPE idem_requests_total counter\nidem_requests_total{route="a",outcome="forwarded"} 1\n'
-        ),
+    again = (
+        '# TYPE idem_requests_total counter\nidem_requests_total{route="a",outcome="forwarded"} 1\n'
     )
+    merged.update(0, parse(again))
     exposed = {
         (s.name, s.labels.get("route"), s.labels["worker"]): s.value
         for family in merged.families()
