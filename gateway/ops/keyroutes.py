@@ -195,9 +195,11 @@ async def _attention(request: web.Request) -> web.Response:
         {"route": route, "why": "running past its lease", "record": record, "since": since}
         for route, record, since in services.watch.overdue(leases)
     ]
-    held = await attention.unknown_outcomes(
-        services.store, settings.redis.key_prefix, [r.name for r in settings.routes]
-    )
+    held: list[tuple[str, str, float]] = []
+    with contextlib.suppress(StoreUnavailable):  # Redis down: what this process knows still
+        held = await attention.unknown_outcomes(
+            services.store, settings.redis.key_prefix, [r.name for r in settings.routes]
+        )
     items += [
         {"route": route, "why": "unknown outcome", "record": record, "since": since}
         for route, record, since in held
