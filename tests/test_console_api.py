@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from html.parser import HTMLParser
+from pathlib import Path
 
 import orjson
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.config.loading import settings_from_dict
+from gateway.http.app import create_app
 from gateway.ops.console import FILES, STATIC
 from gateway.ops.keyview import PREVIEW_MAX, preview
 from gateway.ops.merge import WorkerMetrics, parse
+from gateway.telemetry.metrics import Metrics
+from testkit.redis_server import RedisServer
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 from .upstream import CountingUpstream
@@ -189,3 +196,49 @@ def test_merged_counters_carry_on_across_a_restart_and_gauges_do_not() -> None:
         ("idem_requests_total", "b", "1"): 2,
         ("idem_journal_depth", None, "1"): 3,
     }
+
+
+async def test_an_outcome_redis_has_not_taken_needs_attention_until_it_does(
+    upstream: tuple[CountingUpstream, str], tmp_path: Path, make_admin: AdminFactory
+) -> None:
+    counting, origin = upstream
+    redis_server = RedisServer()
+    redis_server.start()
+    settings = settings_from_dict(
+        {
+            "state_dir": str(tmp_path / "state"),
+            "blob": {"url": f"file://{tmp_path}/blobs"},
+            "redis": {"socket_timeout": "300ms", "breaker": {"failures": 1000}},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+    )
+    app = create_app(settings, redis_server.url, Metrics())
+    client = TestClient(TestServer(app, host="127.0.0.1"))
+    await client.start_server()
+    admin = await make_admin(client)
+    assert redis_server.process is not None
+
+    async def items() -> list[dict[str, object]]:
+        resp = await admin.get("/console/api/attention", headers=AUTH)
+        assert resp.status == 200  # Redis down: what this process knows, all the same
+        return list(orjson.loads(await resp.read())["items"])
+
+    try:
+        first = asyncio.ensure_future(
+            client.post("/gate", data=b"x", headers={"Idempotency-Key": "j"})
+        )
+        await asyncio.wait_for(counting.entered.wait(), 10)
+        redis_server.process.send_signal(signal.SIGSTOP)
+        counting.release.set()
+        assert (await first).status == 201  # journaled, then answered
+        (item,) = await items()
+        assert item["route"] == "api" and item["why"] == "journaled, not stored"
+        redis_server.process.send_signal(signal.SIGCONT)
+        deadline = asyncio.get_running_loop().time() + 15
+        while await items():
+            assert asyncio.get_running_loop().time() < deadline, "still listed once stored"
+            await asyncio.sleep(0.05)
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+        await client.close()
+        redis_server.close()

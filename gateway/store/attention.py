@@ -19,7 +19,8 @@ from gateway.errors import StoreUnavailable
 from gateway.store.store import _FAILURES, Store
 
 LIMIT = 1000  # entries kept per route
-UNKNOWN = STATE_UNKNOWN.encode()  # the state field of a record holding an unknown outcome
+# The record states that keep an entry listed (a record's `s` field): an unknown outcome.
+HELD = frozenset({STATE_UNKNOWN.encode()})
 
 
 def index_key(prefix: str, route: str) -> str:
@@ -65,7 +66,7 @@ async def unknown_outcomes(
                 for rkey, _ in entries:
                     pipe.hget(rkey, "s")
                 states = await pipe.execute()
-            held = [state == UNKNOWN for state in states]
+            held = [state in HELD for state in states]
             stale = [rkey for (rkey, _), keep in zip(entries, held, strict=True) if not keep]
             if stale:
                 await store.client.zrem(key, *stale)
