@@ -75,7 +75,7 @@ class Hub:
             raise self._failure
 
     def stop(self) -> None:
-        if self._thread is not None and self._stop is not None:
+        if self._thread is not None and self._thread.is_alive() and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(timeout=10)
         shutil.rmtree(self.set.folder, ignore_errors=True)
@@ -126,7 +126,10 @@ class Hub:
 
     async def _refreshing(self) -> None:
         while True:
-            await self.set.refresh()
+            try:
+                await self.set.refresh()
+            except Exception:  # a worker's answer it cannot read: the next round asks again
+                log.exception("reading the workers' metrics failed")
             await asyncio.sleep(REFRESH)
 
 
