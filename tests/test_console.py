@@ -370,9 +370,12 @@ async def test_a_multi_worker_gateway_shows_every_workers_traffic(
     await send(gateway, "/pay", "w-0")
     await send(gateway, "/pay", "w-1", '{"amount": 2}')
     await send(gateway, "/pay", "")
+    await send(gateway, "/reset", "lost-9")
     await expect(console.cell("payments", "rejected")).to_have_attribute(
         "data-total", "1", timeout=WAIT_MS
     )
+    attention = console.page.locator("#attention tbody")
+    await expect(attention).to_contain_text("unknown outcome", timeout=WAIT_MS)
     await console.look_up("payments", "w-3")
     await expect(console.page.locator("#record")).to_be_visible(timeout=WAIT_MS)
     await console.page.screenshot(path=str(SCREENSHOT), full_page=True)
