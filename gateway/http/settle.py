@@ -168,7 +168,7 @@ async def note_unknown(s: Services, route: str, key: str, retention: float) -> N
     """Put a stored unknown outcome on the console's attention list; an index only: a
     Redis that refuses it now loses nothing but the listing."""
     try:
-        await attention.note_unknown(s.store, s.settings.redis.key_prefix, route, key, retention)
+        await attention.note(s.store, s.settings.redis.key_prefix, route, key, retention)
     except StoreUnavailable as exc:
         log.warning("route %s: unknown outcome not indexed for the console: %s", route, exc)
 

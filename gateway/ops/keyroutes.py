@@ -195,14 +195,14 @@ async def _attention(request: web.Request) -> web.Response:
         {"route": route, "why": "running past its lease", "record": record, "since": since}
         for route, record, since in services.watch.overdue(leases)
     ]
-    held: list[tuple[str, str, float]] = []
+    held: list[tuple[str, str, str, float]] = []
     with contextlib.suppress(StoreUnavailable):  # Redis down: what this process knows still
-        held = await attention.unknown_outcomes(
+        held = await attention.listed(
             services.store, settings.redis.key_prefix, [r.name for r in settings.routes]
         )
     items += [
-        {"route": route, "why": "unknown outcome", "record": record, "since": since}
-        for route, record, since in held
+        {"route": route, "why": why, "record": record, "since": since}
+        for route, why, record, since in held
     ]
     return web.json_response({"items": items})
 

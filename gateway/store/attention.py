@@ -19,8 +19,9 @@ from gateway.errors import StoreUnavailable
 from gateway.store.store import _FAILURES, Store
 
 LIMIT = 1000  # entries kept per route
-# The record states that keep an entry listed (a record's `s` field): an unknown outcome.
-HELD = frozenset({STATE_UNKNOWN.encode()})
+# The record states (a record's `s` field) that keep an entry listed, and what the console
+# says of each.
+HELD = {STATE_UNKNOWN.encode(): "unknown outcome"}
 
 
 def index_key(prefix: str, route: str) -> str:
@@ -28,8 +29,8 @@ def index_key(prefix: str, route: str) -> str:
     return f"{prefix}:attention:{route}"
 
 
-async def note_unknown(store: Store, prefix: str, route: str, rkey: str, retention: float) -> None:
-    """Index the record `rkey`, which now holds an unknown outcome."""
+async def note(store: Store, prefix: str, route: str, rkey: str, retention: float) -> None:
+    """Index the record `rkey`, which now holds a state of HELD (an unknown outcome)."""
     key = index_key(prefix, route)
     try:
         async with store.client.pipeline(transaction=False) as pipe:
@@ -49,12 +50,12 @@ async def forget(store: Store, prefix: str, route: str, rkey: str) -> None:
         raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
 
-async def unknown_outcomes(
+async def listed(
     store: Store, prefix: str, routes: Iterable[str], limit: int = 100
-) -> list[tuple[str, str, float]]:
-    """(route, record key, since) of the newest indexed records that still hold an unknown
-    outcome, `limit` per route at most; entries whose record moved on are dropped."""
-    found: list[tuple[str, str, float]] = []
+) -> list[tuple[str, str, str, float]]:
+    """(route, why, record key, since) of the newest indexed records still in a state of
+    HELD, `limit` per route at most; entries whose record moved on are dropped."""
+    found: list[tuple[str, str, str, float]] = []
     try:
         for route in routes:
             key = index_key(prefix, route)
@@ -66,14 +67,14 @@ async def unknown_outcomes(
                 for rkey, _ in entries:
                     pipe.hget(rkey, "s")
                 states = await pipe.execute()
-            held = [state in HELD for state in states]
-            stale = [rkey for (rkey, _), keep in zip(entries, held, strict=True) if not keep]
+            why = [HELD.get(state) for state in states]
+            stale = [rkey for (rkey, _), said in zip(entries, why, strict=True) if not said]
             if stale:
                 await store.client.zrem(key, *stale)
             found.extend(
-                (route, rkey.decode(), since)
-                for (rkey, since), keep in zip(entries, held, strict=True)
-                if keep
+                (route, said, rkey.decode(), since)
+                for (rkey, since), said in zip(entries, why, strict=True)
+                if said
             )
     except _FAILURES as exc:
         raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
