@@ -27,7 +27,7 @@ def _replace(owner: object, name: str, value: object) -> None:
 
 
 def _no_redis() -> None:
-    async def claim(self: store.Store, *args: Any) -> ClaimResult:
+    async def claim(self: store.Store, *args: Any, **kwargs: Any) -> ClaimResult:
         return ClaimResult(Claim.CLAIMED)
 
     async def complete(self: store.Store, *args: Any) -> bool:

@@ -21,7 +21,8 @@ from gateway.ops.merge import WorkerMetrics, parse
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory, gateway_settings
+from .test_owner_lost import KEY, claim_as_a_dead_owner, settle_in_process
 from .upstream import CountingUpstream
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -242,3 +243,30 @@ async def test_an_outcome_redis_has_not_taken_needs_attention_until_it_does(
         redis_server.process.send_signal(signal.SIGCONT)
         await client.close()
         redis_server.close()
+
+
+@pytest.mark.parametrize(
+    ("on_owner_lost", "status", "why"),
+    [("keep", 409, "owner lost, key held"), ("record", 502, "owner lost, outcome unknown")],
+)
+async def test_a_key_taken_over_from_a_lost_owner_needs_attention_until_resolved(
+    on_owner_lost: str,
+    status: int,
+    why: str,
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+) -> None:
+    _, origin = upstream
+    await claim_as_a_dead_owner(redis_url, gateway_settings(origin))
+    gw = await make_gateway(on_owner_lost=on_owner_lost)
+    assert (await settle_in_process(gw))[0] == status
+    admin = await make_admin(gw)
+    resp = await admin.get("/console/api/attention", headers=AUTH)
+    (item,) = orjson.loads(await resp.read())["items"]
+    assert (item["route"], item["why"]) == ("api", why)
+    key = {"route": "api", "key": KEY["Idempotency-Key"], "purge": True}
+    assert (await admin.post("/keys/resolve", json=key, headers=AUTH)).status == 200
+    resp = await admin.get("/console/api/attention", headers=AUTH)
+    assert orjson.loads(await resp.read())["items"] == []

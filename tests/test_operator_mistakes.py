@@ -84,6 +84,10 @@ def run_main(
          "routes 'pay' and 'pay2' have the same path_prefix ('/PAY/')"),
         (GOOD.replace("/pay", "'/pay?v=1'"), "'/pay?v=1' is not a path"),
         (GOOD + "    scope: [Tenant Id]\n", "routes[0].scope: 'Tenant Id' is not a header name"),
+        # What a key whose owner died becomes.
+        (GOOD + "    on_owner_lost: retry\n",
+         "routes[0].on_owner_lost: 'retry': Input should be 'release', 'keep' or 'record'"),
+        (GOOD + "    mark_sent: sometimes\n", "routes[0].mark_sent: 'sometimes'"),
         # Listeners that cannot both listen.
         (GOOD + "listen: {port: 8088}\nadmin: {port: 8088}\n",
          "admin.port 8088 is listen.port: the admin listener needs a port of its own"),

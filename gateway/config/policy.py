@@ -141,6 +141,12 @@ class Policy(_Model):
     max_recorded_headers: Size = Field(default=64 << 10, ge=1)
     timeouts: Timeouts = Timeouts()
     on_unknown_outcome: Literal["release", "keep", "record"] = "release"
+    # When a key's owner stopped renewing its lease after it may have sent the request (a
+    # gateway killed or frozen mid-call): the same choices; unset, on_unknown_outcome's.
+    on_owner_lost: Literal["release", "keep", "record"] | None = None
+    # Mark a claim as sent (one more Redis round trip) just before forwarding, so that a key
+    # whose owner died before sending runs as new rather than as a lost owner's.
+    mark_sent: bool = False
     # Ask the upstream whether a call whose outcome is unknown ran (on_unknown_outcome
     # applies when it cannot tell).
     reconcile: Reconcile | None = None
@@ -188,6 +194,11 @@ class Policy(_Model):
         if value is not None and not value.startswith("/"):
             raise ValueError(f"{value!r} is not a JSON Pointer (it must start with /)")
         return value
+
+    @property
+    def owner_lost(self) -> str:
+        """What a lost owner's key becomes: `on_owner_lost`, else `on_unknown_outcome`."""
+        return self.on_owner_lost or self.on_unknown_outcome
 
     @property
     def key_header_names(self) -> tuple[str, ...]:

@@ -13,6 +13,10 @@ class Claim(Enum):
     IN_FLIGHT = "IN_FLIGHT"  # another request owns it
     MISMATCH = "MISMATCH"  # the key was used with another payload
     DONE = "DONE"  # completed: the record is here
+    # Its owner stopped renewing the lease (a gateway killed or frozen mid-call):
+    UNSENT = "UNSENT"  # ... before sending (the route marks sends): this request owns it now
+    TAKEN = "TAKEN"  # ... after it may have sent: this request owns it and must settle it
+    LOST = "LOST"  # ... after it may have sent, and the route keeps such keys: left as is
 
 
 # The claim script's first reply as it comes from Redis: a dict lookup costs a tenth of the

@@ -22,6 +22,11 @@ class Action(Enum):
     # the key given back. A waiting duplicate never runs the call itself: only a retry does.
     UNRECORDED = "unrecorded"
     MISMATCH = "mismatch"  # same key, other payload: 422
+    # Its owner stopped renewing the lease after it may have sent: an unknown outcome, never
+    # a free key. TAKE_OVER: this request owns the key now and settles it by the route's
+    # `on_owner_lost` (`owner_lost_step`); OWNER_LOST: the route keeps such keys: 409.
+    TAKE_OVER = "take_over"
+    OWNER_LOST = "owner_lost"
 
 
 class Settle(Enum):
@@ -53,6 +58,8 @@ class Policy(Protocol):
     @property
     def on_unknown_outcome(self) -> str: ...
     @property
+    def owner_lost(self) -> str: ...
+    @property
     def record(self) -> StatusRule: ...
 
 
@@ -68,8 +75,12 @@ def records(rules: tuple[str, ...], status: int) -> bool:
 def on_claim(result: ClaimResult, policy: Policy, may_wait: bool, waited: bool = False) -> Action:
     """What to do with the answer of the claim script; `waited` after waiting for another
     request with the key (`on_in_flight: wait`)."""
-    if result.outcome is Claim.CLAIMED:
+    if result.outcome is Claim.CLAIMED or result.outcome is Claim.UNSENT:
         return Action.UNRECORDED if waited else Action.FORWARD
+    if result.outcome is Claim.TAKEN:  # a waiting duplicate lets it go: only a retry settles
+        return Action.OWNER_LOST if waited else Action.TAKE_OVER
+    if result.outcome is Claim.LOST:
+        return Action.OWNER_LOST
     if result.outcome is Claim.MISMATCH:
         return Action.MISMATCH
     if result.outcome is Claim.IN_FLIGHT:
@@ -126,6 +137,40 @@ def after_lookup(found: Lookup, kind: Failure, policy: Policy) -> Settle:
     if found is Lookup.NOT_HAPPENED:
         return Settle.RELEASE
     return on_failure(kind, policy)
+
+
+class LostStep(StrEnum):
+    """What a request that took over a lost owner's key does with it; the values name the
+    resolution in the metric and the access log."""
+
+    LOOK_UP = "look_up"  # ask the route's reconcile lookup first
+    RECONCILED = "reconciled"  # it ran: record and answer what the lookup found
+    NOT_HAPPENED = "not_happened"  # it did not run: forward it now
+    RERUN = "rerun"  # `release`: forward it again (at least once)
+    HELD = "held"  # `record`: an UNKNOWN outcome for an operator; retries get 502
+    KEPT = "kept"  # `keep`: 409 until the key's hold ends
+    UNSENT = "unsent"  # never sent (the route marks sends): it ran as a new key
+
+
+def hold_lost(policy: Policy, reconciles: bool) -> bool:
+    """Whether the claim leaves a lost owner's key as it is (409) rather than taking it over:
+    only `keep` with no lookup to ask."""
+    return policy.owner_lost == "keep" and not reconciles
+
+
+_ON_LOST = {"release": LostStep.RERUN, "keep": LostStep.KEPT, "record": LostStep.HELD}
+
+
+def owner_lost_step(policy: Policy, reconciles: bool, found: Lookup | None = None) -> LostStep:
+    """What to do with a key taken over from a lost owner: ask the lookup where there is one
+    (`found` None: not asked yet), else, or when it cannot tell, the route's `on_owner_lost`."""
+    if reconciles and found is None:
+        return LostStep.LOOK_UP
+    if found is Lookup.HAPPENED:
+        return LostStep.RECONCILED
+    if found is Lookup.NOT_HAPPENED:
+        return LostStep.NOT_HAPPENED
+    return _ON_LOST[policy.owner_lost]
 
 
 def failure_status(kind: Failure) -> int:

@@ -82,6 +82,8 @@ def _log(request: web.Request, info: RequestInfo, status: int, elapsed: float) -
     }
     if info.would:
         fields["shadow_would"] = info.would
+    if info.owner_lost:
+        fields["owner_lost"] = info.owner_lost
     access_log.info("request", extra={FIELDS: fields})
 
 

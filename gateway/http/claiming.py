@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 from gateway.config.policy import Route
 from gateway.core.claims import Claim, ClaimResult
-from gateway.core.decision import Action, on_claim
+from gateway.core.decision import Action, hold_lost, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.store.store import Store
 
@@ -24,14 +25,14 @@ async def take(
     """Claim `rkey` for this request: what the claim found, what to do, and the fingerprint
     the key is held under."""
     fp = fingerprint(route.fingerprint, *payload)
-    result = await store.claim(rkey, fp, token, route.lease)
+    result = await claim(store, route, rkey, fp, token)
     if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
         earlier = earlier_fingerprint(route.fingerprint, *payload)
         if earlier is not None and earlier != fp:
-            again = await store.claim(rkey, earlier, token, route.lease)
+            again = await claim(store, route, rkey, earlier, token)
             if again.outcome is Claim.CLAIMED:  # the key went meanwhile: held under today's
                 await store.release(rkey, token)
-                result = await store.claim(rkey, fp, token, route.lease)
+                result = await claim(store, route, rkey, fp, token)
             elif again.outcome is not Claim.MISMATCH:
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
@@ -39,6 +40,20 @@ async def take(
         result = await _wait(store, result, rkey, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
+
+
+def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:
+    """The claim as `route` makes it: a PENDING key outlives its lease by the retention, so
+    that a lost owner's key is never taken for a free one."""
+    return store.claim(
+        rkey,
+        fp,
+        token,
+        route.lease,
+        route.retention,
+        take_lost=not hold_lost(route, route.reconcile is not None),
+        mark_sent=route.mark_sent,
+    )
 
 
 async def _wait(
@@ -57,6 +72,6 @@ async def _wait(
             return result
         await asyncio.sleep(min(pause, left))
         pause = min(pause * 2, longest)
-        result = await store.claim(rkey, fp, token, route.lease)
+        result = await claim(store, route, rkey, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:
             return result

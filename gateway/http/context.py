@@ -63,3 +63,5 @@ class Claimed:
     token: str
     fingerprint: str
     body: bytes
+    unsent: bool = False  # the claim counts as unsent until marked (`mark_sent` routes)
+    outcome: str | None = None  # an Idempotency-Outcome for this answer alone (a rerun)

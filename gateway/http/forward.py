@@ -15,16 +15,18 @@ from aiohttp import web
 from gateway.blobs.base import BlobStore
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
-from gateway.core.decision import Settle, on_answer
+from gateway.core.decision import Failure, Settle, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
-from gateway.errors import BlobError
+from gateway.errors import BlobError, StoreUnavailable
 from gateway.http.answers import start_response
 from gateway.http.context import Claimed, Services
 from gateway.http.feed import ClientFeed, Rest
+from gateway.http.flag import note_held
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.outgoing import forward_headers, target
-from gateway.http.settle import FENCED, Kept, record_answer, release, settle_failure
+from gateway.http.problems import problem
+from gateway.http.settle import FENCED, OUTCOME, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
@@ -34,16 +36,43 @@ log = logging.getLogger(__name__)
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
     """Call the upstream once in a task of its own, and feed its answer to the client from
     this one: a client that goes away or stops reading never holds up the recording."""
+    if c.unsent:
+        refused = await _mark_sent(s, c)
+        if refused is not None:
+            return refused
     feed = ClientFeed(s.settings.limits.client_buffer)
     s.tasks.spawn(_call(s, c, feed))
     return await feed.serve(c.request)
+
+
+async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
+    """Mark the claim as sent before a byte goes (`mark_sent`): an owner that dies before
+    this leaves a key that runs as new, after it one that is a lost owner's. None when
+    marked; else the answer, and nothing is sent."""
+    try:
+        if await s.store.sent(c.key, c.token):
+            return None
+        answer = problem(  # the lease ended before the mark: another request holds the key
+            409, "in-flight", "Request in progress",
+            "a request with this key is in progress; retry later", {"Retry-After": "1"},
+        )  # fmt: skip
+    except StoreUnavailable as exc:
+        s.metrics.redis_errors.inc()
+        log.error("route %s: the send could not be marked, nothing sent: %s", c.route.name, exc)
+        await release(s, c.route, c.key, c.token)
+        answer = problem(
+            503, "store-unavailable", "Idempotency store unavailable",
+            "the request was not forwarded; retry later", {"Retry-After": "1"},
+        )  # fmt: skip
+    s.metrics.request(c.route.name, c.request.method, m.ERROR)
+    return answer
 
 
 async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
     headers = forward_headers(request, route.preserve_host)
     started = time.monotonic()
-    beat = Heartbeat(s.store, c.key, c.token, route.lease, s.metrics)
+    beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
     beat.start()
     s.watch.calling(c.key, route.name)
     outcome = m.FORWARDED
@@ -62,12 +91,11 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                 await release(s, c.route, c.key, c.token)  # a retry may run while it streams
             # An answer that is recorded says until when (shadow mode adds nothing).
             enforced = settle is Settle.RECORD and route.mode == "enforce"
+            extra = expires(route.retention) if enforced else {}
+            if c.outcome is not None:  # this answer alone: a replay is the upstream's
+                extra = {**extra, OUTCOME: c.outcome}
             response = start_response(
-                upstream.status,
-                upstream.reason,
-                recorded_headers,
-                upstream.content_length,
-                expires(route.retention) if enforced else None,
+                upstream.status, upstream.reason, recorded_headers, upstream.content_length, extra
             )
             # A recorded answer's last bytes (its head, when the body is empty) are held
             # back until the outcome is stored: no client sees a complete answer that a
@@ -143,6 +171,8 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         kind = failure_of(exc)
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)
+        if kind is not Failure.UNSENT and route.on_unknown_outcome == "record":
+            await note_held(s, route.name, c.key, route.retention)  # the console lists it
         if feed.started or failed is None:
             feed.cut()
         else:  # a recorded answer's head waits for its first bytes: none went out

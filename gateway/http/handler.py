@@ -12,8 +12,8 @@ import secrets
 from aiohttp import hdrs, web
 
 from gateway.config.policy import Policy, Route
-from gateway.core.claims import ClaimResult
-from gateway.core.decision import Action
+from gateway.core.claims import Claim, ClaimResult
+from gateway.core.decision import Action, LostStep
 from gateway.core.headers import foreign_coding, undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
@@ -22,6 +22,7 @@ from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.http.claiming import take
 from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
 from gateway.http.forward import forward
 from gateway.http.incoming import (
     KEY_TITLES,
@@ -38,6 +39,7 @@ from gateway.http.passthrough import pass_through
 from gateway.http.problems import code_for, problem
 from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN, release
+from gateway.http.takeover import let_go, lost_conflict, owner_lost, take_over
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
@@ -56,6 +58,7 @@ CONFLICTS = {
         "the request with this key ended without a recorded answer; retry to run it",
     ),
 }  # fmt: skip
+UNSENT_CLAIMS = (Claim.CLAIMED, Claim.UNSENT)
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD = {
     Action.REPLAY: m.REPLAYED,
@@ -64,6 +67,8 @@ WOULD = {
     Action.CONFLICT: m.CONFLICT,
     Action.WAIT: m.CONFLICT,
     Action.UNRECORDED: m.CONFLICT,
+    Action.TAKE_OVER: m.ERROR,  # at best an answer looked up: never the call run again
+    Action.OWNER_LOST: m.CONFLICT,
 }
 
 
@@ -187,7 +192,11 @@ class Gateway:
             self.s.metrics.request(route.name, request.method, m.ERROR)
             detail = "the stored record for this key cannot be read; the request is not run again"
             return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
-        claimed = Claimed(request, route, rkey, token, fp, body)
+        # With `mark_sent`, a claim of its own counts as unsent until forward marks it.
+        unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS
+        claimed = Claimed(request, route, rkey, token, fp, body, unsent)
+        if result.outcome is Claim.UNSENT:  # its owner died before sending: it runs as new
+            owner_lost(self.s, claimed, LostStep.UNSENT)
         return await self._act(request, route, action, result, claimed, anonymous)
 
     async def _act(
@@ -220,6 +229,16 @@ class Gateway:
                 **expires(result.pttl_ms / 1000),
             }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+        if action is Action.TAKE_OVER:
+            return await take_over(self.s, claimed)
+        if action is Action.OWNER_LOST:
+            if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back
+                await let_go(self.s, claimed)
+            else:
+                owner_lost(self.s, claimed, LostStep.KEPT)
+                await note_held(self.s, route.name, claimed.key, route.retention)
+            self.s.metrics.request(route.name, request.method, m.CONFLICT)
+            return lost_conflict()
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"

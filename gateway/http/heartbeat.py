@@ -22,11 +22,14 @@ class Heartbeat:
     are plain calls rather than an `async with`, two coroutines less per claimed call.
     """
 
-    def __init__(self, store: Store, key: str, token: str, lease: float, metrics: Metrics) -> None:
+    def __init__(
+        self, store: Store, key: str, token: str, lease: float, hold: float, metrics: Metrics
+    ) -> None:
         self._store = store
         self._key = key
         self._token = token
         self._lease = lease
+        self._hold = hold  # how long the key outlives its lease: a lost owner's stays known
         self._metrics = metrics
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
@@ -41,7 +44,7 @@ class Heartbeat:
 
     async def _renew(self) -> None:
         try:
-            renewed = await self._store.extend(self._key, self._token, self._lease)
+            renewed = await self._store.extend(self._key, self._token, self._lease, self._hold)
         except StoreUnavailable as exc:
             self._metrics.redis_errors.inc()
             log.warning("lease renewal failed, will try again: %s", exc)

@@ -37,16 +37,16 @@ from gateway.http.context import Claimed, Services
 from gateway.http.incoming import key_of
 from gateway.http.problems import problem
 from gateway.http.reconcile import Found, look_up
-from gateway.store import attention
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
 
 log = logging.getLogger(__name__)
 
-OUTCOME_UNKNOWN = {"Idempotency-Outcome": "unknown"}
+OUTCOME = "Idempotency-Outcome"
+OUTCOME_UNKNOWN = {OUTCOME: "unknown"}
 # The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
 # record (and every replay) is the newer claim's answer.
-FENCED = {"Idempotency-Outcome": "fenced"}
+FENCED = {OUTCOME: "fenced"}
 
 
 class Kept(Enum):
@@ -110,7 +110,6 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
             return Kept.FENCED
         return Kept.STORED
     outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention)
-    s.watch.journaled(c.key, route.name)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return Kept.IN_MEMORY if entry is None else Kept.JOURNALED
@@ -146,7 +145,7 @@ async def keep_storing(
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
-                await s.store.extend(outcome.key, outcome.token, lease)
+                await s.store.extend(outcome.key, outcome.token, lease, outcome.retention)
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
             continue
@@ -154,23 +153,11 @@ async def keep_storing(
             await _stored_late(s, outcome)
         if entry is not None:
             await asyncio.to_thread(s.journal.stored, entry)
-        s.watch.stored(outcome.key)
-        if stored and outcome.record.unknown:
-            await note_unknown(s, route, outcome.key, outcome.retention)
         if stored:
             log.info("route %s: a journaled outcome is stored now", route)
         else:
             await _fenced(s, route, outcome.record)
         return
-
-
-async def note_unknown(s: Services, route: str, key: str, retention: float) -> None:
-    """Put a stored unknown outcome on the console's attention list; an index only: a
-    Redis that refuses it now loses nothing but the listing."""
-    try:
-        await attention.note(s.store, s.settings.redis.key_prefix, route, key, retention)
-    except StoreUnavailable as exc:
-        log.warning("route %s: unknown outcome not indexed for the console: %s", route, exc)
 
 
 async def _stored_late(s: Services, outcome: Unstored) -> None:
@@ -237,30 +224,45 @@ async def settle_failure(
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
             settle = after_lookup(lookup, kind, route)
             if settle is Settle.RECORD:
-                return await _record_found(s, c, route.reconcile, found)
+                return await record_found(s, c, route.reconcile, found)
     if settle is Settle.RELEASE:
         await release(s, route, c.key, c.token)
+    elif settle is Settle.KEEP:
+        await _keep(s, c)
     elif settle is Settle.RECORD_UNKNOWN:
-        status = failure_status(kind)
-        record = Record(
-            status=502,
-            headers=[],
-            size=0,
-            sha256="",
-            completed_at=time.time(),
-            unknown=True,
-            extra={"failure": kind, "detail": detail[:500], "seen": str(status)},
-        )
-        kept = await store_outcome(s, c, record, b"")
-        if kept is Kept.IN_MEMORY:
+        seen = str(failure_status(kind))
+        extra = {"failure": kind, "detail": detail[:500], "seen": seen}
+        if await record_unknown(s, c, extra) is Kept.IN_MEMORY:
             return None
-        if kept is Kept.STORED:
-            await note_unknown(s, route.name, c.key, route.retention)
         public = "the upstream was called but its outcome is unknown; an operator must resolve it"
         return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
     if kind is Failure.UNSENT:
         log.warning("route %s: upstream unreachable: %s", route.name, detail)
     return upstream_failure(kind)
+
+
+async def record_unknown(s: Services, c: Claimed, extra: dict[str, str]) -> Kept:
+    """Store an UNKNOWN outcome for an operator: retries replay 502 until it is resolved."""
+    record = Record(
+        status=502,
+        headers=[],
+        size=0,
+        sha256="",
+        completed_at=time.time(),
+        unknown=True,
+        extra=extra,
+    )
+    return await store_outcome(s, c, record, b"")
+
+
+async def _keep(s: Services, c: Claimed) -> None:
+    """`keep`: retries get 409 for one more lease, then the key is free (it ends with the
+    lease rather than outliving it: this owner lives, and chose to let a retry run then)."""
+    try:
+        await s.store.extend(c.key, c.token, c.route.lease, 0.0)
+    except StoreUnavailable as exc:
+        s.metrics.redis_errors.inc()
+        log.error("route %s: the kept key could not be renewed: %s", c.route.name, exc)
 
 
 def _key(c: Claimed) -> str:
@@ -270,7 +272,7 @@ def _key(c: Claimed) -> str:
     return key
 
 
-async def _record_found(
+async def record_found(
     s: Services, c: Claimed, config: Reconcile, found: Found
 ) -> web.Response | None:
     """Record what the lookup found as the key's answer, and answer the client with it.

@@ -1,6 +1,6 @@
 """What this process holds that a person may need to look at: calls still running (a call
-that outlives its route's lease is worth a look) and outcomes the journal keeps because
-Redis has not taken them yet. Kept in memory, per process: the console asks every worker."""
+that outlives its route's lease is worth a look). Kept in memory, per process: the console
+asks every worker (the journal says which outcomes Redis has not taken yet)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,12 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class Watch:
     calls: dict[str, tuple[str, float]] = field(default_factory=dict)  # record -> route, since
-    unstored: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def calling(self, record: str, route: str) -> None:
         self.calls[record] = (route, time.time())
 
     def called(self, record: str) -> None:
         self.calls.pop(record, None)
-
-    def journaled(self, record: str, route: str) -> None:
-        self.unstored[record] = (route, time.time())
-
-    def stored(self, record: str) -> None:
-        self.unstored.pop(record, None)
 
     def overdue(self, leases: dict[str, float]) -> list[tuple[str, str, float]]:
         """(route, record, since) of the calls running longer than their route's lease."""

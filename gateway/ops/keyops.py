@@ -88,6 +88,10 @@ def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
     try:
         if b"c" in fields:
             out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
+        if state == "pending":
+            out.update(_lease(fields, pttl_ms, now))
+        if b"o" in fields:  # requests that took it over from a lost owner so far
+            out["taken_over"] = int(fields[b"o"])
         if state in ("completed", "unknown"):
             record = Record.decode(fields[b"m"])
             out.update(
@@ -104,6 +108,18 @@ def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
     return out
 
 
+def _lease(fields: dict[bytes, bytes], pttl_ms: int, now: float) -> dict[str, Any]:
+    """A PENDING key's lease: the time left, or how long ago it ended unrenewed (its owner
+    lost: the next claim settles it by the route's `on_owner_lost`)."""
+    if b"l" not in fields:  # claimed by an earlier version: its TTL is its lease
+        return {"lease_seconds_left": pttl_ms / 1000 if pttl_ms >= 0 else None}
+    left = round(int(fields[b"l"]) / 1000 - now, 3)
+    sent = b"u" not in fields  # routes with mark_sent: not yet marked means never sent
+    if left > 0:
+        return {"lease_seconds_left": left, "maybe_sent": sent}
+    return {"state": "owner-lost", "lease_ended_seconds_ago": -left, "maybe_sent": sent}
+
+
 async def show(store: Store, rkey: str) -> dict[str, Any]:
     fields, pttl = await store.inspect(rkey)
     return describe(fields, pttl)
@@ -115,10 +131,11 @@ async def purge(store: Store, rkey: str) -> bool:
 
 
 async def resolve_by_purge(store: Store, rkey: str) -> None:
-    """Delete an UNKNOWN outcome so the client's next retry runs upstream again."""
-    fields, _ = await store.inspect(rkey)
+    """Delete an UNKNOWN outcome (or a lost owner's key) so the client's next retry runs
+    upstream again."""
+    fields, pttl = await store.inspect(rkey)
     state = fields.get(b"s", b"").decode() or "absent"
-    if state != STATE_UNKNOWN:
+    if state != STATE_UNKNOWN and describe(fields, pttl)["state"] != "owner-lost":
         raise _not_unknown(state)
     await store.purge(rkey)
 

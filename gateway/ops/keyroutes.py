@@ -182,29 +182,56 @@ async def _routes(request: web.Request) -> web.Response:
 
 
 async def _attention(request: web.Request) -> web.Response:
-    """The keys that need a person: unknown outcomes held for an operator (from Redis's
-    index), and this process's outcomes not stored yet and calls outliving their lease."""
+    """The keys that need a person: those Redis's index lists that still do (an unknown
+    outcome held for an operator, a lost owner's key held), and this process's outcomes
+    not stored yet and calls outliving their lease."""
     services = request.app[PUBLIC][SERVICES]
     settings = services.settings
     items = [
-        {"route": route, "why": "journaled, not stored", "record": record, "since": since}
-        for record, (route, since) in services.watch.unstored.items()
+        {
+            "route": _route_of(record),
+            "why": "journaled, not stored",
+            "record": record,
+            "since": since,
+        }
+        for record, since in services.journal.unstored()
     ]
     leases = {r.name: r.lease for r in settings.routes}
     items += [
         {"route": route, "why": "running past its lease", "record": record, "since": since}
         for route, record, since in services.watch.overdue(leases)
     ]
-    held: list[tuple[str, str, str, float]] = []
     with contextlib.suppress(StoreUnavailable):  # Redis down: what this process knows still
-        held = await attention.listed(
-            services.store, settings.redis.key_prefix, [r.name for r in settings.routes]
-        )
-    items += [
-        {"route": route, "why": why, "record": record, "since": since}
-        for route, why, record, since in held
-    ]
+        items += await _held(services.store, settings.redis.key_prefix, list(leases))
     return web.json_response({"items": items})
+
+
+async def _held(store: Store, prefix: str, routes: list[str]) -> list[dict[str, Any]]:
+    """The indexed records that still need a person, by their state now; the others leave
+    the index."""
+    held = []
+    for route, record, since in await attention.entries(store, prefix, routes):
+        described = keyops.describe(*await store.inspect(record))
+        why = _why(described)
+        if why:
+            held.append({"route": route, "why": why, "record": record, "since": since})
+        elif described["state"] != "pending":  # settled: a pending one may be stored yet
+            await attention.forget(store, prefix, route, record)
+    return held
+
+
+def _why(described: dict[str, Any]) -> str | None:
+    if described["state"] == "owner-lost":
+        return "owner lost, key held"
+    if described["state"] != "unknown":
+        return None
+    lost = described.get("extra", {}).get("failure") == "owner-lost"
+    return "owner lost, outcome unknown" if lost else "unknown outcome"
+
+
+def _route_of(record: str) -> str:
+    """The route in a record key, `prefix:{route:tenant:key}` (neither digest holds `:`)."""
+    return record.partition("{")[2].rsplit(":", 2)[0]
 
 
 async def _settled(request: web.Request, route: str, rkey: str) -> None:

@@ -49,7 +49,7 @@ async def detail(store: Store, blobs: BlobStore, route: Route, rkey: str) -> dic
         out["created_at"] = int(fields[b"c"]) / 1000
     if pttl >= 0:
         out["expires_at"] = round(now + pttl / 1000, 3)
-    if out["state"] == "pending":
+    if out["state"] in ("pending", "owner-lost"):  # no answer yet: the lease says the rest
         age = out.get("age_seconds")
         out["lease_seconds"] = route.lease
         out["lease_overdue"] = age is not None and age > route.lease

@@ -105,7 +105,7 @@ def _sentinel_master(settings: RedisSettings) -> Redis:
         sentinel_options["ssl"] = True
     if sentinel.password is not None:
         sentinel_options["password"] = sentinel.password
-    manager = Sentinel(  # type: ignore[no-untyped-call]
+    manager = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         [_host_port(node) for node in sentinel.nodes],
         sentinel_kwargs=sentinel_options,
         **_common(settings),

@@ -116,7 +116,7 @@ class Coalescer:
 
     async def _connect(self) -> AbstractConnection:
         pool = self._client.connection_pool
-        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call]
+        connection: AbstractConnection = await pool.get_connection()  # type: ignore[no-untyped-call,unused-ignore]
         self._held.append(connection)
         return connection
 

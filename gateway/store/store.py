@@ -12,23 +12,24 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit, CircuitBreaker
 from gateway.store.cluster import ClusterScripts
+from gateway.store.inspection import FAILURES as _FAILURES
+from gateway.store.inspection import Inspection
 from gateway.store.lean import LeanPipeline, batcher
 from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
 
-log = logging.getLogger(__name__)
+# Claim replies after which the request owns the key.
+_OWNED = (b"CLAIMED", b"UNSENT", b"TAKEN")
 
-# redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
-# a node's connections after an error while other calls are still connecting on them.
-_FAILURES = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
+log = logging.getLogger(__name__)
 
 
 def load_script(name: str) -> str:
@@ -40,7 +41,7 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-class Store:
+class Store(Inspection):
     """Claims, extends, completes and releases idempotency records.
 
     Every call is one EVALSHA (a script Redis forgot is loaded again after NOSCRIPT). With
@@ -82,6 +83,10 @@ class Store:
         self._complete = self._register("complete")
         self._release = self._register("release")
         self._resolve = self._register("resolve")
+        self._sent = self._register("sent")
+        self._scripts_all = (
+            self._claim, self._extend, self._complete, self._release, self._resolve, self._sent
+        )  # fmt: skip
 
     def _register(self, name: str) -> AsyncScript:
         return self.client.register_script(load_script(name))
@@ -141,7 +146,7 @@ class Store:
         async with self._reload_lock:
             if self._loads != loads_before:
                 return  # reloaded by another call meanwhile
-            for each in (self._claim, self._extend, self._complete, self._release, self._resolve):
+            for each in self._scripts_all:
                 try:
                     await self.client.script_load(each.script)
                 except RedisConnectionError:  # a pooled connection that the restart broke
@@ -180,19 +185,45 @@ class Store:
         if not self.replicas:
             return await self._call(self._claim, key, *args)
         reply, acked = await self._call_replicated(self._claim, key, *args)
-        if acked < self.replicas and reply[0] == b"CLAIMED":
-            # Fail closed: the claim could vanish in a failover, so give it back unused.
+        if acked < self.replicas and reply[0] in _OWNED:
+            # Fail closed: the claim could vanish in a failover, so give it back unused (a
+            # lost owner's key as it was: lost, its lease over).
             token = args[1]
             try:
-                await self.release(key, token)
+                if reply[0] == b"TAKEN":
+                    await self.extend(key, token, 0.0, args[4] / 1000)
+                else:
+                    await self.release(key, token)
             except StoreUnavailable as exc:
-                log.warning("could not release an unreplicated claim (its lease ends it): %s", exc)
+                log.warning("could not give back an unreplicated claim (its lease ends): %s", exc)
             raise StoreUnavailable(f"the claim reached {acked} of {self.replicas} replicas in time")
         return reply
 
-    async def claim(self, key: str, fingerprint: str, token: str, lease: float) -> ClaimResult:
+    async def claim(
+        self,
+        key: str,
+        fingerprint: str,
+        token: str,
+        lease: float,
+        hold: float = 0.0,
+        take_lost: bool = True,
+        mark_sent: bool = False,
+    ) -> ClaimResult:
+        """Claim `key`; a PENDING key outlives its lease by `hold`, so that a key whose owner
+        stopped renewing is told apart (TAKEN, or LOST when not `take_lost`) from a free one.
+        With `mark_sent`, the key counts as unsent until `sent` (UNSENT when its owner died
+        before)."""
         now_ms = int(time.time() * 1000)
-        reply = await self._claim_reply(key, fingerprint, token, _ms(lease), now_ms)
+        reply = await self._claim_reply(
+            key,
+            fingerprint,
+            token,
+            _ms(lease),
+            now_ms,
+            int(hold * 1000),
+            b"take" if take_lost else b"hold",
+            b"1" if mark_sent else b"",
+        )
         outcome = claim_of(reply[0])
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))
@@ -206,8 +237,15 @@ class Store:
             return ClaimResult(outcome, pttl_ms=int(reply[4]), record=record, body=reply[3])
         return ClaimResult(outcome)
 
-    async def extend(self, key: str, token: str, lease: float) -> bool:
-        return bool(await self._call(self._extend, key, token, _ms(lease), settles=True))
+    async def extend(self, key: str, token: str, lease: float, hold: float = 0.0) -> bool:
+        """Renew the lease of `token`'s claim (the key outlives it by `hold`); a lease of 0
+        lets the key go as a lost owner's, kept for `hold`."""
+        ms = _ms(lease) if lease > 0 else 0
+        return bool(await self._call(self._extend, key, token, ms, int(hold * 1000), settles=True))
+
+    async def sent(self, key: str, token: str) -> bool:
+        """Mark `token`'s claim as possibly sent; False when it owns the key no more."""
+        return bool(await self._call(self._sent, key, token))
 
     async def complete(
         self,
@@ -240,26 +278,9 @@ class Store:
         """Replace an UNKNOWN outcome with a result an operator gives."""
         return bool(await self._call(self._resolve, key, record.encode(), body, _ms(retention)))
 
-    async def inspect(self, key: str) -> tuple[dict[bytes, bytes], int]:
-        """The raw fields of a record and its TTL in ms, for operators."""
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hgetall(key)
-                pipe.pttl(key)
-                fields, pttl = await pipe.execute()
-        except _FAILURES as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        return fields, int(pttl)
-
-    async def purge(self, key: str) -> bool:
-        try:
-            return bool(await self.client.delete(key))
-        except _FAILURES as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
     async def ready(self) -> bool:
         """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
-        scripts = (self._claim, self._extend, self._complete, self._release, self._resolve)
+        scripts = self._scripts_all
         try:
             present = await self.client.script_exists(*(script.sha for script in scripts))
             for script, loaded in zip(scripts, present, strict=True):
@@ -268,30 +289,6 @@ class Store:
         except _FAILURES:
             return False
         return True
-
-    async def eviction_policies(self) -> set[str] | None:
-        """Every data node's `maxmemory-policy`; None when Redis does not say (unreachable,
-        or CONFIG refused, as on some managed services)."""
-        try:
-            if isinstance(self.client, RedisCluster):
-                replies: Any = await self.client.config_get(
-                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
-                )
-                # One reply per node, keyed by node name; or one, when a single node answered.
-                per_node = replies.values() if "maxmemory-policy" not in replies else [replies]
-                return {str(reply.get("maxmemory-policy", "")) for reply in per_node}
-            reply: Any = await self.client.config_get("maxmemory-policy")
-        except _FAILURES:
-            return None
-        return {str(reply.get("maxmemory-policy", ""))}
-
-    async def unusable(self) -> str | None:
-        """Why Redis does not answer a PING (refused, a wrong password, no such db), or None."""
-        try:
-            await self.client.ping()
-        except _FAILURES as exc:
-            return f"{type(exc).__name__}: {exc}"
-        return None
 
     async def close(self) -> None:
         if self._batch is not None:

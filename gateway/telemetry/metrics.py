@@ -115,6 +115,13 @@ class Metrics:
             ["route", "result"],
             registry=r,
         )
+        self.owner_lost = Counter(
+            "idem_owner_lost",
+            "Keys found with a lost owner (its lease ended unrenewed), by resolution: "
+            "reconciled, not_happened, rerun, held, kept, unsent",
+            ["route", "resolution"],
+            registry=r,
+        )
         self.journal_depth = Gauge(
             "idem_journal_depth", "Journaled outcomes that Redis has not taken yet", registry=r
         )

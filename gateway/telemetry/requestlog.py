@@ -19,6 +19,7 @@ class RequestInfo:
     outcome: str = ""
     would: str = ""  # shadow mode: what enforce would have answered
     key_hash: str = ""  # the digest of the idempotency key the request was handled under
+    owner_lost: str = ""  # how a key whose owner was lost was settled (LostStep)
     upstream_seconds: float = 0.0
 
 
@@ -36,6 +37,13 @@ def begin(info: RequestInfo) -> object:
 
 def end(token: object) -> None:
     _current.reset(token)  # type: ignore[arg-type]
+
+
+def note_owner_lost(resolution: str) -> None:
+    """The current request found its key's owner lost and settled it so."""
+    info = _current.get()
+    if info is not None:
+        info.owner_lost = resolution
 
 
 def note_key_hash(key_hash: str) -> None:

@@ -229,6 +229,7 @@ async function lookup(request) {
   fact(facts, "expires", when(data.expires_at));
   fact(facts, "body size", data.body_bytes === undefined ? null : data.body_bytes + " bytes");
   if (data.state === "pending") fact(facts, "lease overdue", data.lease_overdue ? "yes" : "no");
+  if (data.state === "owner-lost") fact(facts, "lease ended", data.lease_ended_seconds_ago + " s ago");
   fact(facts, "retries answered", data.retries_answered === null ? "not counted" : data.retries_answered);
   replaceRows(
     $("record-headers").tBodies[0],
@@ -238,7 +239,7 @@ async function lookup(request) {
   $("record-body").textContent = body.kind === "text" ? body.text : body.kind === "hex" ? body.hex : "";
   $("record-body-note").textContent =
     body.kind === "hex" ? "(binary, as hex)" : body.kind === "missing" ? "(blob missing)" : body.truncated ? "(first bytes)" : "";
-  $("resolve-open").hidden = data.state !== "unknown";
+  $("resolve-open").hidden = !["unknown", "owner-lost"].includes(data.state);
   $("resolve").hidden = true;
   $("confirm").hidden = true;
   $("record").hidden = false;

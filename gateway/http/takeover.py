@@ -1,0 +1,122 @@
+"""A key whose owner stopped renewing its lease after it may have sent the request (a gateway
+killed or frozen mid-call): an unknown outcome, never a free key.
+
+The request that found it owns it now (the claim took it over) and settles it as the route's
+`on_owner_lost` says, asking the `reconcile` lookup first where there is one: what happened
+is recorded, what did not happen runs, and what nobody can tell is held for an operator,
+kept (409) or, with `release`, run again and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from aiohttp import web
+
+from gateway.core.decision import LostStep, on_lookup, owner_lost_step
+from gateway.errors import StoreUnavailable
+from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
+from gateway.http.forward import forward
+from gateway.http.heartbeat import Heartbeat
+from gateway.http.incoming import key_of
+from gateway.http.problems import problem
+from gateway.http.reconcile import Found, look_up
+from gateway.http.settle import OUTCOME_UNKNOWN, Kept, record_found, record_unknown
+from gateway.telemetry import metrics as m
+from gateway.telemetry.requestlog import note_owner_lost
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER = {"Retry-After": "1"}
+# The Idempotency-Outcome of an answer forwarded after its owner was lost.
+RAN_AGAIN = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
+LOST_DETAIL = (
+    "the gateway that forwarded this request stopped before its outcome was stored; "
+    "whether the upstream ran it is unknown, and it is not run again"
+)
+
+
+def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
+    """Count and log how a lost owner's key was settled."""
+    route = c.route.name
+    s.metrics.owner_lost.labels(route, resolution).inc()
+    note_owner_lost(resolution)
+    log.warning("route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution)
+
+
+def lost_conflict() -> web.Response:
+    """409 for a key held as its lost owner left it (`keep`)."""
+    return problem(
+        409, "owner-lost", "Outcome unknown", LOST_DETAIL, {**OUTCOME_UNKNOWN, **RETRY_AFTER}
+    )
+
+
+async def let_go(s: Services, c: Claimed) -> None:
+    """Give the key back as a lost owner's: its lease over, kept for the retention."""
+    try:
+        await s.store.extend(c.key, c.token, 0.0, c.route.retention)
+    except StoreUnavailable as exc:  # its lease ends by itself, a lost owner's all the same
+        s.metrics.redis_errors.inc()
+        log.error("route %s: a taken-over key could not be let go: %s", c.route.name, exc)
+
+
+async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
+    """Settle a key this request took over from a lost owner, and answer the client."""
+    route = c.route
+    step = owner_lost_step(route, route.reconcile is not None)
+    found = Found(None)
+    if step is LostStep.LOOK_UP:
+        assert route.reconcile is not None
+        found = await _look_up(s, c)
+        lookup = on_lookup(found.status, route.reconcile)
+        s.metrics.reconciled.labels(route.name, lookup).inc()
+        step = owner_lost_step(route, True, lookup)
+    owner_lost(s, c, step)
+    if step in RAN_AGAIN:
+        return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
+    s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
+    if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
+        await note_held(s, route.name, c.key, route.retention)
+    if step is LostStep.RECONCILED:
+        assert route.reconcile is not None
+        answer = await record_found(s, c, route.reconcile, found)
+        return answer if answer is not None else _not_stored_yet()
+    if step is LostStep.HELD:
+        extra = {"failure": "owner-lost", "detail": "lease ended unrenewed", "seen": "502"}
+        if await record_unknown(s, c, extra) is Kept.IN_MEMORY:
+            return _not_stored_yet()
+        return problem(502, "owner-lost", "Outcome unknown", LOST_DETAIL, dict(OUTCOME_UNKNOWN))
+    await let_go(s, c)  # KEPT
+    return lost_conflict()
+
+
+# The request outcome each settled step counts as: the answer of the call that ran, a 502,
+# or a 409.
+_COUNTED_AS = {LostStep.RECONCILED: m.REPLAYED, LostStep.HELD: m.ERROR, LostStep.KEPT: m.CONFLICT}
+
+
+async def _look_up(s: Services, c: Claimed) -> Found:
+    """Ask the route's lookup, the lease renewed meanwhile (a lookup may wait `after`)."""
+    route = c.route
+    assert route.reconcile is not None
+    key = key_of(c.request, route, c.body)
+    assert key is not None  # the handler read it to get here
+    beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
+    beat.start()
+    try:
+        return await look_up(route.reconcile, c.request, key, s.upstreams.tls)
+    finally:
+        beat.stop()
+
+
+def _not_stored_yet() -> web.Response:
+    """The settled outcome is being stored in the background: the retry gets it."""
+    return problem(
+        503,
+        "store-unavailable",
+        "Idempotency store unavailable",
+        "the outcome of this key is being stored; retry later",
+        RETRY_AFTER,
+    )

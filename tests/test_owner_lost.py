@@ -1,0 +1,470 @@
+"""A key whose owner stopped renewing its lease after it may have sent the request (a gateway
+SIGKILLed or frozen mid-call) is an unknown outcome, never a free key: the next claim asks
+the route's reconcile lookup, else follows its `on_owner_lost` policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+import redis
+from aiohttp import web
+
+from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim
+from gateway.core.fingerprint import fingerprint
+from gateway.http.app import LIVE
+from gateway.ops.keyops import locate
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
+from gateway.telemetry.logs import FIELDS
+from testkit.procs import GatewayProcess
+
+from .conftest import AdminFactory, GatewayFactory
+from .faultkit import metrics_of, records, until, value
+from .scripted import answering, scripted
+from .upstream import CountingUpstream, serving_app
+
+LEASE = 1.0
+KEY = {"Idempotency-Key": "k-lost"}
+AUTH = {"Authorization": "Bearer test-admin-token-0123456789"}
+LOOKED_UP = {"id": "pay_looked_up", "status": "captured"}
+
+
+class Lookup:
+    """The upstream's own view of a payment by key, as a real API could offer it: `mode` is
+    what it says (happened, not_happened, error, hang)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.asked = 0
+
+    async def find(self, request: web.Request) -> web.Response:
+        self.asked += 1
+        if self.mode == "hang":
+            await asyncio.Event().wait()
+        if self.mode == "happened":
+            return web.json_response(LOOKED_UP)
+        if self.mode == "not_happened":
+            return web.json_response({"error": "no such payment"}, status=404)
+        return web.Response(status=500, text="lookup broke")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/by-key/{key}", self.find)
+        return app
+
+
+async def serving_lookup(mode: str) -> AsyncIterator[tuple[Lookup, str]]:
+    lookup = Lookup(mode)
+    async with serving_app(lookup.app()) as origin:
+        yield lookup, origin
+
+
+def reconcile(origin: str) -> dict[str, Any]:
+    return {"url": f"{origin}/by-key/{{key}}", "status": 201, "timeout": "300ms"}
+
+
+def config(origin: str, redis_url: str, **route: Any) -> dict[str, Any]:
+    return {
+        "loop": "asyncio",
+        "log_level": "warning",
+        "redis": {"url": redis_url},
+        "routes": [
+            {"name": "api", "path_prefix": "/", "upstream": origin, "lease": f"{LEASE}s", **route}
+        ],
+    }
+
+
+@pytest.fixture
+def gateways() -> Iterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    yield started
+    for gateway in started:
+        if gateway.process is not None and gateway.process.poll() is None:
+            gateway.process.send_signal(signal.SIGCONT)
+            gateway.kill()
+
+
+async def two_gateways(
+    gateways: list[GatewayProcess], tmp_path: Path, origin: str, redis_url: str, **route: Any
+) -> tuple[GatewayProcess, GatewayProcess]:
+    """The one that will be lost, and the one its client's retries go to."""
+    victim = GatewayProcess(config(origin, redis_url, **route), tmp_path)
+    survivor = GatewayProcess(config(origin, redis_url, **route), tmp_path)
+    gateways.extend((victim, survivor))
+    await asyncio.gather(*(asyncio.to_thread(g.start) for g in (victim, survivor)))
+    return victim, survivor
+
+
+async def killed_after_sending(
+    counting: CountingUpstream, victim: GatewayProcess, session: aiohttp.ClientSession
+) -> None:
+    """The victim forwards the request; SIGKILL once the upstream has it."""
+    first = asyncio.ensure_future(session.post(f"{victim.url}/gate", data=b"x", headers=KEY))
+    await counting.entered.wait()
+    await asyncio.to_thread(victim.kill)
+    with pytest.raises(aiohttp.ClientError):
+        await first
+    counting.release.set()  # the orphaned call ends upstream; nobody hears its answer
+
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+async def retry(session: aiohttp.ClientSession, url: str) -> Answer:
+    async with session.post(f"{url}/gate", data=b"x", headers=KEY) as resp:
+        return resp.status, dict(resp.headers), await resp.read()
+
+
+async def retry_past_the_lease(session: aiohttp.ClientSession, url: str) -> Answer:
+    """Retry as a client would: 409 in-flight while the lost owner's lease lasts, then the
+    answer the gateway settles the key with."""
+    answers: list[Answer] = []
+
+    async def settled() -> bool:
+        answers.append(await retry(session, url))
+        status, _, body = answers[-1]
+        return not (status == 409 and orjson.loads(body)["code"] == "in-flight")
+
+    await until(settled, timeout=LEASE + 10, every=0.1)
+    return answers[-1]
+
+
+def code(answer: Answer) -> str:
+    return str(orjson.loads(answer[2])["code"])
+
+
+async def test_without_a_lookup_a_killed_owners_key_is_held_as_unknown(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    """on_owner_lost unset follows on_unknown_outcome (record): an UNKNOWN outcome for an
+    operator, never a second run."""
+    counting, origin = upstream
+    victim, survivor = await two_gateways(
+        gateways, tmp_path, origin, redis_url, on_unknown_outcome="record"
+    )
+    async with aiohttp.ClientSession() as session:
+        await killed_after_sending(counting, victim, session)
+        answer = await retry_past_the_lease(session, survivor.url)
+        assert answer[0] == 502 and code(answer) == "owner-lost"
+        assert answer[1]["Idempotency-Outcome"] == "unknown"
+        again = await retry(session, survivor.url)
+        assert again[0] == 502 and code(again) == "outcome-unknown"
+        assert again[1]["Idempotent-Replayed"] == "true"
+    assert counting.count("/gate") == 1
+    [record] = records(redis_url)
+    assert record[b"s"] == b"U" and b"owner-lost" in record[b"m"]
+    assert "Traceback" not in survivor.log()
+
+
+async def test_keep_answers_409_owner_lost_and_never_runs_it_again(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    counting, origin = upstream
+    victim, survivor = await two_gateways(
+        gateways, tmp_path, origin, redis_url, on_owner_lost="keep"
+    )
+    async with aiohttp.ClientSession() as session:
+        await killed_after_sending(counting, victim, session)
+        answer = await retry_past_the_lease(session, survivor.url)
+        assert answer[0] == 409 and code(answer) == "owner-lost"
+        assert answer[1]["Idempotency-Outcome"] == "unknown" and "Retry-After" in answer[1]
+        again = await retry(session, survivor.url)
+        assert again[0] == 409 and code(again) == "owner-lost"
+    assert counting.count("/gate") == 1
+    [record] = records(redis_url)
+    assert record[b"s"] == b"P"
+
+
+async def test_a_killed_owners_call_that_happened_is_recorded_from_the_lookup(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    counting, origin = upstream
+    async for lookup, lookup_origin in serving_lookup("happened"):
+        victim, survivor = await two_gateways(
+            gateways, tmp_path, origin, redis_url, reconcile=reconcile(lookup_origin),
+            on_owner_lost="record",
+        )  # fmt: skip
+        async with aiohttp.ClientSession() as session:
+            await killed_after_sending(counting, victim, session)
+            answer = await retry_past_the_lease(session, survivor.url)
+            assert answer[0] == 201 and orjson.loads(answer[2]) == LOOKED_UP
+            assert answer[1]["Idempotency-Outcome"] == "reconciled"
+            again = await retry(session, survivor.url)
+            assert (again[0], again[2]) == (201, answer[2])
+            assert again[1]["Idempotent-Replayed"] == "true"
+        assert lookup.asked == 1
+    assert counting.count("/gate") == 1
+
+
+async def test_a_killed_owners_call_that_did_not_happen_runs_once_now(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    counting, origin = upstream
+    async for _, lookup_origin in serving_lookup("not_happened"):
+        victim, survivor = await two_gateways(
+            gateways, tmp_path, origin, redis_url, reconcile=reconcile(lookup_origin),
+            on_owner_lost="record",
+        )  # fmt: skip
+        async with aiohttp.ClientSession() as session:
+            await killed_after_sending(counting, victim, session)
+            answer = await retry_past_the_lease(session, survivor.url)
+            assert answer[0] == 201 and answer[2].startswith(b"gated #")
+            assert answer[1]["Idempotency-Outcome"] == "not-happened"
+            again = await retry(session, survivor.url)
+            assert (again[0], again[2]) == (201, answer[2])
+            assert "Idempotency-Outcome" not in again[1]  # the record is the upstream's answer
+    # The lookup said the first never ran: the upstream's count of arrivals holds both.
+    assert counting.count("/gate") == 2
+
+
+@pytest.mark.parametrize("mode", ["error", "hang", "garbage"])
+async def test_a_lookup_that_cannot_tell_falls_back_to_on_owner_lost(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+    mode: str,
+) -> None:
+    """A lookup that fails, hangs past its timeout or answers bytes that are no HTTP: the
+    route's policy (record), never a traceback and never a second run."""
+    counting, origin = upstream
+    junk_bytes = answering(b"\x16\x03\x01garbage\r\n\r\n", keep=False)
+    async with scripted(junk_bytes) as (_, junk):
+        async for _, lookup_origin in serving_lookup(mode):
+            where = junk if mode == "garbage" else lookup_origin
+            victim, survivor = await two_gateways(
+                gateways, tmp_path, origin, redis_url, reconcile=reconcile(where),
+                on_owner_lost="record",
+            )  # fmt: skip
+            async with aiohttp.ClientSession() as session:
+                await killed_after_sending(counting, victim, session)
+                answer = await retry_past_the_lease(session, survivor.url)
+                assert answer[0] == 502 and code(answer) == "owner-lost"
+    assert counting.count("/gate") == 1
+    assert "Traceback" not in survivor.log()
+
+
+async def test_a_stalled_owner_that_comes_back_replaces_the_unknown_with_its_answer(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    """SIGSTOP longer than the lease: the key is held as unknown meanwhile; when the owner
+    resumes, the answer that really came becomes the record."""
+    counting, origin = upstream
+    victim, survivor = await two_gateways(
+        gateways, tmp_path, origin, redis_url, on_owner_lost="record"
+    )
+    assert victim.process is not None
+    async with aiohttp.ClientSession() as session:
+        first = asyncio.ensure_future(session.post(f"{victim.url}/gate", data=b"x", headers=KEY))
+        await counting.entered.wait()
+        victim.signal(signal.SIGSTOP)
+        try:
+            held = await retry_past_the_lease(session, survivor.url)
+            assert held[0] == 502 and code(held) == "owner-lost"
+        finally:
+            victim.signal(signal.SIGCONT)
+        counting.release.set()
+        async with await first as resp:
+            assert (resp.status, await resp.read()) == (201, b"gated #1")
+
+        async def replayed() -> bool:
+            answer = await retry(session, survivor.url)
+            return answer[0] == 201 and answer[2] == b"gated #1"
+
+        await until(replayed, timeout=10)
+    assert counting.count("/gate") == 1
+
+
+async def test_release_runs_it_again_marked_rerun(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    """`release` (the default) keeps at-least-once, as asked, and says so in the answer."""
+    counting, origin = upstream
+    victim, survivor = await two_gateways(gateways, tmp_path, origin, redis_url)
+    async with aiohttp.ClientSession() as session:
+        await killed_after_sending(counting, victim, session)
+        answer = await retry_past_the_lease(session, survivor.url)
+        assert answer[0] == 201 and answer[1]["Idempotency-Outcome"] == "rerun"
+    assert counting.count("/gate") == 2
+
+
+# In process: a claim left as a dead gateway leaves it, written by the store itself.
+
+
+async def claim_as_a_dead_owner(
+    redis_url: str, settings: Any, mark_sent: bool = False, sent: bool = False
+) -> None:
+    route, rkey = locate(settings, "api", [], KEY["Idempotency-Key"])
+    fp = fingerprint(route.fingerprint, "POST", "/gate", "", (), b"x")
+    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    try:
+        result = await store.claim(
+            rkey, fp, "dead-owner", 0.2, route.retention, mark_sent=mark_sent
+        )
+        assert result.outcome is Claim.CLAIMED
+        if sent:
+            assert await store.sent(rkey, "dead-owner")
+    finally:
+        await store.close()
+
+
+async def settle_in_process(gw: Any) -> Any:
+    answers: list[Any] = []
+
+    async def settled() -> bool:
+        resp = await gw.post("/gate", data=b"x", headers=KEY)
+        answers.append((resp.status, dict(resp.headers), await resp.read()))
+        return not (resp.status == 409 and orjson.loads(answers[-1][2])["code"] == "in-flight")
+
+    await until(settled, timeout=10, every=0.05)
+    return answers[-1]
+
+
+async def test_mark_sent_a_key_whose_owner_died_before_sending_runs_as_new(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    counting, _ = upstream
+    counting.release.set()
+    gw = await make_gateway(mark_sent=True, on_owner_lost="record")
+    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings, mark_sent=True)
+    status, headers, body = await settle_in_process(gw)
+    assert (status, body) == (201, b"gated #1") and "Idempotency-Outcome" not in headers
+    assert counting.count("/gate") == 1
+    metrics = metrics_of(gw)
+    assert value(metrics, "idem_owner_lost_total", route="api", resolution="unsent") == 1
+    [record] = records(redis_url)
+    assert record[b"s"] == b"C" and b"u" not in record and b"l" not in record
+
+
+async def test_mark_sent_a_key_marked_sent_is_a_lost_owners(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(mark_sent=True, on_owner_lost="record")
+    settings = gw.server.app[LIVE].settings
+    await claim_as_a_dead_owner(redis_url, settings, mark_sent=True, sent=True)
+    status, _, body = await settle_in_process(gw)
+    assert status == 502 and orjson.loads(body)["code"] == "owner-lost"
+    assert counting.count("/gate") == 0
+
+
+async def test_mark_sent_marks_each_new_key_before_forwarding(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """While the upstream holds the call, the key says it may have been sent."""
+    counting, _ = upstream
+    gw = await make_gateway(mark_sent=True)
+    first = asyncio.ensure_future(gw.post("/gate", data=b"x", headers=KEY))
+    await counting.entered.wait()
+    [record] = records(redis_url)
+    assert record[b"s"] == b"P" and b"u" not in record
+    counting.release.set()
+    assert (await first).status == 201
+
+
+async def test_a_lost_owner_is_counted_logged_and_shown(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(on_owner_lost="record")
+    admin = await make_admin(gw)
+    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings)
+    show = {"route": "api", "key": KEY["Idempotency-Key"]}
+
+    async def lost() -> bool:
+        doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
+        return bool(doc["state"] == "owner-lost")
+
+    await until(lost, timeout=10, every=0.05)
+    doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
+    assert doc["maybe_sent"] is True and doc["lease_ended_seconds_ago"] >= 0
+    caplog.set_level(logging.INFO, logger="gateway.http.access")
+    status, headers, _ = await settle_in_process(gw)
+    assert status == 502 and headers["Idempotency-Outcome"] == "unknown"
+    metrics = metrics_of(gw)
+    assert value(metrics, "idem_owner_lost_total", route="api", resolution="held") == 1
+    lines = [getattr(r, FIELDS) for r in caplog.records if r.name == "gateway.http.access"]
+    assert lines[-1]["owner_lost"] == "held" and lines[-1]["status"] == 502
+    doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
+    assert doc["state"] == "unknown" and doc["taken_over"] == 1
+    assert doc["extra"]["failure"] == "owner-lost"
+    assert counting.count("/gate") == 0
+
+
+async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
+    redis_url: str,
+) -> None:
+    """A PENDING key written before the lease became a field (no 'l'): in flight for as long
+    as its TTL, as that version meant, then free."""
+    raw = redis.Redis.from_url(redis_url)
+    raw.hset("idem:{old}", mapping={"s": "P", "t": "old-owner", "f": "fp"})
+    raw.pexpire("idem:{old}", 60_000)
+    raw.close()
+    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    try:
+        result = await store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
+        assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000
+    finally:
+        await store.close()
+
+
+async def test_an_operator_resolves_a_kept_lost_owners_key(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+) -> None:
+    """`keep` holds the key as its lost owner left it; an operator who knows what happened
+    stores it (or purges it), as for an UNKNOWN outcome. A live lease is never resolved."""
+    counting, _ = upstream
+    gw = await make_gateway(on_owner_lost="keep", lease="30s")
+    admin = await make_admin(gw)
+    target = {"route": "api", "key": KEY["Idempotency-Key"]}
+    live = asyncio.ensure_future(gw.post("/gate", data=b"x", headers=KEY))
+    await counting.entered.wait()
+    early = await admin.post("/keys/resolve", json={**target, "status": 201}, headers=AUTH)
+    assert early.status == 409 and (await early.json())["code"] == "record-not-unknown"
+    counting.release.set()
+    assert (await live).status == 201
+    await admin.post("/keys/purge", json=target, headers=AUTH)
+
+    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings)
+    status, _, body = await settle_in_process(gw)
+    assert status == 409 and orjson.loads(body)["code"] == "owner-lost"
+    resolve = {**target, "status": 201, "body": "settled by hand"}
+    assert (await admin.post("/keys/resolve", json=resolve, headers=AUTH)).status == 200
+    replay = await gw.post("/gate", data=b"x", headers=KEY)
+    assert (replay.status, await replay.read()) == (201, b"settled by hand")
+    assert counting.count("/gate") == 1  # the live one alone
