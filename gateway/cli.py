@@ -19,20 +19,15 @@ from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http import server
-from gateway.http.app import DRAIN_SECONDS, create_app
+from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
+from gateway.http.certificates import attach_tls
 from gateway.ops import keyscli
 from gateway.ops.admin import admin_socket, attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.hub import Hub
+from gateway.ops.hub import MAX_WORKERS, Hub
 from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
-from gateway.ops.workers import (
-    MAX_WORKERS,
-    Supervisor,
-    count_requests,
-    default_workers,
-    worker_command,
-)
+from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
 from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
 from gateway.telemetry.logs import START_LINES
@@ -95,7 +90,8 @@ def serve(
                 os.write(ready_fd, b"1")
                 os.close(ready_fd)
             log.info(
-                "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
+                "idem-gateway listening on %s://%s:%d (%d route%s, %s loop)",
+                scheme,
                 host,
                 port,
                 routes,
@@ -104,6 +100,10 @@ def serve(
             )
 
         app = create_app(settings, url)
+        tls = None
+        if listen.tls is not None:
+            tls = attach_tls(app, "listen", listen.tls, app[METRICS]).context
+        scheme = "http" if tls is None else "https"
         if settings.admin is not None:
             attach_admin(app, settings.admin, admin_channel, public_address=(host, port))
         if config_path:
@@ -113,7 +113,7 @@ def serve(
         app.on_startup.append(tune_collector)  # last: after the resources are up
         try:
             loop = new_loop(settings.loop)
-            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop)
+            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
         except OSError as exc:
             # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
             # one that listens second is refused here, before it has said "listening".
@@ -150,7 +150,8 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
             START_LINES.release()
             if embedded is not None:
                 log.info("embedded redis-server started for %d workers at %s", workers, url)
-            log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
+            scheme = "http" if listen.tls is None else "https"
+            log.info("idem-gateway: %d workers on %s://%s:%d", workers, scheme, host, port)
 
         command = worker_command(config, url, sock.fileno())
         return Supervisor(command, workers, (sock.fileno(),), hub).run(serving)

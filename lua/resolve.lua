@@ -16,6 +16,8 @@ if not unknown then
   return 0
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- first: allowed at maxmemory (complete.lua)
-redis.call('HSET', KEYS[1], 's', 'C', 'm', ARGV[1], 'b', ARGV[2])
-redis.call('HDEL', KEYS[1], 'l', 'u')
+-- The operator's result is the record: an owner that comes back late is fenced, not told
+-- its own answer was stored.
+redis.call('HSET', KEYS[1], 's', 'C', 'm', ARGV[1], 'b', ARGV[2], 't', 'operator')
+redis.call('HDEL', KEYS[1], 'l', 'u', 'p')
 return 1

@@ -20,6 +20,7 @@ from gateway.http.app import DRAIN_SECONDS, METRICS
 from gateway.ops.hub import supervisor_families
 
 from .conftest import GatewayFactory
+from .tls_certs import private_ca
 from .upstream import CountingUpstream
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -196,10 +197,37 @@ def k8s(tmp_path: Path) -> tuple[dict[tuple[str, str], dict[str, Any]], Settings
     docs = manifests()
     config_map = docs[("ConfigMap", "idem-gateway-config")]
     path = tmp_path / "gateway.yaml"
-    path.write_text(config_map["data"]["gateway.yaml"])
+    # The certificate files are the Secret's, in the pod: a certificate of the test's own
+    # stands in for them where the config names them.
+    tls = private_ca(tmp_path / "ca").leaf_files("gateway")
+    text = config_map["data"]["gateway.yaml"]
+    for name, stand_in in zip(("tls.crt", "tls.key"), tls, strict=True):
+        text = text.replace(f"{SECRET_MOUNT}/{name}", stand_in)
+    path.write_text(text)
     settings = load_settings(path)
     assert protects_nothing(settings) is None
     return docs, settings
+
+
+SECRET_MOUNT = "/etc/idem-gateway/tls"
+
+
+def test_the_listener_certificate_is_the_mounted_tls_secret() -> None:
+    docs = manifests()
+    config = yaml.safe_load(docs[("ConfigMap", "idem-gateway-config")]["data"]["gateway.yaml"])
+    tls = config["listen"]["tls"]
+    pod = docs[("Deployment", "idem-gateway")]["spec"]["template"]
+    gateway = _container(pod, "gateway")
+    volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
+    mount = next(m for m in gateway["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["mountPath"] == SECRET_MOUNT and mount["readOnly"] and "subPath" not in mount
+    # A kubernetes.io/tls Secret's keys, as files of the mounted folder.
+    assert volume["secret"]["secretName"] == "idem-gateway-tls"
+    assert (tls["cert"], tls["key"]) == (f"{SECRET_MOUNT}/tls.crt", f"{SECRET_MOUNT}/tls.key")
+    assert tls["watch_interval"]  # a renewed Secret is loaded without a signal or restart
+    # Readable by the gateway's group only (fsGroup), never by others.
+    assert volume["secret"]["defaultMode"] & 0o007 == 0
+    assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsGroup"]
 
 
 def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:

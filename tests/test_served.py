@@ -10,7 +10,7 @@ import orjson
 
 from testkit.procs import GatewayProcess
 
-from .hostile import BigAnswers, exchange, request, start_gateway
+from .hostile import BigAnswers, Wire, exchange, request, start_gateway
 from .upstream import serving
 
 
@@ -62,17 +62,22 @@ async def test_expect_is_answered_as_the_router_did(redis_url: str, tmp_path: Pa
             gateway.stop()
 
 
-async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_path: Path) -> None:
+async def test_http10_chunked_request_closes_its_connection(
+    redis_url: str, tmp_path: Path, wire: Wire
+) -> None:
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        gateway = start_gateway(origin, redis_url, tmp_path, {}, wire=wire)
         try:
             smuggled = request("/pay", "c2")
             sent = (
                 b"POST /pay HTTP/1.0\r\nHost: gw\r\nConnection: keep-alive\r\n"
                 b"Idempotency-Key: c1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
             )
-            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", gateway.port, ssl=wire.client,
+                server_hostname="127.0.0.1" if wire.client else None,
+            )  # fmt: skip
             writer.write(sent + smuggled)
             async with asyncio.timeout(10):
                 answer = await reader.read()  # to the end: the gateway closes the connection
@@ -89,14 +94,14 @@ async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_
 
 
 async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     """Two Content-Lengths, a control byte in a header, a bad chunk size: aiohttp's parser
     refuses them before the gateway sees them; the answer is still the gateway's kind
     (problem+json, its own type, a request id) and repeats none of the request's bytes."""
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        gateway = start_gateway(origin, redis_url, tmp_path, {}, wire=wire)
         try:
             refused = [
                 request("/pay", "k1", extra=b"Content-Length: 2\r\n"),
@@ -105,7 +110,7 @@ async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
                 b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
             ]
             for sent in refused:
-                status, head, body = await exchange(gateway.port, sent)
+                status, head, body = await exchange(gateway.port, sent, wire=wire)
                 assert status == 400, head
                 assert header(head, b"Content-Type") == b"application/problem+json", head
                 assert orjson.loads(body)["code"] == "malformed-request"

@@ -20,7 +20,7 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.claiming import take
+from gateway.http.claiming import give_back, take
 from gateway.http.context import Claimed, Services
 from gateway.http.flag import note_held
 from gateway.http.forward import forward
@@ -186,6 +186,8 @@ class Gateway:
             may_wait = route.mode != "shadow"
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as exc:
+            if exc.unanswered:  # the claim may hold the key, and nothing was sent: give it back
+                self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
             return await self._store_down(request, route, body, exc)
         except RecordCorrupt as exc:
             log.error("route %s: %s", route.name, exc)

@@ -23,6 +23,7 @@ from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
 from gateway.http.app import METRICS, SERVICES
+from gateway.http.certificates import attach_tls
 from gateway.http.eviction import eviction_risk
 from gateway.ops.console import add_pages
 from gateway.ops.keyroutes import PRIVATE, PUBLIC, TOKEN, add_key_routes
@@ -114,6 +115,10 @@ def attach_admin(
     listener has started.
     """
     state = AdminState()
+    tls = None
+    if settings.tls is not None and channel is None:  # a worker's channel is a unix socket
+        tls = attach_tls(public, "admin", settings.tls, public[METRICS]).context
+    scheme = "http" if tls is None else "https"
 
     async def draining(app: web.Application) -> None:
         state.draining = True
@@ -128,9 +133,9 @@ def attach_admin(
                 yield
                 return
             sock = admin_socket(settings, public_address)
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, ssl_context=tls).start()
             state.port = int(sock.getsockname()[1])
-            log.info("admin listener on http://%s:%d", settings.host, state.port)
+            log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
             yield
         finally:
             await runner.cleanup()

@@ -17,7 +17,6 @@ import socket
 import threading
 from collections.abc import Iterator
 
-import aiohttp
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -25,19 +24,19 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from gateway.config.settings import Admin
-from gateway.http.problems import problem
+from gateway.http.certificates import Certificates
 from gateway.ops.console import add_pages
-from gateway.ops.keyroutes import FORWARDED_FOR
 from gateway.ops.overview import overview
-from gateway.ops.workerset import Worker, WorkerSet
+from gateway.ops.passon import attention, forward
+from gateway.ops.workerset import WORKERS, WorkerSet
 
 log = logging.getLogger("gateway.ops.hub")
 
 # How often the supervisor reads its workers' metrics even when nobody scrapes: what a
 # worker that dies counted since is lost, so this bounds the loss.
 REFRESH = 1.0
-# How long a key operation (Redis, a blob) forwarded to a worker may take.
-FORWARD_TIMEOUT = 30.0
+# The most workers one gateway runs (--workers), all asked by its one admin listener.
+MAX_WORKERS = 64
 
 
 class Hub:
@@ -47,7 +46,9 @@ class Hub:
     def __init__(self, settings: Admin, count: int, state_dir: str) -> None:
         self.settings = settings
         self.count = count
-        self.set = WorkerSet(count, state_dir)
+        # admin.tls: the supervisor's listener is the one that shows the certificate.
+        self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
+        self.set = WorkerSet(count, state_dir, self.tls)
         self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -65,6 +66,11 @@ class Hub:
 
     def stopping(self) -> None:
         self.set.draining = True  # a plain flag: /readyz answers 503 from now on
+
+    def reload(self) -> None:
+        """SIGHUP: load admin.tls's files again (the workers reload their own config)."""
+        if self.tls is not None:
+            self.loop.call_soon_threadsafe(self.tls.reload)
 
     def start(self, sock: socket.socket) -> None:
         """Serve on the bound socket `sock` in a thread of its own; back once it serves."""
@@ -92,22 +98,27 @@ class Hub:
         runner = web.AppRunner(self.app(), access_log=None)
         try:
             await runner.setup()
-            await web.SockSite(runner, sock).start()
+            context = self.tls.context if self.tls is not None else None
+            await web.SockSite(runner, sock, ssl_context=context).start()
         except BaseException as exc:  # told to the supervisor's thread, which says it
             self._failure = exc
             self._served.set()
             await runner.cleanup()
             return
         host, port = sock.getsockname()[:2]
-        log.info("admin listener on http://%s:%d for %d workers", host, port, self.count)
+        scheme = "http" if self.tls is None else "https"
+        log.info("admin listener on %s://%s:%d for %d workers", scheme, host, port, self.count)
         self._served.set()
-        refresher = asyncio.create_task(self._refreshing())
+        tasks = [asyncio.create_task(self._refreshing())]
+        if self.tls is not None and self.tls.settings.watch_interval is not None:
+            tasks.append(asyncio.create_task(self.tls.watch(self.tls.settings.watch_interval)))
         try:
             await self._stop.wait()
         finally:
-            refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresher
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await runner.cleanup()
             await self.set.close()
 
@@ -118,9 +129,9 @@ class Hub:
         app.router.add_get("/readyz", _readyz)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/console/api/overview", _overview)
-        app.router.add_get("/console/api/attention", _attention)
-        app.router.add_post("/keys/{op}", _forward)
-        app.router.add_route("*", "/console/api/{name}", _forward)
+        app.router.add_get("/console/api/attention", attention)
+        app.router.add_post("/keys/{op}", forward)
+        app.router.add_route("*", "/console/api/{name}", forward)
         add_pages(app)
         return app
 
@@ -133,18 +144,27 @@ class Hub:
             await asyncio.sleep(REFRESH)
 
 
-WORKERS = web.AppKey("workers", WorkerSet)
-
-
-def supervisor_families(count: int, up: int, restarts: int) -> list[Metric]:
-    """The supervisor's own series: workers configured and answering, restarts."""
-    return [
+def supervisor_families(
+    count: int, up: int, restarts: int, admin_expires: float | None = None
+) -> list[Metric]:
+    """The supervisor's own series: workers configured and answering, restarts, and the
+    expiry of the admin listener's certificate (admin.tls), which it shows."""
+    families: list[Metric] = [
         GaugeMetricFamily("idem_workers", "Worker processes configured", count),
         GaugeMetricFamily("idem_workers_up", "Worker processes answering", up),
         CounterMetricFamily(
             "idem_worker_restarts", "Workers started again after one exited", restarts
         ),
     ]
+    if admin_expires is not None:
+        expiry = GaugeMetricFamily(
+            "idem_listener_certificate_expiry_timestamp_seconds",
+            "When the certificate a TLS listener shows new connections expires (Unix time)",
+            labels=["listener"],
+        )
+        expiry.add_metric(["admin"], admin_expires)
+        families.append(expiry)
+    return families
 
 
 class _Supervisor(Collector):
@@ -152,7 +172,9 @@ class _Supervisor(Collector):
         self.hub, self.up = hub, up
 
     def collect(self) -> Iterator[Metric]:
-        yield from supervisor_families(self.hub.count, self.up, self.hub.restarts)
+        tls = self.hub.tls
+        expires = tls.expires if tls is not None else None
+        yield from supervisor_families(self.hub.count, self.up, self.hub.restarts, expires)
 
 
 class _Merged(Collector):
@@ -205,69 +227,6 @@ async def _overview(request: web.Request) -> web.Response:
     await hub.refresh()
     document = overview(hub.metrics.families(), workers)
     return web.json_response(document, dumps=_dumps)
-
-
-async def _forward(request: web.Request) -> web.Response:
-    """A key operation or lookup, answered by the first live worker (they share Redis)."""
-    hub = request.app[WORKERS]
-    body = await request.read()
-    for worker in sorted(hub.workers.values(), key=lambda w: w.slot):
-        answer = await _pass(request, worker, body)
-        if answer is not None:
-            return answer
-    return _no_worker()
-
-
-async def _attention(request: web.Request) -> web.Response:
-    """Every worker's attention list in one: each knows its own calls and journal, and all
-    read the same index in Redis (those entries are listed once)."""
-    hub = request.app[WORKERS]
-    workers = sorted(hub.workers.values(), key=lambda w: w.slot)
-    answers = [a for a in await asyncio.gather(*(_pass(request, w, b"") for w in workers)) if a]
-    if not answers:
-        return _no_worker()
-    refused = next((a for a in answers if a.status != 200), None)
-    if refused is not None:
-        return refused
-    items: dict[tuple[str, str], dict[str, object]] = {}
-    for answer in answers:
-        assert answer.body is not None and isinstance(answer.body, bytes)
-        for item in orjson.loads(answer.body)["items"]:
-            items.setdefault((item["record"], item["why"]), item)
-    return web.json_response({"items": list(items.values())}, dumps=_dumps)
-
-
-async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Response | None:
-    """`request` as `worker` answers it; None when it does not (it is going away)."""
-    headers = {FORWARDED_FOR: request.remote or ""}
-    for name in ("Authorization", "Content-Type"):
-        if name in request.headers:
-            headers[name] = request.headers[name]
-    timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
-    try:
-        async with worker.client().request(
-            request.method, f"http://worker{request.path}", data=body, headers=headers,
-            timeout=timeout,
-        ) as resp:  # fmt: skip
-            answer = await resp.read()
-            kept = {
-                name: resp.headers[name]
-                for name in ("Content-Type", "WWW-Authenticate")
-                if name in resp.headers
-            }
-            return web.Response(status=resp.status, body=answer, headers=kept)
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        return None
-
-
-def _no_worker() -> web.Response:
-    return problem(
-        503,
-        "workers-unavailable",
-        "No worker answers",
-        "no worker of this gateway answers now; try again",
-        {"Retry-After": "1"},
-    )
 
 
 def _dumps(value: object) -> str:

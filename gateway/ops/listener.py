@@ -47,17 +47,6 @@ def start_listening(sock: socket.socket, backlog: int) -> None:
         raise ListenError(f"cannot listen on {host}:{port}: {why}") from None
 
 
-def bind_first_free(host: str, port: int, tries: int) -> socket.socket:
-    """The first of `port`, `port + 1`, ... (`tries` of them) that is free; 0: any port."""
-    for offset in range(tries):
-        try:
-            return bind(host, port + offset if port else 0)
-        except ListenError:
-            if offset == tries - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
 def bind_private(path: str) -> socket.socket:
     """A unix socket at `path` that only this user may connect to (a worker's channel to its
     supervisor); a socket file left by a worker that died is replaced."""

@@ -32,8 +32,6 @@ STARTUP_GRACE = 5.0
 MAX_FAILED_STARTS = 3
 # How often the supervisor looks for an exited worker.
 REAP_TICK = 0.1
-# The most workers one gateway runs (--workers).
-MAX_WORKERS = 64
 
 
 def default_workers() -> int:
@@ -135,6 +133,8 @@ class Supervisor:
         if sig == signal.SIGHUP:
             log.info("SIGHUP: passed on to %d workers", len(self.children))
             self._forward(sig)
+            if self.hub is not None:
+                self.hub.reload()
             return
         if not self.stopping:
             log.info("stopping: %d workers drain their requests", len(self.children))

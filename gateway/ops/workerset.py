@@ -12,8 +12,10 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp import web
 
 from gateway.config.state import private_folder
+from gateway.http.certificates import Certificates
 from gateway.ops.merge import WorkerMetrics, parse
 
 # How long a worker may take to answer the supervisor: health, readiness and metrics.
@@ -39,8 +41,9 @@ class Worker:
 class WorkerSet:
     """The live workers by slot; used from the admin listener's event loop only."""
 
-    def __init__(self, count: int, state_dir: str) -> None:
+    def __init__(self, count: int, state_dir: str, tls: Certificates | None = None) -> None:
         self.count = count
+        self.tls = tls  # admin.tls, shown by the supervisor's listener
         self.folder = private_folder_for_sockets(state_dir)
         self.workers: dict[int, Worker] = {}
         self.metrics = WorkerMetrics()
@@ -109,3 +112,6 @@ def private_folder_for_sockets(state_dir: str) -> Path:
         folder.rmdir()
         folder = Path(tempfile.mkdtemp(prefix="idem-admin-"))
     return folder
+
+
+WORKERS = web.AppKey("workers", WorkerSet)
