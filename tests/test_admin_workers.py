@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,12 +17,15 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from cryptography import x509
 
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .conftest import ADMIN_TOKEN
 from .scrape import sample
+from .test_listener_rotation import der, presented, rotate
+from .tls_certs import private_ca
 from .upstream import CountingUpstream
 
 WORKER = re.compile(r"worker pid (\d+) started")
@@ -249,3 +253,36 @@ async def test_a_multi_worker_gateway_refuses_an_unusable_admin_port_in_one_line
         assert await asyncio.to_thread(gateway.exits) == 2
     (line,) = gateway.log().splitlines()
     assert line.startswith("idem-gateway: cannot start: admin.port:"), line
+
+
+async def test_the_one_admin_address_shows_admin_tls_and_rotates_it_with_sighup(
+    upstream: tuple[CountingUpstream, str], redis_url: str, tmp_path: Path
+) -> None:
+    _, origin = upstream
+    ca = private_ca(tmp_path / "ca")
+    cert, key = ca.leaf_files("admin")
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    admin_port = free_port()
+    config = {
+        "redis": {"url": redis_url},
+        "admin": {"port": admin_port, "tls": {"cert": cert, "key": key}},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+    gateway = GatewayProcess(config, tmp_path, args=["--workers", "2"])
+    await asyncio.to_thread(gateway.start)
+    try:
+        assert await presented(admin_port, context) == der(cert)
+        new = rotate(ca, cert, key)
+        gateway.signal(signal.SIGHUP)
+        await until(lambda: "admin.tls: certificate reloaded" in gateway.log(), "the reload")
+        assert await presented(admin_port, context) == new
+        async with aiohttp.ClientSession() as http:
+            url = f"https://127.0.0.1:{admin_port}/metrics"
+            async with http.get(url, ssl=context) as resp:
+                text = await resp.text()
+        name = "idem_listener_certificate_expiry_timestamp_seconds"
+        loaded = x509.load_pem_x509_certificate(Path(cert).read_bytes())
+        assert sample(text, name, listener="admin") == loaded.not_valid_after_utc.timestamp()
+    finally:
+        assert await asyncio.to_thread(gateway.stop) == 0
+    assert "Traceback" not in gateway.log()
