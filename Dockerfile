@@ -37,11 +37,13 @@ COPY --from=build /opt/idem-gateway /opt/idem-gateway
 
 USER 10001:10001
 WORKDIR /var/lib/idem-gateway
-# 8080: the public listener; 9090: the admin listener (health, readiness, metrics).
+# 8080: the public listener; 9090: the admin listener (health, readiness, metrics, console),
+# one for the whole gateway however many workers it runs.
 EXPOSE 8080 9090
 
-# The admin listener's liveness endpoint; the slim image has no curl, Python has urllib.
-# It speaks plain HTTP: with admin.tls, override it (or rely on the orchestrator's probes).
+# The admin listener's liveness endpoint, which answers for every worker (503 while one does
+# not answer); the slim image has no curl, Python has urllib. It speaks plain HTTP: with
+# admin.tls, override it (or rely on the orchestrator's probes).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${IDEM_ADMIN_PORT:-9090}/healthz', timeout=2)"
 

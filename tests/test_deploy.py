@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.http.app import DRAIN_SECONDS, METRICS
+from gateway.ops.hub import supervisor_families
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca
@@ -88,6 +89,9 @@ async def exported(
         await client.post("/pay", data=body, headers=headers)
     names = await exported_names(client)
     assert {"idem_requests_total", "idem_upstream_seconds_bucket", "idem_circuit_state"} <= names
+    # A --workers gateway's supervisor adds its own (tests/test_admin_workers.py).
+    for family in supervisor_families(count=2, up=2, restarts=0):
+        names.update(sample.name for sample in family.samples)
     return names
 
 
@@ -261,8 +265,10 @@ def test_the_deployment_probes_the_admin_listener_and_reads_the_mounted_config(
     )
     # --config names a file of the ConfigMap, in the folder it is mounted at.
     args = gateway["args"]
-    # One process per pod: workers of --workers N would take admin ports above admin.port.
-    assert args[args.index("--workers") + 1] == "1"
+    # However many workers, the gateway listens on two ports, the pod exposes those two.
+    assert int(args[args.index("--workers") + 1]) >= 1
+    ports = {p["containerPort"] for p in gateway["ports"]}
+    assert ports == {settings.listen.port, settings.admin.port}
     config = Path(args[args.index("--config") + 1])
     volume = next(v for v in pod["spec"]["volumes"] if "configMap" in v)
     assert volume["configMap"]["name"] == "idem-gateway-config"

@@ -10,6 +10,7 @@ import shlex
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,8 +247,13 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
         url, _, shown = ready.partition("#")
         target = shlex.split(url)[-1].replace("localhost:9090", f"127.0.0.1:{admin_port}")
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://{target}") as r:
-                body = await r.json()
+            deadline = time.monotonic() + 20  # the admin port answers 503 until workers serve
+            while True:
+                async with http.get(f"http://{target}") as r:
+                    body = await r.json()
+                if r.status == 200 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
             assert r.status == 200 and body["ready"] is True
             assert shown.strip().startswith('{"ready": true')
             orders = f"http://127.0.0.1:{port}/v1/orders"

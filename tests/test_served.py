@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 
+from testkit.procs import GatewayProcess
+
 from .hostile import BigAnswers, Wire, exchange, request, start_gateway
 from .upstream import serving
 
@@ -118,3 +120,46 @@ async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
             assert upstream.count == 0
         finally:
             gateway.stop()
+
+
+async def test_a_client_hanging_up_mid_body_logs_499_and_no_traceback(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """docs/production.md: "an access-log line with status 499, no traceback"; aiohttp's
+    server logged an ERROR with a traceback of its own for each such client."""
+    upstream = BigAnswers(10)
+    async with serving(upstream) as origin:
+        config = {
+            "redis": {"url": redis_url},
+            "log_level": "info",
+            "log_format": "json",
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+        gateway = GatewayProcess(config, tmp_path).start()
+        try:
+            for key in ("h1", "h2", "h3"):
+                _, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+                head = request("/pay", key)[: -len(b"{}")].replace(
+                    b"Content-Length: 2", b"Content-Length: 100"
+                )
+                writer.write(head + b"only 10 b")
+                await writer.drain()
+                writer.close()
+                await writer.wait_closed()
+
+            def logged() -> list[dict[str, object]]:
+                return [orjson.loads(line) for line in gateway.log().splitlines() if line]
+
+            def access_lines() -> list[dict[str, object]]:
+                return [line for line in logged() if line["logger"] == "gateway.http.access"]
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(access_lines()) < 3:
+                assert asyncio.get_running_loop().time() < deadline, gateway.log()
+                await asyncio.sleep(0.02)
+        finally:
+            gateway.stop()
+        assert [line["status"] for line in access_lines()] == [499, 499, 499]
+        assert [line for line in logged() if line["level"] in ("error", "critical")] == []
+        assert "Traceback" not in gateway.log()
+        assert upstream.count == 0

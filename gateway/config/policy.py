@@ -162,6 +162,9 @@ class Policy(_Model):
     preserve_host: bool = False  # True: the client's Host; False: the upstream's authority
     max_replay_body: Size | None = None  # larger answers are replayed without their body
     degraded_header: str = "Idempotency-Degraded"  # marks answers that skipped protection
+    # The problems' `code`: the gateway's own, one per reason, or the draft's (`invalid-key`,
+    # `fingerprint-mismatch`), the precise reason then kept in `type` only.
+    problem_codes: Literal["gateway", "draft"] = "gateway"
 
     @field_validator("methods")
     @classmethod

@@ -53,11 +53,12 @@ class Limits(_Model):
 
 
 class Admin(_Model):
-    """The operators' listener: health, readiness, metrics and the key endpoints."""
+    """The operators' listener: health, readiness, metrics, the key endpoints and the
+    console; one per gateway, however many workers it runs."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=9090, ge=0, le=65535)
-    token: str | None = None  # bearer token for /keys/*; without it they answer 403
+    token: str | None = None  # bearer token for /keys/* and the console's key data; else 403
     tls: ServerTls | None = None  # HTTPS, and mutual TLS with client_ca
 
     @field_validator("token")

@@ -22,6 +22,7 @@ from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.http.claiming import give_back, take
 from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
 from gateway.http.forward import forward
 from gateway.http.incoming import (
     KEY_TITLES,
@@ -35,7 +36,7 @@ from gateway.http.incoming import (
     scope_of,
 )
 from gateway.http.passthrough import pass_through
-from gateway.http.problems import problem
+from gateway.http.problems import code_for, problem
 from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN, release
 from gateway.http.takeover import let_go, lost_conflict, owner_lost, take_over
@@ -171,7 +172,7 @@ class Gateway:
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
     ) -> web.Response:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
-        return problem(status, slug, title, detail)
+        return problem(status, slug, title, detail, code=code_for(slug, route.problem_codes))
 
     async def _idempotent(
         self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
@@ -237,12 +238,14 @@ class Gateway:
                 await let_go(self.s, claimed)
             else:
                 owner_lost(self.s, claimed, LostStep.KEPT)
+                await note_held(self.s, route.name, claimed.key, route.retention)
             self.s.metrics.request(route.name, request.method, m.CONFLICT)
             return lost_conflict()
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"
-            return problem(422, "key-reused", "Key reused with another payload", detail)
+            code = code_for("key-reused", route.problem_codes)
+            return problem(422, "key-reused", "Key reused with another payload", detail, code=code)
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
         if action is Action.UNRECORDED:
             await release(self.s, route, claimed.key, claimed.token)

@@ -15,7 +15,7 @@ import logging
 import socket
 import ssl
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
@@ -63,6 +63,17 @@ class _ProblemHandler(RequestHandler):
         answer.headers[REQUEST_ID] = request_id(request)
         answer.force_close()  # as aiohttp's: nothing more is read from this connection
         return answer
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """A client that hung up mid-request is no server error: the access log has its line
+        (status 499, docs/production.md), so aiohttp's traceback for it goes to debug."""
+        if isinstance(kw.get("exc_info"), ConnectionError) and self._client_gone():
+            self.logger.debug(*args, **kw)
+            return
+        super().log_exception(*args, **kw)
+
+    def _client_gone(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
 
 
 class _GuardedSite(web.SockSite):

@@ -17,6 +17,7 @@ from aiohttp import web
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
 from gateway.errors import StoreUnavailable
 from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
 from gateway.http.forward import forward
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.incoming import key_of
@@ -81,6 +82,8 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
     if step in RAN_AGAIN:
         return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
+    if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
+        await note_held(s, route.name, c.key, route.retention)
     if step is LostStep.RECONCILED:
         assert route.reconcile is not None
         answer = await record_found(s, c, route.reconcile, found)
