@@ -1,7 +1,9 @@
 # idem-gateway: a two-stage build. The first stage installs the gateway and its dependencies,
 # pinned by deploy/constraints.txt, into a virtual environment; the second copies only that
 # environment onto a fresh slim Python, so no pip build/ or *.egg-info is left in the image.
-# The config is mounted at /etc/idem-gateway/gateway.yaml (see docker-compose.yml, README.md).
+# The config is mounted at /etc/idem-gateway/gateway.yaml (see docker-compose.yml, README.md);
+# certificates for listen.tls at /etc/idem-gateway/tls (docker-compose.https.yml), never
+# built into the image.
 FROM python:3.12-slim AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -35,10 +37,13 @@ COPY --from=build /opt/idem-gateway /opt/idem-gateway
 
 USER 10001:10001
 WORKDIR /var/lib/idem-gateway
-# 8080: the public listener; 9090: the admin listener (health, readiness, metrics).
+# 8080: the public listener; 9090: the admin listener (health, readiness, metrics, console),
+# one for the whole gateway however many workers it runs.
 EXPOSE 8080 9090
 
-# The admin listener's liveness endpoint; the slim image has no curl, Python has urllib.
+# The admin listener's liveness endpoint, which answers for every worker (503 while one does
+# not answer); the slim image has no curl, Python has urllib. It speaks plain HTTP: with
+# admin.tls, override it (or rely on the orchestrator's probes).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${IDEM_ADMIN_PORT:-9090}/healthz', timeout=2)"
 

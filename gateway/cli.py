@@ -19,10 +19,12 @@ from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http import server
-from gateway.http.app import DRAIN_SECONDS, create_app
+from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
+from gateway.http.certificates import attach_tls
 from gateway.ops import keyscli
-from gateway.ops.admin import MAX_WORKERS, attach_admin
+from gateway.ops.admin import admin_socket, attach_admin
 from gateway.ops.collector import tune_collector
+from gateway.ops.hub import MAX_WORKERS, Hub
 from gateway.ops.listener import ListenError, bind, start_listening
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
@@ -55,11 +57,13 @@ def serve(
     redis_url: str | None = None,
     listen_fd: int | None = None,
     ready_fd: int | None = None,
+    admin_channel: str | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
     SIGHUP reloads `config_path`. A worker (`--workers N`) serves the socket its parent
-    bound (`listen_fd`) and uses the Redis its parent resolved.
+    bound (`listen_fd`), uses the Redis its parent resolved and serves its admin application
+    to its parent only, on the unix socket `admin_channel`.
     """
     listen = settings.listen
     worker = listen_fd is not None
@@ -86,7 +90,8 @@ def serve(
                 os.write(ready_fd, b"1")
                 os.close(ready_fd)
             log.info(
-                "idem-gateway listening on http://%s:%d (%d route%s, %s loop)",
+                "idem-gateway listening on %s://%s:%d (%d route%s, %s loop)",
+                scheme,
                 host,
                 port,
                 routes,
@@ -95,8 +100,12 @@ def serve(
             )
 
         app = create_app(settings, url)
+        tls = None
+        if listen.tls is not None:
+            tls = attach_tls(app, "listen", listen.tls, app[METRICS]).context
+        scheme = "http" if tls is None else "https"
         if settings.admin is not None:
-            attach_admin(app, settings.admin, worker=worker, public_address=(host, port))
+            attach_admin(app, settings.admin, admin_channel, public_address=(host, port))
         if config_path:
             reload_on_sighup(app, config_path)
         if worker:
@@ -104,7 +113,7 @@ def serve(
         app.on_startup.append(tune_collector)  # last: after the resources are up
         try:
             loop = new_loop(settings.loop)
-            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop)
+            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
         except OSError as exc:
             # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
             # one that listens second is refused here, before it has said "listening".
@@ -129,20 +138,27 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         embedded = EmbeddedRedis(Path(settings.state_dir))
         embedded.start()
         url = embedded.url
-    start_listening(sock, listen.backlog)
-    host, port = sock.getsockname()[:2]
-
-    def serving() -> None:  # said once the first worker serves: a refused start is one line
-        START_LINES.release()
-        if embedded is not None:
-            log.info("embedded redis-server started for %d workers at %s", workers, url)
-        log.info("idem-gateway: %d workers on http://%s:%d", workers, host, port)
-
+    hub: Hub | None = None
     try:
+        host, port = sock.getsockname()[:2]
+        if settings.admin is not None:  # one admin address, the parent's, for every worker
+            hub = Hub(settings.admin, workers, settings.state_dir)
+            hub.start(admin_socket(settings.admin, public_address=(host, port)))
+        start_listening(sock, listen.backlog)  # once it listens, so does the admin listener
+
+        def serving() -> None:  # said once the first worker serves: a refused start is one line
+            START_LINES.release()
+            if embedded is not None:
+                log.info("embedded redis-server started for %d workers at %s", workers, url)
+            scheme = "http" if listen.tls is None else "https"
+            log.info("idem-gateway: %d workers on %s://%s:%d", workers, scheme, host, port)
+
         command = worker_command(config, url, sock.fileno())
-        return Supervisor(command, workers, keep_fds=(sock.fileno(),)).run(serving)
+        return Supervisor(command, workers, (sock.fileno(),), hub).run(serving)
     finally:
         sock.close()
+        if hub is not None:
+            hub.stop()
         if embedded is not None:
             embedded.close()
 
@@ -188,6 +204,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
@@ -195,7 +212,7 @@ def _main(argv: Sequence[str] | None) -> int:
     for option, given in (("--check", args.check), ("--config", getattr(args, "config", None))):
         if given == "":  # `--check "$CONFIG"` with CONFIG unset: not the built-in config
             parser.error(f"{option} needs a file name, got an empty one")
-    if not 1 <= args.workers <= MAX_WORKERS:  # each worker takes an admin port of the range
+    if not 1 <= args.workers <= MAX_WORKERS:
         parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":
         return say(schema_text())
@@ -232,7 +249,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
-        serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd)
+        serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd, args.admin_socket)
     except ListenError as exc:
         print(f"idem-gateway: {exc}", file=sys.stderr)
         return EXIT_LISTEN

@@ -8,7 +8,12 @@ class ConfigError(Exception):
 
 
 class StoreUnavailable(Exception):
-    """Redis could not be asked or did not answer: the claim's state is unknown."""
+    """Redis could not be asked or did not answer: the claim's state is unknown.
+    `unanswered`: the call was sent and may have run there, its reply lost."""
+
+    def __init__(self, message: str, unanswered: bool = False) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
 
 
 class RecordCorrupt(Exception):

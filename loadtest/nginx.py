@@ -33,7 +33,7 @@ http {{
         keepalive 1024;
     }}
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port} backlog=4096{tls};
         location / {{
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -45,6 +45,14 @@ http {{
 """
 
 
+# TLS terminated by nginx, as the gateway does with listen.tls: TLS 1.2 and 1.3, its
+# default ciphers, HTTP/1.1.
+TLS = """ ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3"""
+
+
 def find_nginx() -> str | None:
     return shutil.which("nginx") or next(
         (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
@@ -54,15 +62,26 @@ def find_nginx() -> str | None:
 class Nginx:
     """The same interface as `procs.Child`: url, cpu(), stop(), process."""
 
-    def __init__(self, binary: str, name: str, port: int, upstream_url: str, workdir: Path):
+    def __init__(
+        self,
+        binary: str,
+        name: str,
+        port: int,
+        upstream_url: str,
+        workdir: Path,
+        tls: tuple[str, str] | None = None,
+    ):
+        """`tls`: a certificate and its key (PEM files): HTTPS to the clients."""
         self.name = name
         self.port = port
         self.admin_url: str | None = None
+        self.scheme = "http" if tls is None else "https"
         folder = workdir / name
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "nginx.conf"
         upstream = upstream_url.removeprefix("http://")
-        config.write_text(CONFIG.format(dir=folder, upstream=upstream, port=port))
+        listen_tls = "" if tls is None else TLS.format(cert=tls[0], key=tls[1])
+        config.write_text(CONFIG.format(dir=folder, upstream=upstream, port=port, tls=listen_tls))
         self.log = folder / "error.log"
         self.process = subprocess.Popen(
             [binary, "-p", str(folder), "-c", str(config)],
@@ -76,7 +95,7 @@ class Nginx:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def _pids(self) -> list[int]:
         """The master and its workers."""

@@ -52,6 +52,7 @@ class Child:
         self.name = name
         self.port = port
         self.admin_url: str | None = None  # a gateway's admin listener, when it has one
+        self.scheme = "http"  # "https" for a gateway with listen.tls
         self.log = workdir / f"{name}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
@@ -67,7 +68,7 @@ class Child:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def cpu(self) -> float:
         return cpu_seconds(self.process.pid)

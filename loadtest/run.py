@@ -9,6 +9,7 @@ prints one table plus the target ratios. It stops by itself and stops its childr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import yaml
 
 from testkit.ports import free_port
 
+from . import https_rows
 from .nginx import Nginx, find_nginx
 from .procs import Child, start_redis
 
@@ -152,7 +154,9 @@ def prefill(target: str, run: str, keys: int) -> None:
     import aiohttp
 
     async def go() -> None:
-        async with aiohttp.ClientSession() as session:
+        # An https target's certificate is the run's own throwaway one: not verified.
+        connector = aiohttp.TCPConnector(ssl=False)
+        async with aiohttp.ClientSession(connector=connector) as session:
             semaphore = asyncio.Semaphore(32)
 
             async def one(i: int) -> None:
@@ -247,10 +251,19 @@ def measure(
 
 
 def gateway_config(
-    port: int, upstream: str, redis_url: str, loop: str, pipeline: bool, admin_port: int
+    port: int,
+    upstream: str,
+    redis_url: str,
+    loop: str,
+    pipeline: bool,
+    admin_port: int,
+    tls: tuple[str, str] | None = None,
 ) -> dict:
+    listen: dict[str, Any] = {"host": "127.0.0.1", "port": port}
+    if tls is not None:
+        listen["tls"] = {"cert": tls[0], "key": tls[1]}
     return {
-        "listen": {"host": "127.0.0.1", "port": port},
+        "listen": listen,
         "admin": {"host": "127.0.0.1", "port": admin_port},  # its /metrics count outcomes
         "loop": loop,
         "log_level": "warning",
@@ -324,6 +337,7 @@ def targets_report(rows: list[Row]) -> str:
             else:  # a process that did the work was not the one measured
                 out.append(f"{label:44}  not measured (CPU time of 0)")
     out.extend(_floors(rows))
+    out.extend(https_rows.report(functools.partial(_find, rows)))
     gw, bare = _find(rows, "seed", "gateway"), _find(rows, "seed", "bare")
     if gw and bare:
         check("seed: 2xx+409 per second vs bare", _answered(gw) / _answered(bare), 1.7, True)
@@ -406,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the seed scenario's latency PNG here")
     parser.add_argument("--no-claim-bench", action="store_true")
     parser.add_argument(
+        "--no-https", action="store_true", help="leave out the https rows (gateway and nginx)"
+    )
+    parser.add_argument(
         "--profile", type=Path, help="py-spy the pipelined gateway into this folder (raw stacks)"
     )
     args = parser.parse_args(argv)
@@ -431,12 +448,14 @@ def main(argv: list[str] | None = None) -> int:
 
         upstream = child("upstream", "loadtest.upstream", ["--port", "{port}"])
 
-        def gateway(name: str, loop: str, pipeline: bool) -> Child:
+        def gateway(
+            name: str, loop: str, pipeline: bool, tls: tuple[str, str] | None = None
+        ) -> Child:
             port, admin_port = free_port(), free_port()
             config = workdir / f"{name}.yaml"
             config.write_text(
                 yaml.safe_dump(
-                    gateway_config(port, upstream.url, redis.url, loop, pipeline, admin_port)
+                    gateway_config(port, upstream.url, redis.url, loop, pipeline, admin_port, tls)
                 )
             )
             # One process, like the bare proxy: CPU and RSS are read from this very PID.
@@ -444,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             started = Child(name, "gateway", port, args, workdir)
             stack.callback(started.stop)
             started.admin_url = f"http://127.0.0.1:{admin_port}"
+            if tls is not None:
+                started.scheme = "https"
             return started
 
         targets: list[tuple[str, str, Child | Nginx]] = [
@@ -457,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
             ("gateway", "uvloop", gateway("gateway", "uvloop", True)),
             ("gateway-nopipe", "uvloop", gateway("gateway-nopipe", "uvloop", False)),
         ]
+        https = None
+        if wanted & set(https_rows.SCENARIOS) and not args.no_https:
+            https = https_rows.certificate(workdir / "tls")
+            served = gateway("gateway-https", "uvloop", True, https)
+            targets.append(("gateway-https", "uvloop", served))
         for name, (kind, scenario_name) in FLOORS.items():
             if scenario_name not in wanted:
                 continue
@@ -481,6 +507,11 @@ def main(argv: list[str] | None = None) -> int:
             started = Nginx(nginx, "nginx", port, upstream.url, workdir)
             stack.callback(started.stop)
             targets.append(("nginx", "-", started))
+            if https is not None:
+                port = free_port()
+                started = Nginx(nginx, "nginx-https", port, upstream.url, workdir, https)
+                stack.callback(started.stop)
+                targets.append(("nginx-https", "-", started))
         else:
             print("no nginx on PATH (apt-get install nginx-light): its rows are left out")
         if not args.quick:
@@ -504,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
                 if loop not in ("uvloop", "-") and not scenario.extra_loops:
                     continue
                 if target in FLOORS and FLOORS[target][1] != scenario.name:
+                    continue
+                if target in https_rows.TARGETS and scenario.name not in https_rows.SCENARIOS:
                     continue
                 row = measure(
                     wrk, scenario, proc, target, loop, upstream.url, seconds, scale, args.profile

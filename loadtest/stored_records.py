@@ -96,8 +96,9 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
                 key = sibling(template, f"{run}-k{i}").encode()
                 token = b"%032x" % (i * 2654435761 + 1)
                 out.append(
-                    command(b"EVALSHA", claim_sha, b"1", key, fingerprint, token, b"30000", now)
-                )
+                    command(b"EVALSHA", claim_sha, b"1", key, fingerprint, token, b"30000", now,
+                            b"%d" % retention, b"take", b"")
+                )  # fmt: skip
                 out.append(
                     command(b"EVALSHA", complete_sha, b"1", key, token, b"C", meta, body,
                             b"%d" % retention, fingerprint)

@@ -10,8 +10,9 @@
 --            hold ended and nobody claimed since: a stalled owner's outcome is kept, never
 --            run again); also for a repeated call of the same token, which renews the
 --            retention (a write, so that a WAIT after the repeat also covers the first call);
---            also for an owner thought lost ('p', claim.lua) whose key holds the UNKNOWN
---            outcome recorded meanwhile: the answer that really came replaces it
+--            also for an owner thought lost ('p', claim.lua) whose key is still unsettled
+--            (PENDING under a taker) or holds the UNKNOWN outcome recorded meanwhile: the
+--            answer that really came becomes the record, and the taker is fenced
 --          0 if another token holds the key (a newer claim, or its outcome): nothing written
 -- The PEXPIRE comes first: it is a write that Redis allows at maxmemory, and after a script's
 -- first write Redis lets the rest run too, so an outcome that already ran upstream is stored
@@ -23,7 +24,7 @@ if not v[1] then
   return 1
 end
 if v[2] ~= ARGV[1] then
-  if v[1] == 'U' and v[3] == ARGV[1] then
+  if v[3] == ARGV[1] and (v[1] == 'U' or v[1] == 'P') then
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
     redis.call('HSET', KEYS[1], 's', ARGV[2], 't', ARGV[1], 'm', ARGV[3], 'b', ARGV[4])
     redis.call('HDEL', KEYS[1], 'p')

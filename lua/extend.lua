@@ -5,7 +5,7 @@
 -- ARGV[3]  hold in milliseconds: how long the key outlives the lease (0: it ends with it,
 --          and the key is free again)
 -- Returns  1 if renewed, 0 if the token no longer owns the key (lease lost)
-redis.replicate_commands()  -- TIME before writes (Redis 6; a no-op from Redis 7)
+redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] == 'P' and v[2] == ARGV[1] then
   local clock = redis.call('TIME')

@@ -22,6 +22,7 @@ from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
+from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
 
@@ -149,6 +150,12 @@ async def make_admin() -> AsyncIterator[AdminFactory]:
     yield factory
     for client in clients:
         await client.close()
+
+
+@pytest.fixture(params=["plain", "tls"])
+def wire(request: pytest.FixtureRequest, tmp_path: Path) -> Wire:
+    """How a raw-socket test's clients reach the gateway: plain TCP, then TLS."""
+    return PLAIN if request.param == "plain" else tls_wire(tmp_path / "wire-ca")
 
 
 @pytest.fixture(scope="session")

@@ -40,10 +40,11 @@ def redis_keys(url: str) -> list[bytes]:
 
 
 def records(url: str) -> list[dict[bytes, bytes]]:
-    """Every idempotency record's fields (one HASH per key)."""
+    """Every idempotency record's fields (one HASH per key; the console's attention index,
+    `...:attention:<route>`, is no record)."""
     client = redis.Redis.from_url(url)
     try:
-        return [client.hgetall(key) for key in client.scan_iter()]
+        return [client.hgetall(key) for key in client.scan_iter() if b":attention:" not in key]
     finally:
         client.close()
 

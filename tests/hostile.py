@@ -7,17 +7,55 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from testkit.procs import GatewayProcess
 
+from .tls_certs import private_ca
 from .upstream import RawUpstream, read_raw_request
 
 TCP_ESTABLISHED = 1
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How the raw clients reach a gateway: plain TCP, or TLS to a `listen.tls` listener
+    whose certificate a private CA signed."""
+
+    client: ssl.SSLContext | None = None  # the clients' context; None: plain TCP
+    listen_tls: dict[str, str] | None = None  # the gateway's `listen.tls`
+
+    def closing(self, limits: dict[str, Any]) -> dict[str, Any]:
+        """`limits` for a test that waits for the gateway to close a connection: over TLS
+        the close waits `client_write_timeout` for the client's close_notify, which a raw
+        client that does not read never sends: a short one."""
+        return limits if self.client is None else {**limits, "client_write_timeout": "1s"}
+
+    @property
+    def name(self) -> str:
+        return "plain" if self.client is None else "tls"
+
+    def wrap(self, sock: socket.socket) -> socket.socket:
+        """`sock`, its handshake done when TLS."""
+        if self.client is None:
+            return sock
+        return self.client.wrap_socket(sock, server_hostname="127.0.0.1")
+
+
+PLAIN = Wire()
+
+
+def tls_wire(folder: Path) -> Wire:
+    ca = private_ca(folder)
+    cert, key = ca.leaf_files("gateway")
+    client = ssl.create_default_context(cafile=ca.ca_file)
+    return Wire(client, {"cert": cert, "key": key})
 
 
 def pattern(size: int) -> bytes:
@@ -83,6 +121,7 @@ def start_gateway(
     limits: dict[str, Any],
     loop: str = "uvloop",
     admin_port: int | None = None,
+    wire: Wire = PLAIN,
     **route: Any,
 ) -> GatewayProcess:
     config: dict[str, Any] = {
@@ -95,6 +134,8 @@ def start_gateway(
     }
     if admin_port is not None:
         config["admin"] = {"host": "127.0.0.1", "port": admin_port}
+    if wire.listen_tls is not None:
+        config["listen"] = {"tls": wire.listen_tls}
     return GatewayProcess(config, workdir).start()
 
 
@@ -105,20 +146,29 @@ def request(path: str, key: str | None, body: bytes = b"{}", extra: bytes = b"")
     return head + extra + b"\r\n" + body
 
 
-def connect(port: int, receive_buffer: int | None = None) -> socket.socket:
-    """A blocking client socket; a small receive buffer makes a client that does not read
-    stall its sender sooner."""
+def connect(port: int, receive_buffer: int | None = None, wire: Wire = PLAIN) -> socket.socket:
+    """A blocking client socket (its TLS handshake done, over a TLS `wire`); a small receive
+    buffer makes a client that does not read stall its sender sooner."""
     sock = socket.socket()
     if receive_buffer is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     sock.connect(("127.0.0.1", port))
-    return sock
+    try:
+        return wire.wrap(sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
-async def exchange(port: int, data: bytes, timeout: float = 10.0) -> tuple[int, bytes, bytes]:
+async def exchange(
+    port: int, data: bytes, timeout: float = 10.0, wire: Wire = PLAIN
+) -> tuple[int, bytes, bytes]:
     """Send `data` on a fresh connection and read one answer: status, head and body
     (Content-Length framed)."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 21)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, limit=1 << 21, ssl=wire.client,
+        server_hostname="127.0.0.1" if wire.client else None,
+    )  # fmt: skip
     try:
         writer.write(data)
         async with asyncio.timeout(timeout):

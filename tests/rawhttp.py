@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -83,9 +84,12 @@ async def corpus_upstream(entries: list[Entry]) -> AsyncIterator[tuple[CorpusUps
         await server.wait_closed()
 
 
-async def exchange(port: int, data: bytes) -> bytes:
-    """Send raw bytes; everything that comes back until the other end closes."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def exchange(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> bytes:
+    """Send raw bytes (over TLS with `tls`); everything that comes back until the other end
+    closes."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=tls, server_hostname="127.0.0.1" if tls else None
+    )
     try:
         writer.write(data)
         await writer.drain()

@@ -324,3 +324,29 @@ async def test_a_redirect_to_a_master_the_slot_map_does_not_list_yet_is_followed
             assert direct.exists(key) == 1
     finally:
         await store.close()
+
+
+async def test_a_lost_owners_key_is_told_apart_on_every_master(cluster: ClusterServers) -> None:
+    """The lease's end is read with each node's own clock (TIME in the script): on every
+    master, a key whose owner stopped renewing is taken over, never claimed as new."""
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]})
+    store = Store(make_client(settings, ""), CircuitBreaker(1000, 1.0))
+    keys = [f"idem:{{lost-{n}}}" for n in range(12)]  # spread over the slots of 3 masters
+    try:
+        for key in keys:
+            assert (await store.claim(key, "f", "dead", 0.05, 60.0)).outcome is Claim.CLAIMED
+        found: dict[str, Claim] = {}
+
+        async def all_settled() -> bool:
+            for key in keys:
+                if key not in found:
+                    outcome = (await store.claim(key, "f", "retry", 30.0, 60.0)).outcome
+                    if outcome is not Claim.IN_FLIGHT:
+                        found[key] = outcome
+            return len(found) == len(keys)
+
+        await until(all_settled, timeout=10, every=0.02)
+        assert set(found.values()) == {Claim.TAKEN}
+        assert len({slot_owner(cluster.servers, key_slot(k.encode())) for k in keys}) == 3
+    finally:
+        await store.close()

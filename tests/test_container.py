@@ -28,6 +28,8 @@ from gateway.config.loading import load_settings
 from gateway.config.settings import Settings
 from testkit.ports import free_port, wait_for_port
 
+from .tls_certs import private_ca
+
 ROOT = Path(__file__).resolve().parent.parent
 # What docker-compose 1.27-1.29 (v1) and `docker compose` (v2) both understand.
 V1_TOP_LEVEL = {"services", "volumes", "networks"}
@@ -184,6 +186,39 @@ def test_only_the_gateway_runs_the_images_healthcheck() -> None:
     assert "healthcheck" not in services["gateway"]  # the image's own
     assert services["redis"]["healthcheck"]["test"][:2] == ["CMD", "redis-cli"]
     assert services["gateway"]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_the_https_override_mounts_the_certificates_its_config_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """docker-compose.https.yml swaps in config/docker-https.yaml where the image reads its
+    config and mounts ./certs where that config's listen.tls looks; keys stay out of the
+    image and out of git."""
+    override: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.https.yml").read_text())
+    assert set(override) <= V1_TOP_LEVEL and set(override["services"]) == {"gateway"}
+    gateway = override["services"]["gateway"]
+    assert set(gateway) <= V1_SERVICE_KEYS
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in gateway["volumes"]}
+    base = {v.split(":")[1]: v.split(":")[0] for v in compose()["services"]["gateway"]["volumes"]}
+    command = json.loads(final("ENTRYPOINT")) + compose()["services"]["gateway"]["command"]
+    config = command[command.index("--config") + 1]
+    assert config in base and mounted[config] == "./config/docker-https.yaml"
+    assert all(v.endswith(":ro") for v in gateway["volumes"])
+    tls_folder = next(target for target, source in mounted.items() if source == "./certs")
+    named = yaml.safe_load((ROOT / "config" / "docker-https.yaml").read_text())["listen"]["tls"]
+    for field, file in (("cert", "tls.crt"), ("key", "tls.key")):
+        assert named[field].endswith(f":-{tls_folder}/{file}}}"), named[field]
+    assert "certs/" in (ROOT / ".gitignore").read_text().split()
+    assert "certs" in (ROOT / ".dockerignore").read_text().split()
+    # The same config as the plain one but for listen.tls, and it loads.
+    plain = yaml.safe_load((ROOT / "config" / "docker.yaml").read_text())
+    https = yaml.safe_load((ROOT / "config" / "docker-https.yaml").read_text())
+    del https["listen"]["tls"]
+    assert https == plain
+    cert, key = private_ca(tmp_path).leaf_files("gateway")
+    monkeypatch.setenv("IDEM_TLS_CERT", cert)
+    monkeypatch.setenv("IDEM_TLS_KEY", key)
+    assert load_settings(ROOT / "config" / "docker-https.yaml").listen.tls is not None
 
 
 def test_compose_ports_match_the_mounted_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,10 @@ from aiohttp.test_utils import TestClient
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.http.app import DRAIN_SECONDS, METRICS
+from gateway.ops.hub import supervisor_families
 
 from .conftest import GatewayFactory
+from .tls_certs import private_ca
 from .upstream import CountingUpstream
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -87,6 +89,9 @@ async def exported(
         await client.post("/pay", data=body, headers=headers)
     names = await exported_names(client)
     assert {"idem_requests_total", "idem_upstream_seconds_bucket", "idem_circuit_state"} <= names
+    # A --workers gateway's supervisor adds its own (tests/test_admin_workers.py).
+    for family in supervisor_families(count=2, up=2, restarts=0):
+        names.update(sample.name for sample in family.samples)
     return names
 
 
@@ -192,10 +197,37 @@ def k8s(tmp_path: Path) -> tuple[dict[tuple[str, str], dict[str, Any]], Settings
     docs = manifests()
     config_map = docs[("ConfigMap", "idem-gateway-config")]
     path = tmp_path / "gateway.yaml"
-    path.write_text(config_map["data"]["gateway.yaml"])
+    # The certificate files are the Secret's, in the pod: a certificate of the test's own
+    # stands in for them where the config names them.
+    tls = private_ca(tmp_path / "ca").leaf_files("gateway")
+    text = config_map["data"]["gateway.yaml"]
+    for name, stand_in in zip(("tls.crt", "tls.key"), tls, strict=True):
+        text = text.replace(f"{SECRET_MOUNT}/{name}", stand_in)
+    path.write_text(text)
     settings = load_settings(path)
     assert protects_nothing(settings) is None
     return docs, settings
+
+
+SECRET_MOUNT = "/etc/idem-gateway/tls"
+
+
+def test_the_listener_certificate_is_the_mounted_tls_secret() -> None:
+    docs = manifests()
+    config = yaml.safe_load(docs[("ConfigMap", "idem-gateway-config")]["data"]["gateway.yaml"])
+    tls = config["listen"]["tls"]
+    pod = docs[("Deployment", "idem-gateway")]["spec"]["template"]
+    gateway = _container(pod, "gateway")
+    volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
+    mount = next(m for m in gateway["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["mountPath"] == SECRET_MOUNT and mount["readOnly"] and "subPath" not in mount
+    # A kubernetes.io/tls Secret's keys, as files of the mounted folder.
+    assert volume["secret"]["secretName"] == "idem-gateway-tls"
+    assert (tls["cert"], tls["key"]) == (f"{SECRET_MOUNT}/tls.crt", f"{SECRET_MOUNT}/tls.key")
+    assert tls["watch_interval"]  # a renewed Secret is loaded without a signal or restart
+    # Readable by the gateway's group only (fsGroup), never by others.
+    assert volume["secret"]["defaultMode"] & 0o007 == 0
+    assert pod["spec"]["securityContext"]["fsGroup"] == pod["spec"]["securityContext"]["runAsGroup"]
 
 
 def _container(pod: dict[str, Any], name: str) -> dict[str, Any]:
@@ -233,8 +265,10 @@ def test_the_deployment_probes_the_admin_listener_and_reads_the_mounted_config(
     )
     # --config names a file of the ConfigMap, in the folder it is mounted at.
     args = gateway["args"]
-    # One process per pod: workers of --workers N would take admin ports above admin.port.
-    assert args[args.index("--workers") + 1] == "1"
+    # However many workers, the gateway listens on two ports, the pod exposes those two.
+    assert int(args[args.index("--workers") + 1]) >= 1
+    ports = {p["containerPort"] for p in gateway["ports"]}
+    assert ports == {settings.listen.port, settings.admin.port}
     config = Path(args[args.index("--config") + 1])
     volume = next(v for v in pod["spec"]["volumes"] if "configMap" in v)
     assert volume["configMap"]["name"] == "idem-gateway-config"

@@ -16,7 +16,7 @@ from gateway.config.policy import DEFAULT_RECORD
 from gateway.core.decision import records
 
 from .conftest import GatewayFactory, gateway_settings
-from .hostile import start_gateway
+from .hostile import Wire, start_gateway
 from .rawhttp import Entry, Parsed, corpus, corpus_upstream, exchange, parse
 
 DOC = Path(__file__).parent.parent / "docs" / "fidelity.md"
@@ -166,14 +166,15 @@ async def test_the_gateway_answers_as_the_upstream_did(
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_a_gateway_process_answers_as_the_upstream_did_under_either_loop(
-    loop: str, redis_url: str, tmp_path: Path
+    loop: str, redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     """The whole corpus through a gateway process (its own server, not aiohttp's router, and
-    the configured loop), first answers, replays and pass-throughs alike."""
+    the configured loop), first answers, replays and pass-throughs alike; over plain HTTP
+    and over TLS to the gateway."""
     found = {}
     async with corpus_upstream(ENTRIES) as (_, port):
         gateway = start_gateway(
-            f"http://127.0.0.1:{port}", redis_url, tmp_path, {}, loop=loop,
+            f"http://127.0.0.1:{port}", redis_url, tmp_path, {}, loop=loop, wire=wire,
             inline_max=1024, methods=["POST", "HEAD"],
         )  # fmt: skip
         try:
@@ -182,7 +183,7 @@ async def test_a_gateway_process_answers_as_the_upstream_did_under_either_loop(
                 seen = parse(await exchange(port, request(entry, None)), head)
                 key = f"process-{loop}-{entry.name}"
                 for way, sent in (("first", key), ("replay", key), ("pass-through", None)):
-                    raw = await exchange(gateway.port, request(entry, sent))
+                    raw = await exchange(gateway.port, request(entry, sent), wire.client)
                     if differs := differences(seen, parse(raw, head)):
                         found[f"{entry.name} {way}"] = differs
         finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import GatewayFactory, gateway_settings
-from .hostile import start_gateway
+from .hostile import Wire, start_gateway
 from .rawhttp import Entry, corpus_upstream, parse
 from .rawhttp import exchange as raw_exchange
 from .scripted import answering, scripted
@@ -150,16 +150,20 @@ async def _answers(reader: asyncio.StreamReader, count: int) -> list[bytes]:
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_pipelined_replays_on_one_connection_are_the_first_answer(
-    loop: str, redis_url: str, tmp_path: Path
+    loop: str, redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     """Replays pipelined on one kept-alive connection, an HTTP/1.0 one among them, each the
     first answer, under both loops of a gateway process;
     in a tenant's scope, so that its cookies are replayed too."""
     entries = [Entry(name, raw) for name, raw in PIPELINED.items()]
     async with corpus_upstream(entries) as (upstream, port):
-        gateway = start_gateway(f"http://127.0.0.1:{port}", redis_url, tmp_path, {}, loop=loop)
+        origin = f"http://127.0.0.1:{port}"
+        gateway = start_gateway(origin, redis_url, tmp_path, {}, loop=loop, wire=wire)
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", gateway.port, ssl=wire.client,
+                server_hostname="127.0.0.1" if wire.client else None,
+            )  # fmt: skip
             for name in PIPELINED:
                 sent = _keep_alive(name, "1.1")
                 writer.write(sent)

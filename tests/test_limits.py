@@ -21,6 +21,7 @@ from gateway.ops.reload import apply
 from .conftest import GatewayFactory, gateway_settings
 from .hostile import (
     BigAnswers,
+    Wire,
     closed_by_peer,
     connect,
     exchange,
@@ -55,12 +56,12 @@ async def test_answer_headers_over_the_limit_are_not_recorded(
         assert status == 201 and b"X-Big: aaaa" in head
 
 
-async def test_a_head_sent_byte_by_byte_is_cut(redis_url: str, tmp_path: Path) -> None:
+async def test_a_head_sent_byte_by_byte_is_cut(redis_url: str, tmp_path: Path, wire: Wire) -> None:
     limits = {"request_header_timeout": "1s", "keepalive_timeout": LONG}
     async with serving(BigAnswers(10)) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits)
+        gateway = start_gateway(origin, redis_url, tmp_path, limits, wire=wire)
         try:
-            sock = connect(gateway.port)
+            sock = connect(gateway.port, wire=wire)
             sock.sendall(b"POST /pay HTTP/1.1\r\n")
             started = time.monotonic()
             while not closed_by_peer(sock):
@@ -77,7 +78,7 @@ async def test_a_head_sent_byte_by_byte_is_cut(redis_url: str, tmp_path: Path) -
 
 
 async def test_a_body_that_pauses_or_trickles_is_cut_with_408(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     limits = {
         "request_header_timeout": LONG,
@@ -87,15 +88,15 @@ async def test_a_body_that_pauses_or_trickles_is_cut_with_408(
     }
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits)
+        gateway = start_gateway(origin, redis_url, tmp_path, wire.closing(limits), wire=wire)
         try:
             # A pause longer than the gap.
-            paused = connect(gateway.port)
+            paused = connect(gateway.port, wire=wire)
             paused.sendall(request("/pay", "k1", b"x" * 100)[:-90])
             answer = await asyncio.to_thread(_answer_then_close, paused)
             assert answer.startswith(b"HTTP/1.1 408") and b'"code":"body-timeout"' in answer
             # A byte every 0.3 s: no gap is too long, the whole body is.
-            trickled = connect(gateway.port)
+            trickled = connect(gateway.port, wire=wire)
             whole = request("/pay", "k2", b"x" * 100)
             trickled.sendall(whole[:-100])
             started = time.monotonic()
@@ -109,24 +110,24 @@ async def test_a_body_that_pauses_or_trickles_is_cut_with_408(
             assert answer.startswith(b"HTTP/1.1 408")
             assert upstream.count == 0  # nothing was forwarded, no key was claimed
             # Without a key the body streams to the upstream as it comes: cut all the same.
-            unprotected = connect(gateway.port)
+            unprotected = connect(gateway.port, wire=wire)
             unprotected.sendall(request("/pay", None, b"x" * 100)[:-90])
             answer = await asyncio.to_thread(_answer_then_close, unprotected)
             assert answer.startswith(b"HTTP/1.1 408") and b'"code":"body-timeout"' in answer
-            status, _, _ = await exchange(gateway.port, request("/pay", "k1"))
+            status, _, _ = await exchange(gateway.port, request("/pay", "k1"), wire=wire)
             assert status == 201
         finally:
             gateway.stop()
 
 
 async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     limits = {"request_header_timeout": LONG, "keepalive_timeout": "1s"}
     async with serving(BigAnswers(10)) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits)
+        gateway = start_gateway(origin, redis_url, tmp_path, wire.closing(limits), wire=wire)
         try:
-            sock = connect(gateway.port)
+            sock = connect(gateway.port, wire=wire)
             sock.sendall(request("/pay", "k"))
             sock.settimeout(5)
             assert (await asyncio.to_thread(sock.recv, 1 << 16)).startswith(b"HTTP/1.1 201")
@@ -137,13 +138,15 @@ async def test_an_idle_connection_is_closed_after_the_keepalive_timeout(
             gateway.stop()
 
 
-async def test_connections_past_the_limit_get_503(redis_url: str, tmp_path: Path) -> None:
+async def test_connections_past_the_limit_get_503(
+    redis_url: str, tmp_path: Path, wire: Wire
+) -> None:
     limits = {"request_header_timeout": LONG, "keepalive_timeout": LONG, "max_connections": 3}
     async with serving(BigAnswers(10)) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, limits)
+        gateway = start_gateway(origin, redis_url, tmp_path, limits, wire=wire)
         try:
-            held = [connect(gateway.port) for _ in range(3)]
-            refused = connect(gateway.port)
+            held = [connect(gateway.port, wire=wire) for _ in range(3)]
+            refused = connect(gateway.port, wire=wire)
             answer = await asyncio.to_thread(_answer_then_close, refused)
             assert answer.startswith(b"HTTP/1.1 503")
             assert b'"code":"too-many-connections"' in answer and b"Retry-After: 1" in answer
@@ -151,7 +154,7 @@ async def test_connections_past_the_limit_get_503(redis_url: str, tmp_path: Path
             # Its place is free again once the gateway has seen it go.
             for _ in range(50):
                 try:
-                    status, _, _ = await exchange(gateway.port, request("/pay", "k"))
+                    status, _, _ = await exchange(gateway.port, request("/pay", "k"), wire=wire)
                 except (ConnectionError, asyncio.IncompleteReadError):
                     status = 0
                 if status == 201:

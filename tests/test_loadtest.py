@@ -45,7 +45,14 @@ def test_tiny_run_holds_exactly_once_through_the_gateway_only(tmp_path: Path) ->
         (r["scenario"], r["target"]): r
         for r in json.loads((tmp_path / "results.json").read_text())["rows"]
     }
-    for target in ("bare", "gateway", "gateway-nopipe", "floor-hop", "floor-hop-redis"):
+    for target in (
+        "bare",
+        "gateway",
+        "gateway-nopipe",
+        "gateway-https",
+        "floor-hop",
+        "floor-hop-redis",
+    ):
         assert rows[("new-key", target)]["requests"] > 0
         assert all(code.startswith("2") for code in rows[("new-key", target)]["codes"])
     assert ("seed", "floor-hop") not in rows  # each floor runs in its own scenario only

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from typing import Any
 
@@ -20,10 +21,9 @@ from gateway.core.keys import digest
 from gateway.errors import ConfigError
 from gateway.http import handler
 from gateway.http.app import create_app
-from gateway.ops.admin import MAX_WORKERS, attach_admin
+from gateway.ops.admin import attach_admin
 from gateway.telemetry.logs import JsonFormatter
 from gateway.telemetry.metrics import Metrics
-from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
@@ -188,24 +188,13 @@ async def test_request_log_costs_nothing_when_off(make_gateway: GatewayFactory, 
     assert [r for r in caplog.records if r.name == "gateway.http.access"] == []
 
 
-async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -> None:
-    """Worker processes share admin.port's range: each binds the first free port upwards."""
+async def test_a_busy_admin_port_is_an_error_at_start(redis_url: str, upstream) -> None:
+    """A gateway never wanders to another admin port: a busy one is an error at start."""
     _, origin = upstream
-    admin = Admin(port=free_port())
-    servers: list[TestServer] = []
-    states = []
-    try:
-        for _ in range(2):
-            app = create_app(gateway_settings(origin), redis_url, Metrics())
-            states.append(attach_admin(app, admin, worker=True))
-            servers.append(TestServer(app, host="127.0.0.1"))
-            await servers[-1].start_server()
-        first, second = (s.port for s in states)
-        assert first == admin.port
-        assert admin.port < second < admin.port + MAX_WORKERS  # the next free one (others
-        # on this machine may hold admin.port + 1)
-
-        # A single process does not wander: a busy admin port is an error at start.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        admin = Admin(port=taken.getsockname()[1])
         lone = create_app(gateway_settings(origin), redis_url, Metrics())
         attach_admin(lone, admin)
         server = TestServer(lone, host="127.0.0.1")
@@ -214,9 +203,6 @@ async def test_workers_take_the_next_free_admin_port(redis_url: str, upstream) -
         ):
             await server.start_server()
         await server.close()
-    finally:
-        for s in servers:
-            await s.close()
 
 
 async def test_unusable_request_id_is_replaced(make_gateway: GatewayFactory, upstream) -> None:

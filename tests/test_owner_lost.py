@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ class Lookup:
         return app
 
 
+@asynccontextmanager
 async def serving_lookup(mode: str) -> AsyncIterator[tuple[Lookup, str]]:
     lookup = Lookup(mode)
     async with serving_app(lookup.app()) as origin:
@@ -143,127 +145,110 @@ def code(answer: Answer) -> str:
     return str(orjson.loads(answer[2])["code"])
 
 
+class Killed:
+    """A gateway SIGKILLed after it forwarded the request; its client's retries go to the
+    gateway beside it: `settled` is the answer after the lease, `again` the retry after."""
+
+    def __init__(self, gateways: list[GatewayProcess], tmp_path: Path) -> None:
+        self.gateways = gateways
+        self.tmp_path = tmp_path
+        self.survivor: GatewayProcess | None = None
+
+    async def retried(
+        self, counting: CountingUpstream, origin: str, redis_url: str, **route: Any
+    ) -> tuple[Answer, Answer]:
+        victim, self.survivor = await two_gateways(
+            self.gateways, self.tmp_path, origin, redis_url, **route
+        )
+        async with aiohttp.ClientSession() as session:
+            await killed_after_sending(counting, victim, session)
+            settled = await retry_past_the_lease(session, self.survivor.url)
+            return settled, await retry(session, self.survivor.url)
+
+
+@pytest.fixture
+def killed(gateways: list[GatewayProcess], tmp_path: Path) -> Killed:
+    return Killed(gateways, tmp_path)
+
+
 async def test_without_a_lookup_a_killed_owners_key_is_held_as_unknown(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed
 ) -> None:
     """on_owner_lost unset follows on_unknown_outcome (record): an UNKNOWN outcome for an
     operator, never a second run."""
     counting, origin = upstream
-    victim, survivor = await two_gateways(
-        gateways, tmp_path, origin, redis_url, on_unknown_outcome="record"
-    )
-    async with aiohttp.ClientSession() as session:
-        await killed_after_sending(counting, victim, session)
-        answer = await retry_past_the_lease(session, survivor.url)
-        assert answer[0] == 502 and code(answer) == "owner-lost"
-        assert answer[1]["Idempotency-Outcome"] == "unknown"
-        again = await retry(session, survivor.url)
-        assert again[0] == 502 and code(again) == "outcome-unknown"
-        assert again[1]["Idempotent-Replayed"] == "true"
+    answer, again = await killed.retried(counting, origin, redis_url, on_unknown_outcome="record")
+    assert answer[0] == 502 and code(answer) == "owner-lost"
+    assert answer[1]["Idempotency-Outcome"] == "unknown"
+    assert again[0] == 502 and code(again) == "outcome-unknown"
+    assert again[1]["Idempotent-Replayed"] == "true"
     assert counting.count("/gate") == 1
     [record] = records(redis_url)
     assert record[b"s"] == b"U" and b"owner-lost" in record[b"m"]
-    assert "Traceback" not in survivor.log()
+    assert killed.survivor is not None and "Traceback" not in killed.survivor.log()
 
 
 async def test_keep_answers_409_owner_lost_and_never_runs_it_again(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed
 ) -> None:
     counting, origin = upstream
-    victim, survivor = await two_gateways(
-        gateways, tmp_path, origin, redis_url, on_owner_lost="keep"
-    )
-    async with aiohttp.ClientSession() as session:
-        await killed_after_sending(counting, victim, session)
-        answer = await retry_past_the_lease(session, survivor.url)
-        assert answer[0] == 409 and code(answer) == "owner-lost"
-        assert answer[1]["Idempotency-Outcome"] == "unknown" and "Retry-After" in answer[1]
-        again = await retry(session, survivor.url)
-        assert again[0] == 409 and code(again) == "owner-lost"
+    answer, again = await killed.retried(counting, origin, redis_url, on_owner_lost="keep")
+    assert answer[0] == 409 and code(answer) == "owner-lost"
+    assert answer[1]["Idempotency-Outcome"] == "unknown" and "Retry-After" in answer[1]
+    assert again[0] == 409 and code(again) == "owner-lost"
     assert counting.count("/gate") == 1
     [record] = records(redis_url)
     assert record[b"s"] == b"P"
 
 
 async def test_a_killed_owners_call_that_happened_is_recorded_from_the_lookup(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed
 ) -> None:
     counting, origin = upstream
-    async for lookup, lookup_origin in serving_lookup("happened"):
-        victim, survivor = await two_gateways(
-            gateways, tmp_path, origin, redis_url, reconcile=reconcile(lookup_origin),
-            on_owner_lost="record",
-        )  # fmt: skip
-        async with aiohttp.ClientSession() as session:
-            await killed_after_sending(counting, victim, session)
-            answer = await retry_past_the_lease(session, survivor.url)
-            assert answer[0] == 201 and orjson.loads(answer[2]) == LOOKED_UP
-            assert answer[1]["Idempotency-Outcome"] == "reconciled"
-            again = await retry(session, survivor.url)
-            assert (again[0], again[2]) == (201, answer[2])
-            assert again[1]["Idempotent-Replayed"] == "true"
-        assert lookup.asked == 1
+    async with serving_lookup("happened") as (lookup, lookup_origin):
+        answer, again = await killed.retried(
+            counting, origin, redis_url, reconcile=reconcile(lookup_origin), on_owner_lost="record"
+        )
+    assert answer[0] == 201 and orjson.loads(answer[2]) == LOOKED_UP
+    assert answer[1]["Idempotency-Outcome"] == "reconciled"
+    assert (again[0], again[2]) == (201, answer[2])
+    assert again[1]["Idempotent-Replayed"] == "true"
+    assert lookup.asked == 1
     assert counting.count("/gate") == 1
 
 
 async def test_a_killed_owners_call_that_did_not_happen_runs_once_now(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed
 ) -> None:
     counting, origin = upstream
-    async for _, lookup_origin in serving_lookup("not_happened"):
-        victim, survivor = await two_gateways(
-            gateways, tmp_path, origin, redis_url, reconcile=reconcile(lookup_origin),
-            on_owner_lost="record",
-        )  # fmt: skip
-        async with aiohttp.ClientSession() as session:
-            await killed_after_sending(counting, victim, session)
-            answer = await retry_past_the_lease(session, survivor.url)
-            assert answer[0] == 201 and answer[2].startswith(b"gated #")
-            assert answer[1]["Idempotency-Outcome"] == "not-happened"
-            again = await retry(session, survivor.url)
-            assert (again[0], again[2]) == (201, answer[2])
-            assert "Idempotency-Outcome" not in again[1]  # the record is the upstream's answer
+    async with serving_lookup("not_happened") as (_, lookup_origin):
+        answer, again = await killed.retried(
+            counting, origin, redis_url, reconcile=reconcile(lookup_origin), on_owner_lost="record"
+        )
+    assert answer[0] == 201 and answer[2].startswith(b"gated #")
+    assert answer[1]["Idempotency-Outcome"] == "not-happened"
+    assert (again[0], again[2]) == (201, answer[2])
+    assert "Idempotency-Outcome" not in again[1]  # the record is the upstream's answer
     # The lookup said the first never ran: the upstream's count of arrivals holds both.
     assert counting.count("/gate") == 2
 
 
 @pytest.mark.parametrize("mode", ["error", "hang", "garbage"])
 async def test_a_lookup_that_cannot_tell_falls_back_to_on_owner_lost(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
-    mode: str,
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed, mode: str
 ) -> None:
     """A lookup that fails, hangs past its timeout or answers bytes that are no HTTP: the
     route's policy (record), never a traceback and never a second run."""
     counting, origin = upstream
     junk_bytes = answering(b"\x16\x03\x01garbage\r\n\r\n", keep=False)
-    async with scripted(junk_bytes) as (_, junk):
-        async for _, lookup_origin in serving_lookup(mode):
-            where = junk if mode == "garbage" else lookup_origin
-            victim, survivor = await two_gateways(
-                gateways, tmp_path, origin, redis_url, reconcile=reconcile(where),
-                on_owner_lost="record",
-            )  # fmt: skip
-            async with aiohttp.ClientSession() as session:
-                await killed_after_sending(counting, victim, session)
-                answer = await retry_past_the_lease(session, survivor.url)
-                assert answer[0] == 502 and code(answer) == "owner-lost"
+    async with scripted(junk_bytes) as (_, junk), serving_lookup(mode) as (_, lookup_origin):
+        where = junk if mode == "garbage" else lookup_origin
+        answer, _ = await killed.retried(
+            counting, origin, redis_url, reconcile=reconcile(where), on_owner_lost="record"
+        )
+    assert answer[0] == 502 and code(answer) == "owner-lost"
     assert counting.count("/gate") == 1
-    assert "Traceback" not in survivor.log()
+    assert killed.survivor is not None and "Traceback" not in killed.survivor.log()
 
 
 async def test_a_stalled_owner_that_comes_back_replaces_the_unknown_with_its_answer(
@@ -301,18 +286,13 @@ async def test_a_stalled_owner_that_comes_back_replaces_the_unknown_with_its_ans
 
 
 async def test_release_runs_it_again_marked_rerun(
-    upstream: tuple[CountingUpstream, str],
-    redis_url: str,
-    tmp_path: Path,
-    gateways: list[GatewayProcess],
+    upstream: tuple[CountingUpstream, str], redis_url: str, killed: Killed
 ) -> None:
     """`release` (the default) keeps at-least-once, as asked, and says so in the answer."""
     counting, origin = upstream
-    victim, survivor = await two_gateways(gateways, tmp_path, origin, redis_url)
-    async with aiohttp.ClientSession() as session:
-        await killed_after_sending(counting, victim, session)
-        answer = await retry_past_the_lease(session, survivor.url)
-        assert answer[0] == 201 and answer[1]["Idempotency-Outcome"] == "rerun"
+    answer, again = await killed.retried(counting, origin, redis_url)
+    assert answer[0] == 201 and answer[1]["Idempotency-Outcome"] == "rerun"
+    assert (again[0], again[2]) == (201, answer[2])
     assert counting.count("/gate") == 2
 
 

@@ -7,8 +7,10 @@ import asyncio
 import os
 import re
 import shlex
+import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +60,9 @@ def walkthrough() -> list[Step]:
     return steps
 
 
-def as_request(args: list[str], port: int) -> tuple[str, str, dict[str, str], str | None]:
+def as_request(
+    args: list[str], port: int, scheme: str = "http"
+) -> tuple[str, str, dict[str, str], str | None]:
     method, headers, data, url = "GET", {}, None, ""
     items = iter(args)
     for arg in items:
@@ -71,16 +75,16 @@ def as_request(args: list[str], port: int) -> tuple[str, str, dict[str, str], st
             data = next(items)
             method = "POST" if method == "GET" else method
         elif not arg.startswith("-"):
-            url = "http://" + arg.replace("localhost:8080", f"127.0.0.1:{port}")
+            url = f"{scheme}://" + arg.replace("localhost:8080", f"127.0.0.1:{port}")
     return method, url, headers, data
 
 
 async def run_step(
-    session: aiohttp.ClientSession, step: Step, port: int, head: bool = False
+    session: aiohttp.ClientSession, step: Step, port: int, head: bool = False, scheme: str = "http"
 ) -> list[str]:
     """The answer as curl -si prints it: status line, headers, blank, body (or body alone,
     as curl -s does, unless `head`)."""
-    method, url, headers, data = as_request(step.args, port)
+    method, url, headers, data = as_request(step.args, port, scheme)
     if data is not None and "Content-Type" not in headers:
         headers["Content-Type"] = "application/x-www-form-urlencoded"  # as curl -d sends
     async with session.request(method, url, headers=headers, data=data) as r:
@@ -129,25 +133,30 @@ async def test_curl_walkthrough_gives_the_answers_shown(demo_and_gateway: int) -
     await walk_through(demo_and_gateway)
 
 
-async def walk_through(port: int) -> None:
+async def walk_through(port: int, tls: ssl.SSLContext | None = None) -> None:
     """Every `$ curl` of README against a gateway on `port` (fronting a fresh demo upstream),
-    asserting the answers README shows. deploy/smoke.sh runs it against the compose stack."""
+    asserting the answers README shows; over HTTPS with `tls` (the client's context).
+    deploy/smoke.sh runs it against the compose stack."""
     steps = walkthrough()
     assert len(steps) >= 6
-    async with aiohttp.ClientSession() as session:
+    scheme = "http" if tls is None else "https"
+    connector = aiohttp.TCPConnector(ssl=tls if tls is not None else True)
+    async with aiohttp.ClientSession(connector=connector) as session:
         pending: list[asyncio.Task[list[str]]] = []
         for step in steps:
             if step.background:
                 # Its head is kept: in this race it may be the one that gets the 409.
-                pending.append(asyncio.ensure_future(run_step(session, step, port, head=True)))
+                pending.append(asyncio.ensure_future(run_step(session, step, port, True, scheme)))
                 continue
             if pending:
                 # The duplicate races the first: whichever arrives second gets the 409 shown.
-                answers = await asyncio.gather(run_step(session, step, port), *pending)
+                answers = await asyncio.gather(
+                    run_step(session, step, port, scheme=scheme), *pending
+                )
                 pending.clear()
                 got = next(a for a in answers if a[0].startswith("HTTP/1.1 409"))
             else:
-                got = await run_step(session, step, port)
+                got = await run_step(session, step, port, scheme=scheme)
             for shown in step.output:
                 assert shown in got, f"README shows {shown!r} for curl {step.args}; got {got}"
             assert_only_marked_lines_are_left_out(step, got)
@@ -238,8 +247,13 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
         url, _, shown = ready.partition("#")
         target = shlex.split(url)[-1].replace("localhost:9090", f"127.0.0.1:{admin_port}")
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://{target}") as r:
-                body = await r.json()
+            deadline = time.monotonic() + 20  # the admin port answers 503 until workers serve
+            while True:
+                async with http.get(f"http://{target}") as r:
+                    body = await r.json()
+                if r.status == 200 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
             assert r.status == 200 and body["ready"] is True
             assert shown.strip().startswith('{"ready": true')
             orders = f"http://127.0.0.1:{port}/v1/orders"

@@ -13,7 +13,9 @@ import redis
 
 from gateway.config.loading import load_settings, settings_from_dict
 from gateway.config.settings import RedisSettings
+from gateway.core.fingerprint import fingerprint
 from gateway.errors import ConfigError, StoreUnavailable
+from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client, tls_options
 from gateway.store.store import Store
@@ -177,3 +179,51 @@ async def test_a_claim_whose_wait_failed_is_released(
     finally:
         replica.process.send_signal(signal.SIGCONT)
         await store.close()
+
+
+async def test_an_unacknowledged_takeover_of_a_lost_owners_key_gives_it_back_as_lost(
+    master_and_replica: tuple[RedisServer, RedisServer],
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+) -> None:
+    """A retry that takes over a lost owner's key, with no replica to acknowledge it, answers
+    503 and leaves the key as it found it (lost, its lease over), never deleted: the retry
+    after it must not run the call as new."""
+    master, replica = master_and_replica
+    counting, origin = upstream
+    settings = settings_from_dict(
+        {
+            "redis": {"url": master.url, "claim_replicas": 1, "claim_replicas_timeout": "200ms"},
+            "routes": [
+                {"name": "api", "path_prefix": "/", "upstream": origin, "on_owner_lost": "record"}
+            ],
+        }
+    )
+    client = await make_gateway(settings=settings, url=master.url)
+    key = {"Idempotency-Key": "lost-owner"}
+    route, rkey = locate(settings, "api", [], key["Idempotency-Key"])
+    fp = fingerprint(route.fingerprint, "POST", "/pay", "", (), b"1")
+    dead = Store(make_client(RedisSettings(), master.url), CircuitBreaker(1000, 1.0))
+    try:  # a gateway that claimed, sent and died: its lease runs out unrenewed
+        assert (await dead.claim(rkey, fp, "dead", 0.1, route.retention)).outcome.value == "CLAIMED"
+    finally:
+        await dead.close()
+
+    replica.stop()
+    wait_until(lambda: SentinelServers.replicas_online(master) == 0, 10, "replica gone")
+    statuses: list[int] = []
+
+    async def refused() -> bool:
+        resp = await client.post("/pay", data=b"1", headers=key)
+        statuses.append(resp.status)
+        return resp.status == 503
+
+    await until(refused, timeout=10, every=0.05)
+    with redis.Redis.from_url(master.url) as direct:
+        fields = direct.hgetall(rkey)
+        assert fields[b"s"] == b"P" and b"l" in fields
+    replica.start()
+    wait_until(lambda: SentinelServers.replicas_online(master) == 1, 10, "replica back")
+    held = await client.post("/pay", data=b"1", headers=key)
+    assert held.status == 502 and (await held.json())["code"] == "owner-lost"
+    assert counting.count("/pay", "lost-owner") == 0

@@ -58,7 +58,11 @@ def test_each_example_names_the_schema_and_validates(
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
     # The loader reads the TLS files an example names: this machine's stand-in for them.
-    monkeypatch.setenv("IDEM_REDIS_CA", private_ca(tmp_path).ca_file)
+    stand_in = private_ca(tmp_path)
+    monkeypatch.setenv("IDEM_REDIS_CA", stand_in.ca_file)
+    cert, key = stand_in.leaf_files("listener")
+    monkeypatch.setenv("IDEM_TLS_CERT", cert)
+    monkeypatch.setenv("IDEM_TLS_KEY", key)
     load_settings(example)  # and the loader agrees
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import orjson
 
-from .hostile import BigAnswers, exchange, request, start_gateway
+from testkit.procs import GatewayProcess
+
+from .hostile import BigAnswers, Wire, exchange, request, start_gateway
 from .upstream import serving
 
 
@@ -60,17 +62,22 @@ async def test_expect_is_answered_as_the_router_did(redis_url: str, tmp_path: Pa
             gateway.stop()
 
 
-async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_path: Path) -> None:
+async def test_http10_chunked_request_closes_its_connection(
+    redis_url: str, tmp_path: Path, wire: Wire
+) -> None:
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        gateway = start_gateway(origin, redis_url, tmp_path, {}, wire=wire)
         try:
             smuggled = request("/pay", "c2")
             sent = (
                 b"POST /pay HTTP/1.0\r\nHost: gw\r\nConnection: keep-alive\r\n"
                 b"Idempotency-Key: c1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
             )
-            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", gateway.port, ssl=wire.client,
+                server_hostname="127.0.0.1" if wire.client else None,
+            )  # fmt: skip
             writer.write(sent + smuggled)
             async with asyncio.timeout(10):
                 answer = await reader.read()  # to the end: the gateway closes the connection
@@ -87,14 +94,14 @@ async def test_http10_chunked_request_closes_its_connection(redis_url: str, tmp_
 
 
 async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, wire: Wire
 ) -> None:
     """Two Content-Lengths, a control byte in a header, a bad chunk size: aiohttp's parser
     refuses them before the gateway sees them; the answer is still the gateway's kind
     (problem+json, its own type, a request id) and repeats none of the request's bytes."""
     upstream = BigAnswers(10)
     async with serving(upstream) as origin:
-        gateway = start_gateway(origin, redis_url, tmp_path, {})
+        gateway = start_gateway(origin, redis_url, tmp_path, {}, wire=wire)
         try:
             refused = [
                 request("/pay", "k1", extra=b"Content-Length: 2\r\n"),
@@ -103,7 +110,7 @@ async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
                 b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
             ]
             for sent in refused:
-                status, head, body = await exchange(gateway.port, sent)
+                status, head, body = await exchange(gateway.port, sent, wire=wire)
                 assert status == 400, head
                 assert header(head, b"Content-Type") == b"application/problem+json", head
                 assert orjson.loads(body)["code"] == "malformed-request"
@@ -113,3 +120,46 @@ async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
             assert upstream.count == 0
         finally:
             gateway.stop()
+
+
+async def test_a_client_hanging_up_mid_body_logs_499_and_no_traceback(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """docs/production.md: "an access-log line with status 499, no traceback"; aiohttp's
+    server logged an ERROR with a traceback of its own for each such client."""
+    upstream = BigAnswers(10)
+    async with serving(upstream) as origin:
+        config = {
+            "redis": {"url": redis_url},
+            "log_level": "info",
+            "log_format": "json",
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+        gateway = GatewayProcess(config, tmp_path).start()
+        try:
+            for key in ("h1", "h2", "h3"):
+                _, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+                head = request("/pay", key)[: -len(b"{}")].replace(
+                    b"Content-Length: 2", b"Content-Length: 100"
+                )
+                writer.write(head + b"only 10 b")
+                await writer.drain()
+                writer.close()
+                await writer.wait_closed()
+
+            def logged() -> list[dict[str, object]]:
+                return [orjson.loads(line) for line in gateway.log().splitlines() if line]
+
+            def access_lines() -> list[dict[str, object]]:
+                return [line for line in logged() if line["logger"] == "gateway.http.access"]
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(access_lines()) < 3:
+                assert asyncio.get_running_loop().time() < deadline, gateway.log()
+                await asyncio.sleep(0.02)
+        finally:
+            gateway.stop()
+        assert [line["status"] for line in access_lines()] == [499, 499, 499]
+        assert [line for line in logged() if line["level"] in ("error", "critical")] == []
+        assert "Traceback" not in gateway.log()
+        assert upstream.count == 0

@@ -18,6 +18,7 @@ from testkit.ports import free_port
 
 from .hostile import (
     BigAnswers,
+    Wire,
     client_fds,
     closed_by_peer,
     connect,
@@ -46,29 +47,31 @@ def _trickle(sock: socket.socket, data: bytes) -> None:
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 async def test_hostile_clients_are_closed_and_their_keys_complete(
-    redis_url: str, tmp_path: Path, loop: str
+    redis_url: str, tmp_path: Path, loop: str, wire: Wire
 ) -> None:
     upstream = BigAnswers(8 << 20)
     async with serving(upstream) as origin:
         admin = free_port()
-        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin)
+        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin, wire=wire)
         assert gateway.process is not None
         pid = gateway.process.pid
         every: list[socket.socket] = []
         try:
-            status, _, _ = await exchange(gateway.port, request("/warm", "warm"))
+            status, _, _ = await exchange(gateway.port, request("/warm", "warm"), wire=wire)
             assert status == 201  # Redis, blob store and upstream connections are open
             baseline = open_fds(pid)
-            heads = [connect(gateway.port) for _ in range(SLOW_HEADS)]
+            heads = [connect(gateway.port, wire=wire) for _ in range(SLOW_HEADS)]
             for sock in heads:
                 sock.sendall(b"POST /pay HTTP/1.1\r\nHost: gw\r\n")
-            bodies = [connect(gateway.port) for _ in range(SLOW_BODIES)]
+            bodies = [connect(gateway.port, wire=wire) for _ in range(SLOW_BODIES)]
             for n, sock in enumerate(bodies):
                 sock.sendall(request("/pay", f"body-{n}", b"x" * 1000)[:-990])
-            idle = [connect(gateway.port) for _ in range(IDLE)]
+            idle = [connect(gateway.port, wire=wire) for _ in range(IDLE)]
             for sock in idle:
                 sock.sendall(request("/pay", ""))  # 400 (an empty key), then nothing
-            stalled = [connect(gateway.port, receive_buffer=4096) for _ in range(NOT_READING)]
+            stalled = [
+                connect(gateway.port, receive_buffer=4096, wire=wire) for _ in range(NOT_READING)
+            ]
             for n, sock in enumerate(stalled):
                 sock.sendall(request("/pay", f"stalled-{n}"))
             every = heads + bodies + idle + stalled
@@ -94,7 +97,8 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
                 await asyncio.sleep(0.2)
             assert most_held > len(every) // 2  # they did get in
             for n in range(NOT_READING):
-                status, head, body = await exchange(gateway.port, request("/pay", f"stalled-{n}"))
+                sent = request("/pay", f"stalled-{n}")
+                status, head, body = await exchange(gateway.port, sent, wire=wire)
                 assert status == 201 and b"Idempotent-Replayed: true" in head
                 assert body == upstream.body
             assert upstream.count == 1 + NOT_READING

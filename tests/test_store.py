@@ -17,6 +17,7 @@ from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
+from gateway.ops.console import FILES
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
@@ -106,6 +107,8 @@ def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for script in ("claim", "extend", "complete", "release", "resolve"):
         assert f"gateway/lua/{script}.lua" in names
+    for page_file in FILES:  # the console's page, script and styles
+        assert f"gateway/ops/static/{page_file}" in names
     # Import from the wheel alone (not the source tree) and read a script through the package.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"

@@ -50,7 +50,10 @@ def _check(
     assert status == expect["status"], f"{where}: {status} {body[:300]!r}"
     if "problem" in expect:
         assert headers["Content-Type"] == "application/problem+json", where
-        assert orjson.loads(body)["code"] == expect["problem"], where
+        document = orjson.loads(body)
+        assert document["code"] == expect["problem"], where
+        if "type" in expect:
+            assert document["type"] == f"urn:idem-gateway:problem:{expect['type']}", where
     if "replayed" in expect:
         assert (headers.get("Idempotent-Replayed") == "true") == expect["replayed"], where
     for name, value in expect.get("headers", {}).items():
@@ -115,4 +118,5 @@ def test_the_vectors_cover_the_drafts_error_scenarios() -> None:
         if "expect" in step
     }
     assert {"missing-key", "key-reused", "in-flight", "malformed-key"} <= problems
+    assert {"invalid-key", "fingerprint-mismatch"} <= problems  # problem_codes: draft
     assert len(VECTORS) >= 20

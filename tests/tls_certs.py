@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import trustme
@@ -41,6 +42,17 @@ class PrivateCa:
         for blob in issued.cert_chain_pems:
             with cert.open("ab") as out:
                 out.write(blob.bytes())
+        issued.private_key_pem.write_to_path(str(key))
+        return str(cert), str(key)
+
+    def leaf_files(
+        self, file: str, *names: str, not_after: datetime | None = None
+    ) -> tuple[str, str]:
+        """A certificate for `names` (loopback's by default) and its key, as two PEM files
+        `file`.crt and `file`.key (written over, as an operator rotating them would)."""
+        issued = self.ca.issue_cert(*(names or LOOPBACK_NAMES), not_after=not_after)
+        cert, key = self.folder / f"{file}.crt", self.folder / f"{file}.key"
+        cert.write_bytes(b"".join(blob.bytes() for blob in issued.cert_chain_pems))
         issued.private_key_pem.write_to_path(str(key))
         return str(cert), str(key)
 

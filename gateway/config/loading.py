@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from gateway.config.policy import Policy
+from gateway.config.server_tls import LOAD_FILES
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 
@@ -74,8 +75,9 @@ def _describe(error: ValidationError, prefix: tuple[int | str, ...] = ()) -> str
     return "\n".join(lines)
 
 
-def settings_from_dict(raw: Any) -> Settings:
-    """Validate a loaded YAML tree; raise ConfigError naming each bad field."""
+def settings_from_dict(raw: Any, tls_files: bool = True) -> Settings:
+    """Validate a loaded YAML tree; raise ConfigError naming each bad field. `tls_files`:
+    load the listeners' certificates to check them (a reload loads them on its own)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -96,12 +98,12 @@ def settings_from_dict(raw: Any) -> Settings:
         _merge(defaults, route) if isinstance(route, dict) else route for route in routes
     ]
     try:
-        return Settings.model_validate(merged)
+        return Settings.model_validate(merged, context={LOAD_FILES: tls_files})
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
 
 
-def load_settings(path: str | Path) -> Settings:
+def load_settings(path: str | Path, tls_files: bool = True) -> Settings:
     """Read, expand and validate a YAML config file."""
     try:
         data = Path(path).read_bytes()
@@ -123,7 +125,7 @@ def load_settings(path: str | Path) -> Settings:
         raise ConfigError(f"{path}{_where(exc)}: not valid YAML: {_what(exc)}") from None
     except RecursionError:  # PyYAML recurses once per level of nesting
         raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
-    return settings_from_dict(raw)
+    return settings_from_dict(raw, tls_files)
 
 
 class _UniqueKeys(yaml.SafeLoader):

@@ -19,6 +19,7 @@ from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, Origin, Size
 from gateway.core.decision import records
 from gateway.core.headers import HOP_BY_HOP, REWRITTEN
+from gateway.core.scope import CLIENT_CERT, CLIENT_CERT_PARTS, client_cert_part
 
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Default record policy: every status below 500 except those that invite a retry.
@@ -161,6 +162,9 @@ class Policy(_Model):
     preserve_host: bool = False  # True: the client's Host; False: the upstream's authority
     max_replay_body: Size | None = None  # larger answers are replayed without their body
     degraded_header: str = "Idempotency-Degraded"  # marks answers that skipped protection
+    # The problems' `code`: the gateway's own, one per reason, or the draft's (`invalid-key`,
+    # `fingerprint-mismatch`), the precise reason then kept in `type` only.
+    problem_codes: Literal["gateway", "draft"] = "gateway"
 
     @field_validator("methods")
     @classmethod
@@ -178,12 +182,29 @@ class Policy(_Model):
             raise ValueError(f"{value!r} is not a header name")
         return value
 
-    @field_validator("key_headers", "replay_header", "scope")
+    @field_validator("key_headers", "replay_header")
     @classmethod
     def _header_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
             cls._header_name(name)
         return value
+
+    @field_validator("scope")
+    @classmethod
+    def _scope_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            part = client_cert_part(name)
+            if part is None:
+                cls._header_name(name)
+            elif part not in CLIENT_CERT_PARTS:
+                known = ", ".join(CLIENT_CERT + p for p in sorted(CLIENT_CERT_PARTS))
+                raise ValueError(f"{name!r} is not a header name or one of {known}")
+        return value
+
+    @property
+    def client_cert_scope(self) -> bool:
+        """Whether the scope reads the client's TLS certificate (it needs mutual TLS)."""
+        return any(client_cert_part(name) is not None for name in self.scope)
 
     @field_validator("key_json_pointer")
     @classmethod

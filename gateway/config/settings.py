@@ -15,6 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gateway.config import coherence
 from gateway.config.policy import Policy, Route, _Model
+from gateway.config.server_tls import ServerTls
 from gateway.config.state import default_state_dir
 from gateway.config.tls import UpstreamTls, load_files
 from gateway.config.units import Duration, HostPort, HttpUrl, Origin, Size, redis_url_problem
@@ -27,6 +28,7 @@ class Listen(_Model):
     # SO_REUSEPORT: independent gateways may share the port. Only for gateways that all use
     # the same external Redis (each embedded Redis would hold its own records).
     reuse_port: bool = False
+    tls: ServerTls | None = None  # HTTPS: the certificate shown to clients (docs: configuration)
 
 
 class Limits(_Model):
@@ -51,11 +53,13 @@ class Limits(_Model):
 
 
 class Admin(_Model):
-    """The operators' listener: health, readiness, metrics and the key endpoints."""
+    """The operators' listener: health, readiness, metrics, the key endpoints and the
+    console; one per gateway, however many workers it runs."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=9090, ge=0, le=65535)
-    token: str | None = None  # bearer token for /keys/*; without it they answer 403
+    token: str | None = None  # bearer token for /keys/* and the console's key data; else 403
+    tls: ServerTls | None = None  # HTTPS, and mutual TLS with client_ca
 
     @field_validator("token")
     @classmethod
@@ -253,6 +257,17 @@ class Settings(_Model):
                 "listen.reuse_port shares the port with other gateways, which must all use one "
                 "external Redis; the embedded Redis is each gateway's own"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _client_cert_scope_needs_mutual_tls(self) -> Settings:
+        tls = self.listen.tls
+        for index, route in enumerate(self.routes):
+            if route.client_cert_scope and (tls is None or tls.client_ca is None):
+                raise ValueError(
+                    f"routes[{index}].scope names the client's certificate, which needs mutual "
+                    "TLS on the listener (listen.tls.client_ca)"
+                )
         return self
 
     @model_validator(mode="after")

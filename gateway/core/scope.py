@@ -3,7 +3,9 @@
 A scope header that `Connection` names would be dropped as hop-by-hop after the scope was
 computed from it, and a repeated one reaches the upstream as two values while the scope holds
 one: either lets a client be recorded under a tenant the upstream never saw. Both are refused,
-as is a missing scope on a route that requires one.
+as is a missing scope on a route that requires one. A scope entry may instead name a part of
+the client's TLS certificate (`client-cert:subject`, `client-cert:san-dns`, ...): its value
+comes from the handshake, which a client cannot repeat or name in `Connection`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,19 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from gateway.core.headers import connection_tokens
+
+# Scope entries that name a part of the client's TLS certificate (mutual TLS) rather than a
+# header: its subject (RFC 4514) or its subject alternative names of one type.
+CLIENT_CERT = "client-cert:"
+CLIENT_CERT_PARTS = frozenset({"subject", "san-dns", "san-uri", "san-email", "san-ip"})
+
+
+def client_cert_part(name: str) -> str | None:
+    """The certificate part a scope entry names (`client-cert:subject` -> `subject`), or None
+    for a header name."""
+    if not name.lower().startswith(CLIENT_CERT):
+        return None
+    return name[len(CLIENT_CERT) :].lower()
 
 
 class ScopeProblem(StrEnum):

@@ -11,10 +11,13 @@ from gateway.config.policy import Route
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, hold_lost, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
+from gateway.errors import StoreUnavailable
 from gateway.store.store import Store
 
 # How often a waiting duplicate asks again: from the first value, growing to the last.
 WAIT_BACKOFF = (0.01, 0.25)
+# How often a claim whose reply was lost is given back: from the first pause, doubling.
+GIVE_BACK_BACKOFF = (0.05, 1.0)
 # What the fingerprint covers: method, raw path, raw query, the configured headers, the body.
 Payload = tuple[str, str, str, Fields, bytes]
 
@@ -40,6 +43,22 @@ async def take(
         result = await _wait(store, result, rkey, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
+
+
+async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
+    """Release a claim whose reply never came, as soon as Redis answers within the lease:
+    nothing was sent, and a key left claimed would be taken for a lost owner's after it."""
+    deadline = time.monotonic() + lease
+    pause, longest = GIVE_BACK_BACKOFF
+    while True:
+        try:
+            await store.release(rkey, token)
+            return
+        except StoreUnavailable:
+            if time.monotonic() + pause > deadline:
+                return  # the lease ends: the key is a lost owner's, never run unasked
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
 
 
 def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:

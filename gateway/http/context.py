@@ -13,6 +13,7 @@ from gateway.blobs.base import BlobStore
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.http.tasks import TaskSet
+from gateway.http.watch import Watch
 from gateway.store.journal import Journal
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
@@ -45,6 +46,7 @@ class Services:
     journal: Journal
     eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
     span: Callable[[str], AbstractContextManager[Any]] = no_span  # Tracing.span when on
+    watch: Watch = field(default_factory=Watch)  # what the console's attention list shows
 
     @property
     def settings(self) -> Settings:

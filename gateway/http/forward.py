@@ -15,13 +15,14 @@ from aiohttp import web
 from gateway.blobs.base import BlobStore
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
-from gateway.core.decision import Settle, on_answer
+from gateway.core.decision import Failure, Settle, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError, StoreUnavailable
 from gateway.http.answers import start_response
 from gateway.http.context import Claimed, Services
 from gateway.http.feed import ClientFeed, Rest
+from gateway.http.flag import note_held
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.outgoing import forward_headers, target
 from gateway.http.problems import problem
@@ -73,6 +74,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     started = time.monotonic()
     beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
     beat.start()
+    s.watch.calling(c.key, route.name)
     outcome = m.FORWARDED
     try:
         upstream = await s.upstreams.send(
@@ -169,6 +171,8 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         kind = failure_of(exc)
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)
+        if kind is not Failure.UNSENT and route.on_unknown_outcome == "record":
+            await note_held(s, route.name, c.key, route.retention)  # the console lists it
         if feed.started or failed is None:
             feed.cut()
         else:  # a recorded answer's head waits for its first bytes: none went out
@@ -176,6 +180,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         return
     finally:
         beat.stop()
+        s.watch.called(c.key)
     s.metrics.request(route.name, request.method, outcome)
 
 

@@ -20,8 +20,9 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.claiming import take
+from gateway.http.claiming import give_back, take
 from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
 from gateway.http.forward import forward
 from gateway.http.incoming import (
     KEY_TITLES,
@@ -35,7 +36,7 @@ from gateway.http.incoming import (
     scope_of,
 )
 from gateway.http.passthrough import pass_through
-from gateway.http.problems import problem
+from gateway.http.problems import code_for, problem
 from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN, release
 from gateway.http.takeover import let_go, lost_conflict, owner_lost, take_over
@@ -171,7 +172,7 @@ class Gateway:
         self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
     ) -> web.Response:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
-        return problem(status, slug, title, detail)
+        return problem(status, slug, title, detail, code=code_for(slug, route.problem_codes))
 
     async def _idempotent(
         self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
@@ -185,6 +186,8 @@ class Gateway:
             may_wait = route.mode != "shadow"
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as exc:
+            if exc.unanswered:  # the claim may hold the key, and nothing was sent: give it back
+                self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
             return await self._store_down(request, route, body, exc)
         except RecordCorrupt as exc:
             log.error("route %s: %s", route.name, exc)
@@ -194,7 +197,7 @@ class Gateway:
         # With `mark_sent`, a claim of its own counts as unsent until forward marks it.
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS
         claimed = Claimed(request, route, rkey, token, fp, body, unsent)
-        if result.outcome is Claim.UNSENT:  # its owner died before sending: it runs as new
+        if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
             owner_lost(self.s, claimed, LostStep.UNSENT)
         return await self._act(request, route, action, result, claimed, anonymous)
 
@@ -235,12 +238,14 @@ class Gateway:
                 await let_go(self.s, claimed)
             else:
                 owner_lost(self.s, claimed, LostStep.KEPT)
+                await note_held(self.s, route.name, claimed.key, route.retention)
             self.s.metrics.request(route.name, request.method, m.CONFLICT)
             return lost_conflict()
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
             detail = "this key was used with another request payload"
-            return problem(422, "key-reused", "Key reused with another payload", detail)
+            code = code_for("key-reused", route.problem_codes)
+            return problem(422, "key-reused", "Key reused with another payload", detail, code=code)
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
         if action is Action.UNRECORDED:
             await release(self.s, route, claimed.key, claimed.token)

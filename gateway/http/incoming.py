@@ -14,8 +14,9 @@ from gateway.config.settings import Limits
 from gateway.core.fingerprint import Fields
 from gateway.core.headers import connection_tokens
 from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
-from gateway.core.scope import ScopeProblem, scope_values
+from gateway.core.scope import ScopeProblem, client_cert_part, scope_values
 from gateway.http.answers import abort, prepare_quietly
+from gateway.http.client_cert import client_cert_values
 from gateway.http.problems import problem
 
 KEY_TITLES = {
@@ -108,14 +109,17 @@ def key_of(request: web.Request, route: Route, body: bytes | None) -> str | None
 
 
 def scope_of(request: web.Request, route: Route) -> list[str]:
-    """The route's scope values as the upstream will receive them; BadScope otherwise."""
+    """The route's scope values as the upstream will receive them, or as the client's TLS
+    certificate shows them; BadScope otherwise."""
     headers = request.headers
-    return scope_values(
-        lambda name: headers.getall(name, []),
-        route.scope,
-        route.key_header_names,
-        route.require_scope,
-    )
+
+    def getall(name: str) -> list[str]:
+        part = client_cert_part(name) if route.client_cert_scope else None
+        if part is not None:
+            return client_cert_values(request, part)
+        return headers.getall(name, [])
+
+    return scope_values(getall, route.scope, route.key_header_names, route.require_scope)
 
 
 NO_FIELDS: Fields = {}

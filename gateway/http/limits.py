@@ -97,8 +97,13 @@ class Connections:
     def __len__(self) -> int:
         return self.count
 
-    def guard(self, protocols: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        """A protocol factory for `loop.create_server` around aiohttp's (`runner.server`)."""
+    def guard(
+        self, protocols: Callable[[], asyncio.Protocol], tls: bool = False
+    ) -> Callable[[], asyncio.Protocol]:
+        """A protocol factory for `loop.create_server` around aiohttp's (`runner.server`).
+
+        With `tls` a connection counts once its handshake is done: the loop tells the
+        protocol nothing of a handshake that failed (it is cut by the handshake timeout)."""
         loop = asyncio.get_running_loop()
         every = min(1.0, self.limits.request_header_timeout / 4)
 
@@ -115,8 +120,9 @@ class Connections:
             if self.count >= self.limits.max_connections:
                 self.metrics.connection_cut("max-connections")
                 return _Refused()
-            self.count += 1
-            return _Guarded(self, protocols(), loop)
+            if not tls:
+                self.count += 1
+            return _Guarded(self, protocols(), loop, counted=not tls)
 
         return make
 
@@ -147,12 +153,19 @@ class _Refused(asyncio.Protocol):
 class _Guarded(asyncio.Protocol):
     """aiohttp's protocol for one connection, with the header deadline and write timer."""
 
-    __slots__ = ("_connections", "_inner", "_loop", "_transport", "_writes", "head_since")
+    __slots__ = (
+        "_connections", "_counted", "_inner", "_loop", "_transport", "_writes", "head_since"
+    )  # fmt: skip
 
     def __init__(
-        self, connections: Connections, inner: asyncio.Protocol, loop: asyncio.AbstractEventLoop
+        self,
+        connections: Connections,
+        inner: asyncio.Protocol,
+        loop: asyncio.AbstractEventLoop,
+        counted: bool = True,
     ) -> None:
         self._connections = connections
+        self._counted = counted  # already in the count (made from a plain accept)
         self._inner = inner
         self._loop = loop
         self._transport: asyncio.Transport | None = None
@@ -163,6 +176,9 @@ class _Guarded(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        if not self._counted:
+            self._connections.count += 1
+            self._counted = True
         self._connections._open[transport] = self
         self.head_since = self._loop.time()
         self._inner.connection_made(transport)
@@ -201,10 +217,15 @@ class _Guarded(asyncio.Protocol):
         self.head_since = BETWEEN
 
     def slow(self) -> None:
-        """The head did not arrive in time: nothing is owed to this client."""
+        """The head did not arrive in time: nothing is owed to this client. Over TLS not even
+        a close_notify, whose answer it could keep the socket waiting for."""
         self.head_since = NOT_READING
         self._connections.metrics.connection_cut("header-timeout")
-        if self._transport is not None:
+        if self._transport is None:
+            return
+        if self._transport.get_extra_info("sslcontext") is not None:
+            self._transport.abort()
+        else:
             self._transport.close()
 
     def _stalled(self) -> None:

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
@@ -63,6 +64,17 @@ class _ProblemHandler(RequestHandler):
         answer.force_close()  # as aiohttp's: nothing more is read from this connection
         return answer
 
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """A client that hung up mid-request is no server error: the access log has its line
+        (status 499, docs/production.md), so aiohttp's traceback for it goes to debug."""
+        if isinstance(kw.get("exc_info"), ConnectionError) and self._client_gone():
+            self.logger.debug(*args, **kw)
+            return
+        super().log_exception(*args, **kw)
+
+    def _client_gone(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
 
 class _GuardedSite(web.SockSite):
     """aiohttp's site for a bound socket, its protocol factory wrapped by `Connections`.
@@ -70,11 +82,18 @@ class _GuardedSite(web.SockSite):
     It sets the site's private `_server` (what `stop` closes) as `SockSite.start` does:
     tests/test_limits.py and tests/test_slowloris.py fail when that stops working."""
 
-    def __init__(self, runner: web.AppRunner, sock: socket.socket, backlog: int) -> None:
-        super().__init__(runner, sock, backlog=backlog)
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        sock: socket.socket,
+        backlog: int,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, sock, backlog=backlog, ssl_context=tls)
         self._app_runner = runner
         self._listening = sock
         self._queue = backlog
+        self._tls = tls
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -82,11 +101,27 @@ class _GuardedSite(web.SockSite):
         assert server is not None
         loop = asyncio.get_running_loop()
         kwargs = server._kwargs  # what aiohttp's own factory passes (`Server.__call__`)
-        protocols = self._app_runner.app[CONNECTIONS].guard(
-            lambda: _ProblemHandler(server, loop=loop, **kwargs)
+        connections = self._app_runner.app[CONNECTIONS]
+        protocols = connections.guard(
+            lambda: _ProblemHandler(server, loop=loop, **kwargs), tls=self._tls is not None
         )
+        if self._tls is None:
+            self._server = await loop.create_server(
+                protocols, sock=self._listening, backlog=self._queue
+            )
+            return
+        # The handshake comes before the head, and has the head's time of its own. A closing
+        # connection sends the rest of its answer and close_notify, then waits for the
+        # client's close_notify: as long as a client may take nothing that is written to it
+        # (the loop's default is 30 s, after which what is still buffered is dropped).
+        limits = connections.limits
         self._server = await loop.create_server(
-            protocols, sock=self._listening, backlog=self._queue
+            protocols,
+            sock=self._listening,
+            backlog=self._queue,
+            ssl=self._tls,
+            ssl_handshake_timeout=limits.request_header_timeout,
+            ssl_shutdown_timeout=limits.client_write_timeout,
         )
 
 
@@ -135,6 +170,7 @@ async def _serve(
     backlog: int,
     shutdown_timeout: float,
     listening: Callable[[str], None],
+    tls: ssl.SSLContext | None,
 ) -> None:
     short = fit_open_files(app[CONNECTIONS].limits)
     if short is not None:
@@ -146,7 +182,7 @@ async def _serve(
     assert runner.server is not None
     _direct(app, runner.server)
     try:
-        site = _GuardedSite(runner, sock, backlog)
+        site = _GuardedSite(runner, sock, backlog, tls)
         await site.start()
         listening(site.name)
         while True:
@@ -163,9 +199,11 @@ def run(
     shutdown_timeout: float,
     listening: Callable[[str], None],
     loop: asyncio.AbstractEventLoop,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM, then drain for up to `shutdown_timeout` seconds."""
-    main = loop.create_task(_serve(app, sock, backlog, shutdown_timeout, listening))
+    """Serve until SIGINT or SIGTERM, then drain for up to `shutdown_timeout` seconds;
+    HTTPS with `tls`."""
+    main = loop.create_task(_serve(app, sock, backlog, shutdown_timeout, listening, tls))
     try:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(main)

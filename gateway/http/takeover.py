@@ -17,6 +17,7 @@ from aiohttp import web
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
 from gateway.errors import StoreUnavailable
 from gateway.http.context import Claimed, Services
+from gateway.http.flag import note_held
 from gateway.http.forward import forward
 from gateway.http.heartbeat import Heartbeat
 from gateway.http.incoming import key_of
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 RETRY_AFTER = {"Retry-After": "1"}
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
+IN_FLIGHT = "a request with this key is in progress; retry later"
 LOST_DETAIL = (
     "the gateway that forwarded this request stopped before its outcome was stored; "
     "whether the upstream ran it is unknown, and it is not run again"
@@ -73,9 +75,15 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
         s.metrics.reconciled.labels(route.name, lookup).inc()
         step = owner_lost_step(route, True, lookup)
     owner_lost(s, c, step)
+    if step is LostStep.NOT_HAPPENED and not await _still_owned(s, c):
+        # The lease lapsed during the lookup: another request may hold the key and run it.
+        s.metrics.request(route.name, c.request.method, m.CONFLICT)
+        return problem(409, "in-flight", "Request in progress", IN_FLIGHT, RETRY_AFTER)
     if step in RAN_AGAIN:
         return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
+    if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
+        await note_held(s, route.name, c.key, route.retention)
     if step is LostStep.RECONCILED:
         assert route.reconcile is not None
         answer = await record_found(s, c, route.reconcile, found)
@@ -106,6 +114,16 @@ async def _look_up(s: Services, c: Claimed) -> Found:
         return await look_up(route.reconcile, c.request, key, s.upstreams.tls)
     finally:
         beat.stop()
+
+
+async def _still_owned(s: Services, c: Claimed) -> bool:
+    """Renew the lease once more before sending: False when the key is another's now (or
+    Redis cannot say), so that nothing is sent."""
+    try:
+        return await s.store.extend(c.key, c.token, c.route.lease, c.route.retention)
+    except StoreUnavailable:
+        s.metrics.redis_errors.inc()
+        return False
 
 
 def _not_stored_yet() -> web.Response:

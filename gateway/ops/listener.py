@@ -5,7 +5,9 @@ join the port and split its connections between two Redis)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import socket
 
 
@@ -45,12 +47,16 @@ def start_listening(sock: socket.socket, backlog: int) -> None:
         raise ListenError(f"cannot listen on {host}:{port}: {why}") from None
 
 
-def bind_first_free(host: str, port: int, tries: int) -> socket.socket:
-    """The first of `port`, `port + 1`, ... (`tries` of them) that is free; 0: any port."""
-    for offset in range(tries):
-        try:
-            return bind(host, port + offset if port else 0)
-        except ListenError:
-            if offset == tries - 1:
-                raise
-    raise AssertionError("unreachable")
+def bind_private(path: str) -> socket.socket:
+    """A unix socket at `path` that only this user may connect to (a worker's channel to its
+    supervisor); a socket file left by a worker that died is replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o600)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -3,7 +3,8 @@
 Requests already running keep the route they started with. A file that does not validate is
 refused and logged; the running config stays. Listener, limits, Redis, admin, loop, blob,
 tracing and upstream TLS settings are bound at start: a change to them is logged and takes
-effect only after a restart.
+effect only after a restart. The TLS listeners load their certificate and key files again
+(the paths stay): new connections get the new ones, open ones keep theirs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import LIVE, SERVICES
+from gateway.http.certificates import reload_certificates
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +33,10 @@ FIXED = (
 
 
 def apply(app: web.Application, path: str | Path) -> bool:
-    """Load `path` and make it the gateway's settings; False (and a log line) when refused."""
+    """Load `path` and make it the gateway's settings; False (and a log line) when refused.
+    The listeners' certificate files are not loaded here: `reload` loads them on its own."""
     try:
-        new = load_settings(path)
+        new = load_settings(path, tls_files=False)
     except ConfigError as exc:
         return _refused(str(exc))
     unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
@@ -86,12 +89,19 @@ def _refused(why: str) -> bool:
     return False
 
 
+def reload(app: web.Application, path: str | Path) -> None:
+    """SIGHUP: the TLS listeners' certificate files (those the running config names), then
+    the config; each is kept as it was when its files do not load."""
+    reload_certificates(app)
+    apply(app, path)
+
+
 def reload_on_sighup(app: web.Application, path: str | Path) -> None:
     """While `app` runs, SIGHUP reloads `path`. Call before the app starts."""
 
     async def handler(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP, apply, app, path)
+        loop.add_signal_handler(signal.SIGHUP, reload, app, path)
         try:
             yield
         finally:  # the default action would end the process in its last cleanups

@@ -1,9 +1,11 @@
 """`--workers N`: a parent process supervising N gateway processes on one port.
 
-Each child listens with SO_REUSEPORT, so the kernel spreads new connections over them; the
-parent holds no socket. It starts the embedded redis-server once (children share it),
+The children serve the listening socket the parent bound, so the kernel spreads new
+connections over them. It starts the embedded redis-server once (children share it),
 forwards SIGTERM/SIGINT (children drain, then exit) and SIGHUP, and starts a new child when
-one dies, unless children keep dying right after they start.
+one dies, unless children keep dying right after they start. Each child has a slot (0 to
+N-1) that the child replacing it takes over: its `worker` label on the one admin address
+(`ops.hub`), which the parent serves.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import FrameType
 from aiohttp import web
 
 from gateway.lifeline import die_with_parent
+from gateway.ops.hub import Hub
 
 log = logging.getLogger("gateway.ops.workers")
 
@@ -63,22 +66,33 @@ def count_requests(app: web.Application) -> None:
 class Supervisor:
     """Starts `count` children running `command`, and keeps them running until told to stop."""
 
-    def __init__(self, command: list[str], count: int, keep_fds: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        count: int,
+        keep_fds: tuple[int, ...] = (),
+        hub: Hub | None = None,
+    ) -> None:
         self.command = command
         self.count = count
         self.keep_fds = keep_fds  # passed to each child (the listening socket)
-        self.children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self.hub = hub  # the one admin address, which asks each child on its own socket
+        self.children: dict[int, tuple[subprocess.Popen[bytes], float, int]] = {}
         self.stopping = False
         self.failed_starts = 0
 
-    def _spawn(self, ready_fd: int | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(self, slot: int, ready_fd: int | None = None) -> subprocess.Popen[bytes]:
         command, fds = self.command, self.keep_fds
+        if self.hub is not None:
+            command = [*command, "--admin-socket", self.hub.channel(slot)]
         if ready_fd is not None:
             command, fds = [*command, "--ready-fd", str(ready_fd)], (*fds, ready_fd)
         child = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=fds
         )
-        self.children[child.pid] = (child, time.monotonic())
+        self.children[child.pid] = (child, time.monotonic(), slot)
+        if self.hub is not None:
+            self.hub.started(slot, child.pid)
         if self.stopping:  # the stop came while it started, too late to be forwarded to it
             child.send_signal(signal.SIGTERM)
         elif ready_fd is None:
@@ -91,7 +105,7 @@ class Supervisor:
         2 or 3: that code, before N workers each say it N times over and are restarted."""
         read_end, write_end = os.pipe()
         try:
-            child = self._spawn(ready_fd=write_end)
+            child = self._spawn(0, ready_fd=write_end)
         finally:
             os.close(write_end)  # the worker holds it: end of file once it exits
         try:
@@ -104,12 +118,14 @@ class Supervisor:
             os.close(read_end)
         code = child.wait()
         del self.children[child.pid]
+        if self.hub is not None:
+            self.hub.exited(0)
         if self.stopping and code in (0, -signal.SIGTERM):  # stopped as it started
             return 0
         return code if code > 0 else 1
 
     def _forward(self, sig: int) -> None:
-        for child, _ in self.children.values():
+        for child, _, _ in self.children.values():
             if child.returncode is None:
                 child.send_signal(sig)
 
@@ -117,10 +133,14 @@ class Supervisor:
         if sig == signal.SIGHUP:
             log.info("SIGHUP: passed on to %d workers", len(self.children))
             self._forward(sig)
+            if self.hub is not None:
+                self.hub.reload()
             return
         if not self.stopping:
             log.info("stopping: %d workers drain their requests", len(self.children))
         self.stopping = True
+        if self.hub is not None:
+            self.hub.stopping()
         self._forward(signal.SIGTERM)
 
     def run(self, on_ready: Callable[[], None] | None = None) -> int:
@@ -134,13 +154,15 @@ class Supervisor:
             return refused
         if on_ready is not None:
             on_ready()
-        for _ in range(self.count - 1):
+        for slot in range(1, self.count):
             if not self.stopping:  # a stop right after the first one served starts no more
-                self._spawn()
+                self._spawn(slot)
         code = 0
         while self.children:
             pid = self._reap()
-            child, started = self.children.pop(pid)
+            child, started, slot = self.children.pop(pid)
+            if self.hub is not None:
+                self.hub.exited(slot)
             if self.stopping:
                 code = code or (child.returncode if child.returncode > 0 else 0)
                 continue
@@ -150,10 +172,12 @@ class Supervisor:
             if self.failed_starts >= MAX_FAILED_STARTS:
                 log.error("workers keep failing at start; stopping")
                 self.stopping = True
+                if self.hub is not None:
+                    self.hub.stopping()
                 self._forward(signal.SIGTERM)
                 code = 1
                 continue
-            self._spawn()
+            self._spawn(slot)
         return code
 
     def _reap(self) -> int:
@@ -161,7 +185,7 @@ class Supervisor:
         polled, so another child of this process (the embedded redis-server) is never
         reaped here, which would hide its exit from its owner."""
         while True:
-            for pid, (child, _) in self.children.items():
+            for pid, (child, _, _) in self.children.items():
                 if child.poll() is not None:
                     return pid
             time.sleep(REAP_TICK)  # signal handlers run meanwhile

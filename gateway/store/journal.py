@@ -15,6 +15,7 @@ import fcntl
 import itertools
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class Journal:
         # `add` and `stored` run in worker threads, one at a time: the file is emptied only
         # when no entry is unstored, nor half way through its write and fsync.
         self._lock = threading.Lock()
+        self._unstored: dict[int, tuple[str, float]] = {}  # entry -> record key, since
 
     def add(self, outcome: Unstored) -> int:
         """Write `outcome` and fsync it (blocking: run it in a thread); its entry number."""
@@ -86,6 +88,7 @@ class Journal:
             except BaseException:
                 self.depth -= 1
                 raise
+            self._unstored[entry] = (outcome.key, time.time())
         return entry
 
     def stored(self, entry: int) -> None:
@@ -93,6 +96,7 @@ class Journal:
         cannot be written is left out: an entry replayed twice is stored once (the same
         token completes the same record again)."""
         with self._lock:
+            self._unstored.pop(entry, None)
             if self._fd < 0:
                 return  # closed (a store finished after the drain): the next start replays it
             with contextlib.suppress(OSError):
@@ -100,6 +104,11 @@ class Journal:
             self.depth -= 1
             if self.depth == 0:
                 os.ftruncate(self._fd, 0)
+
+    def unstored(self) -> list[tuple[str, float]]:
+        """The record key of each entry not marked stored yet, and since when."""
+        with self._lock:
+            return list(self._unstored.values())
 
     def _append(self, line: bytes, sync: bool) -> None:
         """Write a whole line, or nothing: a line cut short by a full disk is taken back, so

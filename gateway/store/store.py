@@ -117,7 +117,7 @@ class Store(Inspection):
                 result = await send(script, key, args)
         except _FAILURES as exc:
             breaker.failure()
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}", unanswered=True) from exc
         breaker.success()
         return result
 
@@ -213,17 +213,10 @@ class Store(Inspection):
         stopped renewing is told apart (TAKEN, or LOST when not `take_lost`) from a free one.
         With `mark_sent`, the key counts as unsent until `sent` (UNSENT when its owner died
         before)."""
+        lost, mark = (b"take" if take_lost else b"hold"), (b"1" if mark_sent else b"")
         now_ms = int(time.time() * 1000)
-        reply = await self._claim_reply(
-            key,
-            fingerprint,
-            token,
-            _ms(lease),
-            now_ms,
-            int(hold * 1000),
-            b"take" if take_lost else b"hold",
-            b"1" if mark_sent else b"",
-        )
+        args = (fingerprint, token, _ms(lease), now_ms, int(hold * 1000), lost, mark)
+        reply = await self._claim_reply(key, *args)
         outcome = claim_of(reply[0])
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]))
@@ -244,8 +237,15 @@ class Store(Inspection):
         return bool(await self._call(self._extend, key, token, ms, int(hold * 1000), settles=True))
 
     async def sent(self, key: str, token: str) -> bool:
-        """Mark `token`'s claim as possibly sent; False when it owns the key no more."""
-        return bool(await self._call(self._sent, key, token))
+        """Mark `token`'s claim as possibly sent; False when it owns the key no more. With
+        replicas, a mark they did not acknowledge is StoreUnavailable (nothing may be sent):
+        a failover would promote a replica that takes the key for never sent."""
+        if not self.replicas:
+            return bool(await self._call(self._sent, key, token))
+        reply, acked = await self._call_replicated(self._sent, key, token)
+        if reply and acked < self.replicas:
+            raise StoreUnavailable(f"the send mark reached {acked} of {self.replicas} replicas")
+        return bool(reply)
 
     async def complete(
         self,

@@ -145,6 +145,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.certificate_expiry = Gauge(
+            "idem_listener_certificate_expiry_timestamp_seconds",
+            "When the certificate a TLS listener shows new connections expires (Unix time)",
+            ["listener"],
+            registry=r,
+        )
         self.blob_written = Counter(
             "idem_blob_written_bytes", "Body bytes written to the blob store", registry=r
         )
@@ -181,6 +187,10 @@ class Metrics:
     def watch_connections(self, count: Callable[[], int]) -> None:
         """Read the number of open client connections at each scrape."""
         self.client_connections.set_function(count)
+
+    def watch_certificate(self, listener: str, expires: Callable[[], float]) -> None:
+        """Read a TLS listener's certificate expiry at each scrape (it changes on reload)."""
+        self.certificate_expiry.labels(listener).set_function(expires)
 
     def connection_cut(self, reason: str) -> None:
         self._child(self.client_connections_cut, reason).inc()

@@ -1,0 +1,47 @@
+"""The client's TLS certificate as scope values (`client-cert:subject`, `client-cert:san-dns`,
+...): read from the connection's handshake, so a client can only claim a tenant whose
+certificate the listener's `client_ca` trusts."""
+
+from __future__ import annotations
+
+import functools
+import ssl
+
+from aiohttp import web
+from cryptography import x509
+
+SAN_TYPES: dict[str, type[x509.GeneralName]] = {
+    "san-dns": x509.DNSName,
+    "san-uri": x509.UniformResourceIdentifier,
+    "san-email": x509.RFC822Name,
+    "san-ip": x509.IPAddress,
+}
+
+
+def client_cert_values(request: web.BaseRequest, part: str) -> list[str]:
+    """The named part of the client's certificate as one value ([] without a certificate):
+    the subject as an RFC 4514 string, or the SANs of one type joined by commas, in the
+    certificate's order."""
+    transport = request.transport
+    tls = transport.get_extra_info("ssl_object") if transport is not None else None
+    if not isinstance(tls, ssl.SSLObject | ssl.SSLSocket):
+        return []
+    der = tls.getpeercert(binary_form=True)
+    if not der:
+        return []
+    value = _parts(der).get(part, "")
+    return [value] if value else []
+
+
+@functools.lru_cache(maxsize=1024)
+def _parts(der: bytes) -> dict[str, str]:
+    """Each part of a certificate, parsed once for all the requests that show it."""
+    cert = x509.load_der_x509_certificate(der)
+    parts = {"subject": cert.subject.rfc4514_string()}
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return parts
+    for part, kind in SAN_TYPES.items():
+        parts[part] = ",".join(str(name.value) for name in names if isinstance(name, kind))
+    return parts

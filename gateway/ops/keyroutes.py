@@ -1,0 +1,250 @@
+"""The admin listener's key endpoints (`/keys/show`, `/keys/purge`, `/keys/resolve`) and the
+console's key lookup: bearer authentication, body validation, one audit line per change."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway.config.policy import Route
+from gateway.errors import StoreUnavailable
+from gateway.http.app import SERVICES
+from gateway.http.problems import problem
+from gateway.ops import keyops, keyview
+from gateway.store import attention
+from gateway.store.store import Store
+from gateway.telemetry.logs import FIELDS
+
+audit_log = logging.getLogger("gateway.audit")
+
+PUBLIC = web.AppKey("public", web.Application)
+TOKEN = web.AppKey("admin_token", str)
+# Served on a worker's private socket: the supervisor names the operator's address.
+PRIVATE = web.AppKey("private", bool)
+FORWARDED_FOR = "X-Forwarded-For"
+
+
+class KeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    route: str
+    key: str
+    tenant: list[str] = Field(default_factory=list)  # the scope headers' values, in order
+
+
+class ResolveRequest(KeyRequest):
+    purge: bool = False
+    status: int | None = None
+    body: str | None = None  # UTF-8 text
+    body_base64: str | None = None
+    content_type: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ResolveRequest:
+        if self.purge == (self.status is not None):
+            raise ValueError("give either purge: true or a status (with a body)")
+        if self.body is not None and self.body_base64 is not None:
+            raise ValueError("give body or body_base64, not both")
+        return self
+
+    def body_bytes(self) -> bytes:
+        if self.body_base64 is not None:
+            try:
+                return base64.b64decode(self.body_base64, validate=True)
+            except binascii.Error as exc:
+                raise keyops.KeyOpError(400, f"body_base64: {exc}") from None
+        return (self.body or "").encode()
+
+
+KeyHandler = Callable[[web.Request, Any], Awaitable[web.Response]]
+
+
+def unauthorized(request: web.Request) -> web.Response | None:
+    """The refusal of a request without the admin token (None: it has it)."""
+    token = request.app.get(TOKEN)
+    if token is None:
+        return problem(
+            403,
+            "admin-token-unset",
+            "Key endpoints disabled",
+            "set admin.token to use the /keys endpoints",
+        )
+    # Bytes not UTF-8 come as surrogates: compared as they came, never a 500.
+    given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        return problem(
+            401,
+            "unauthorized",
+            "Unauthorized",
+            "a valid bearer token is required",
+            {"WWW-Authenticate": 'Bearer realm="idem-gateway admin"'},
+        )
+    return None
+
+
+def _keys_endpoint(
+    model: type[KeyRequest], op: KeyHandler
+) -> Callable[..., Awaitable[web.Response]]:
+    """Bearer authentication, body validation and error mapping around one key operation."""
+
+    async def endpoint(request: web.Request) -> web.Response:
+        refused = unauthorized(request)
+        if refused is not None:
+            return refused
+        try:
+            body = model.model_validate_json(await request.read())
+        except ValidationError as exc:
+            detail = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+            )
+            return problem(400, "bad-admin-request", "Bad request", detail)
+        try:
+            return await op(request, body)
+        except keyops.KeyOpError as exc:
+            return problem(exc.status, exc.slug, "Key operation refused", str(exc))
+
+    return endpoint
+
+
+def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, str]:
+    services = request.app[PUBLIC][SERVICES]
+    route, rkey = keyops.locate(services.settings, body.route, body.tenant, body.key)
+    return services.store, route, rkey
+
+
+async def _show(request: web.Request, body: KeyRequest) -> web.Response:
+    store, _, rkey = _target(request, body)
+    found = await keyops.show(store, rkey)
+    return web.json_response(found, status=404 if found["state"] == "absent" else 200)
+
+
+async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
+    services = request.app[PUBLIC][SERVICES]
+    _, route, rkey = _target(request, body)
+    found = await keyview.detail(services.store, services.blobs, route, rkey)
+    return web.json_response(found)  # "absent" is an answer too: the page shows it
+
+
+def _audit(request: web.Request, action: str, route: str, rkey: str) -> None:
+    """One line per change an operator makes: what, which record (its key holds digests
+    only), from where; the line's time says when."""
+    remote = request.remote
+    if request.app.get(PRIVATE):  # asked through the supervisor, which names the operator
+        remote = request.headers.get(FORWARDED_FOR, remote)
+    fields = {"action": action, "route": route, "record": rkey, "remote": remote}
+    audit_log.warning("admin: %s", action, extra={FIELDS: fields})
+
+
+async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
+    store, _, rkey = _target(request, body)
+    if not await keyops.purge(store, rkey):
+        raise keyops.KeyOpError(404, "no record for this key")
+    _audit(request, "purge", body.route, rkey)
+    await _settled(request, body.route, rkey)
+    return web.json_response({"purged": True})
+
+
+async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
+    store, route, rkey = _target(request, body)
+    if body.purge:
+        await keyops.resolve_by_purge(store, rkey)
+    else:
+        assert body.status is not None
+        await keyops.resolve_with(
+            store, route, rkey, body.status, body.body_bytes(), body.content_type
+        )
+    _audit(request, "resolve-purge" if body.purge else "resolve", body.route, rkey)
+    await _settled(request, body.route, rkey)
+    return web.json_response({"resolved": True, "purged": body.purge})
+
+
+def _authorized(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def endpoint(request: web.Request) -> web.Response:
+        return unauthorized(request) or await handler(request)
+
+    return endpoint
+
+
+async def _routes(request: web.Request) -> web.Response:
+    """The routes and their scope headers, for the console's lookup form."""
+    settings = request.app[PUBLIC][SERVICES].settings
+    routes = [{"name": r.name, "scope": list(r.scope)} for r in settings.routes]
+    return web.json_response({"routes": routes})
+
+
+async def _attention(request: web.Request) -> web.Response:
+    """The keys that need a person: those Redis's index lists that still do (an unknown
+    outcome held for an operator, a lost owner's key held), and this process's outcomes
+    not stored yet and calls outliving their lease."""
+    services = request.app[PUBLIC][SERVICES]
+    settings = services.settings
+    items = [
+        {
+            "route": _route_of(record),
+            "why": "journaled, not stored",
+            "record": record,
+            "since": since,
+        }
+        for record, since in services.journal.unstored()
+    ]
+    leases = {r.name: r.lease for r in settings.routes}
+    items += [
+        {"route": route, "why": "running past its lease", "record": record, "since": since}
+        for route, record, since in services.watch.overdue(leases)
+    ]
+    with contextlib.suppress(StoreUnavailable):  # Redis down: what this process knows still
+        items += await _held(services.store, settings.redis.key_prefix, list(leases))
+    return web.json_response({"items": items})
+
+
+async def _held(store: Store, prefix: str, routes: list[str]) -> list[dict[str, Any]]:
+    """The indexed records that still need a person, by their state now; the others leave
+    the index."""
+    held = []
+    for route, record, since in await attention.entries(store, prefix, routes):
+        described = keyops.describe(*await store.inspect(record))
+        why = _why(described)
+        if why:
+            held.append({"route": route, "why": why, "record": record, "since": since})
+        elif described["state"] != "pending":  # settled: a pending one may be stored yet
+            await attention.forget(store, prefix, route, record)
+    return held
+
+
+def _why(described: dict[str, Any]) -> str | None:
+    if described["state"] == "owner-lost":
+        return "owner lost, key held"
+    if described["state"] != "unknown":
+        return None
+    lost = described.get("extra", {}).get("failure") == "owner-lost"
+    return "owner lost, outcome unknown" if lost else "unknown outcome"
+
+
+def _route_of(record: str) -> str:
+    """The route in a record key, `prefix:{route:tenant:key}` (neither digest holds `:`)."""
+    return record.partition("{")[2].rsplit(":", 2)[0]
+
+
+async def _settled(request: web.Request, route: str, rkey: str) -> None:
+    """Off the attention list; an index only, so a failure to update it is no error."""
+    services = request.app[PUBLIC][SERVICES]
+    with contextlib.suppress(StoreUnavailable):
+        await attention.forget(services.store, services.settings.redis.key_prefix, route, rkey)
+
+
+def add_key_routes(app: web.Application) -> None:
+    app.router.add_post("/keys/show", _keys_endpoint(KeyRequest, _show))
+    app.router.add_post("/keys/purge", _keys_endpoint(KeyRequest, _purge))
+    app.router.add_post("/keys/resolve", _keys_endpoint(ResolveRequest, _resolve))
+    app.router.add_post("/console/api/key", _keys_endpoint(KeyRequest, _detail))
+    app.router.add_get("/console/api/routes", _authorized(_routes))
+    app.router.add_get("/console/api/attention", _authorized(_attention))

@@ -1,0 +1,100 @@
+"""What the console's overview shows, read from the gateway's own metrics and readiness: the
+same numbers `/metrics` gives, so that the page and a Prometheus board never disagree."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client.metrics_core import Metric
+
+from gateway.ops.merge import samples
+from gateway.telemetry import metrics as m
+
+# The outcomes the overview counts per route, in the order the page shows them.
+OUTCOMES = (m.FORWARDED, m.REPLAYED, m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR)
+CIRCUIT_NAMES = {value: name for name, value in m.CIRCUIT_STATES.items()}
+
+
+@functools.cache
+def version() -> dict[str, str]:
+    """The installed version, and whether this build is compiled (mypyc) or pure Python."""
+    try:
+        number = importlib.metadata.version("idem-gateway")
+    except importlib.metadata.PackageNotFoundError:
+        number = "unknown"
+    compiled = not __file__.endswith(".py")
+    return {"version": number, "build": "compiled" if compiled else "pure"}
+
+
+def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The overview document: `families` are the gateway's metrics (a `--workers` gateway's
+    merged ones), `workers` each worker's readiness answer (with its `worker` and `pid`)."""
+    families = list(families)
+    routes: dict[str, dict[str, Any]] = {}
+    for labels, value in samples(families, "idem_requests_total"):
+        outcome = labels.get("outcome", "")
+        counts = routes.setdefault(labels["route"], _route())["counts"]
+        if outcome in counts:
+            counts[outcome] += value
+    buckets: dict[str, dict[float, float]] = {}
+    for labels, value in samples(families, "idem_overhead_seconds_bucket"):
+        route_buckets = buckets.setdefault(labels["route"], {})
+        bound = float(labels["le"])
+        route_buckets[bound] = route_buckets.get(bound, 0.0) + value
+    for route, by_bound in buckets.items():
+        entry = routes.setdefault(route, _route())
+        entry["overhead_p50_ms"] = _quantile(0.5, by_bound)
+        entry["overhead_p99_ms"] = _quantile(0.99, by_bound)
+    circuit = max((v for _, v in samples(families, "idem_circuit_state")), default=0.0)
+    risk = max((v for _, v in samples(families, "idem_redis_eviction_risk")), default=0.0)
+    served: dict[str, float] = {}  # answers by worker (a single process is worker 0)
+    for labels, value in samples(families, "idem_requests_total"):
+        worker = labels.get("worker", "0")
+        served[worker] = served.get(worker, 0.0) + value
+    workers = [{**w, "requests": served.get(str(w["worker"]), 0.0)} for w in workers]
+    up = [w for w in workers if w.get("up")]
+    return {
+        **version(),
+        "time": time.time(),
+        "routes": dict(sorted(routes.items())),
+        "redis": {
+            "reachable": bool(up) and all(w.get("redis") for w in up),
+            "circuit": CIRCUIT_NAMES.get(int(circuit), "unknown"),
+            "eviction_risk": bool(risk),
+        },
+        "journal_depth": int(sum(v for _, v in samples(families, "idem_journal_depth"))),
+        "in_flight": int(sum(v for _, v in samples(families, "idem_in_flight"))),
+        "workers": {"up": len(up), "expected": len(workers), "list": workers},
+    }
+
+
+def _route() -> dict[str, Any]:
+    return {
+        "counts": dict.fromkeys(OUTCOMES, 0.0),
+        "overhead_p50_ms": None,
+        "overhead_p99_ms": None,
+    }
+
+
+def _quantile(q: float, cumulative: dict[float, float]) -> float | None:
+    """As Prometheus's histogram_quantile: linear within the bucket that holds the rank; in
+    milliseconds, None before any observation."""
+    bounds = sorted(cumulative)
+    total = cumulative.get(float("inf"), 0.0)
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = cumulative[bound]
+        if count >= rank:
+            if bound == float("inf"):
+                return round(lower * 1000, 3)
+            share = (rank - below) / (count - below) if count > below else 1.0
+            return round((lower + (bound - lower) * share) * 1000, 3)
+        lower, below = bound, count
+    return round(lower * 1000, 3)

@@ -1,0 +1,314 @@
+// The idem-gateway console. No framework and no build: the page's text is only ever set
+// with textContent, so that a recorded body, a header or a key holding HTML stays text.
+"use strict";
+
+const REFRESH_MS = 2000;
+const OUTCOMES = ["forwarded", "replayed", "conflict", "mismatch", "rejected", "error"];
+const TOKEN_KEY = "idem-admin-token"; // sessionStorage: this tab only, gone when it closes
+
+const $ = (id) => document.getElementById(id);
+let previous = null; // the last overview, for rates
+let routes = []; // [{name, scope}] once the token is known
+let shown = null; // the record on screen: {route, tenant, key}
+let pending = null; // the action waiting for its confirmation
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function row(cells) {
+  const tr = document.createElement("tr");
+  for (const cell of cells) tr.appendChild(cell instanceof Node ? cell : el("td", cell));
+  return tr;
+}
+
+function replaceRows(tbody, rows) {
+  tbody.replaceChildren(...rows);
+}
+
+async function api(path, body) {
+  const headers = { Accept: "application/json" };
+  if (token()) headers.Authorization = "Bearer " + token();
+  const options = { headers, cache: "no-store", credentials: "omit" };
+  if (body !== undefined) {
+    options.method = "POST";
+    options.body = JSON.stringify(body);
+    headers["Content-Type"] = "application/json";
+  }
+  const response = await fetch(path, options);
+  let data = null;
+  try {
+    data = await response.json();
+  } catch (e) {
+    data = null;
+  }
+  return { status: response.status, data };
+}
+
+// --- overview -------------------------------------------------------------------------
+
+function rate(now, before, route, outcome) {
+  if (!before || !before.routes[route]) return null;
+  const seconds = now.time - before.time;
+  if (seconds <= 0) return null;
+  return Math.max(0, now.routes[route].counts[outcome] - before.routes[route].counts[outcome]) / seconds;
+}
+
+function countCell(now, route, outcome) {
+  const total = now.routes[route].counts[outcome];
+  const perSecond = rate(now, previous, route, outcome);
+  const td = el("td");
+  td.appendChild(el("span", perSecond === null ? "–" : perSecond.toFixed(1) + "/s", "rate"));
+  td.appendChild(el("span", String(Math.round(total)), "total"));
+  td.dataset.outcome = outcome;
+  td.dataset.total = String(Math.round(total));
+  return td;
+}
+
+function ms(value) {
+  return value === null || value === undefined ? "–" : value.toFixed(2) + " ms";
+}
+
+function showOverview(now) {
+  $("version").textContent = "v" + now.version + " (" + now.build + ")";
+  const workers = now.workers;
+  $("workers-up").textContent = workers.up + " / " + workers.expected;
+  $("workers-up").className = "value " + (workers.up === workers.expected ? "good" : "bad");
+  $("redis").textContent = now.redis.reachable ? "reachable" : "unreachable";
+  $("redis").className = "value " + (now.redis.reachable ? "good" : "bad");
+  $("circuit").textContent = now.redis.circuit;
+  $("circuit").className = "value " + (now.redis.circuit === "closed" ? "good" : "bad");
+  $("eviction").textContent = now.redis.eviction_risk ? "yes" : "no";
+  $("eviction").className = "value " + (now.redis.eviction_risk ? "bad" : "good");
+  $("journal").textContent = String(now.journal_depth);
+  $("journal").className = "value " + (now.journal_depth > 0 ? "bad" : "good");
+  $("in-flight").textContent = String(now.in_flight);
+  const rows = Object.keys(now.routes).map((route) => {
+    const tr = row([el("td", route, "route"), ...OUTCOMES.map((o) => countCell(now, route, o))]);
+    tr.appendChild(el("td", ms(now.routes[route].overhead_p50_ms)));
+    tr.appendChild(el("td", ms(now.routes[route].overhead_p99_ms)));
+    tr.dataset.route = route;
+    return tr;
+  });
+  if (!rows.length) rows.push(row([el("td", "no requests yet", "muted")]));
+  replaceRows($("routes").tBodies[0], rows);
+  replaceRows(
+    $("workers").tBodies[0],
+    workers.list.map((w) => {
+      const tr = row([
+        w.worker,
+        w.pid === null ? "–" : w.pid,
+        w.up ? "yes" : "no",
+        w.ready ? "yes" : "no",
+        w.redis ? "reachable" : "unreachable",
+        w.draining ? "yes" : "no",
+        String(Math.round(w.requests)),
+      ]);
+      tr.className = w.up && w.ready ? "" : "bad";
+      return tr;
+    }),
+  );
+  previous = now;
+}
+
+async function poll() {
+  try {
+    const { status, data } = await api("/console/api/overview");
+    if (status !== 200 || !data) throw new Error("overview: " + status);
+    showOverview(data);
+    $("live").textContent = "live";
+    $("live").className = "pill good";
+  } catch (e) {
+    $("live").textContent = "disconnected";
+    $("live").className = "pill bad";
+  }
+  if (token()) await refreshAttention();
+}
+
+// --- token ----------------------------------------------------------------------------
+
+async function useToken() {
+  const given = token();
+  $("keys-open").hidden = true;
+  $("keys-locked").hidden = false;
+  if (!given) {
+    $("token-state").textContent = "no token: overview only";
+    return;
+  }
+  const { status, data } = await api("/console/api/routes");
+  if (status !== 200 || !data) {
+    $("token-state").textContent = status === 403 ? "admin.token is not set on the gateway" : "token refused";
+    sessionStorage.removeItem(TOKEN_KEY);
+    return;
+  }
+  $("token-state").textContent = "token accepted";
+  routes = data.routes;
+  const select = $("lookup-route");
+  select.replaceChildren(...routes.map((r) => el("option", r.name)));
+  showTenantInputs();
+  $("keys-open").hidden = false;
+  $("keys-locked").hidden = true;
+  await refreshAttention();
+}
+
+function showTenantInputs() {
+  const route = routes.find((r) => r.name === $("lookup-route").value);
+  const box = $("lookup-tenants");
+  box.replaceChildren();
+  (route ? route.scope : []).forEach((header, i) => {
+    const id = "lookup-tenant-" + i;
+    const label = el("label", header);
+    label.htmlFor = id;
+    const input = el("input");
+    input.id = id;
+    input.spellcheck = false;
+    input.placeholder = "as the client sends it";
+    input.className = "tenant";
+    box.append(label, input);
+  });
+}
+
+// --- attention ------------------------------------------------------------------------
+
+async function refreshAttention() {
+  const { status, data } = await api("/console/api/attention");
+  if (status !== 200 || !data) return;
+  const rows = data.items.map((item) => {
+    const tr = row([item.route, item.why, item.record, new Date(item.since * 1000).toISOString()]);
+    tr.dataset.record = item.record;
+    return tr;
+  });
+  replaceRows($("attention").tBodies[0], rows);
+  $("attention-empty").hidden = rows.length > 0;
+}
+
+// --- lookup and actions ---------------------------------------------------------------
+
+function lookupRequest() {
+  const tenant = Array.from(document.querySelectorAll("#lookup-tenants input")).map((i) => i.value);
+  while (tenant.length && tenant[tenant.length - 1] === "") tenant.pop(); // absent headers
+  return { route: $("lookup-route").value, tenant, key: $("lookup-key").value };
+}
+
+function fact(list, name, value) {
+  list.append(el("dt", name), el("dd", value === null || value === undefined ? "–" : value));
+}
+
+function when(seconds) {
+  return seconds ? new Date(seconds * 1000).toISOString() : null;
+}
+
+function showError(text) {
+  $("lookup-error").textContent = text;
+  $("lookup-error").hidden = false;
+}
+
+async function lookup(request) {
+  $("lookup-error").hidden = true;
+  $("record").hidden = true;
+  $("action-result").hidden = true;
+  const { status, data } = await api("/console/api/key", request);
+  if (status === 200 && data && data.state === "absent") return showError("No record for this key.");
+  if (status !== 200 || !data) return showError((data && data.detail) || "lookup failed (" + status + ")");
+  shown = request;
+  const facts = $("record-facts");
+  facts.replaceChildren();
+  fact(facts, "key", request.key);
+  fact(facts, "route", request.route);
+  fact(facts, "state", data.state);
+  fact(facts, "status", data.status === undefined ? null : data.status + (data.reason ? " " + data.reason : ""));
+  fact(facts, "created", when(data.created_at));
+  fact(facts, "stored", when(data.stored_at));
+  fact(facts, "expires", when(data.expires_at));
+  fact(facts, "body size", data.body_bytes === undefined ? null : data.body_bytes + " bytes");
+  if (data.state === "pending") fact(facts, "lease overdue", data.lease_overdue ? "yes" : "no");
+  if (data.state === "owner-lost") fact(facts, "lease ended", data.lease_ended_seconds_ago + " s ago");
+  fact(facts, "retries answered", data.retries_answered === null ? "not counted" : data.retries_answered);
+  replaceRows(
+    $("record-headers").tBodies[0],
+    (data.headers || []).map(([name, value]) => row([name, value])),
+  );
+  const body = data.body || { kind: "none" };
+  $("record-body").textContent = body.kind === "text" ? body.text : body.kind === "hex" ? body.hex : "";
+  $("record-body-note").textContent =
+    body.kind === "hex" ? "(binary, as hex)" : body.kind === "missing" ? "(blob missing)" : body.truncated ? "(first bytes)" : "";
+  $("resolve-open").hidden = !["unknown", "owner-lost"].includes(data.state);
+  $("resolve").hidden = true;
+  $("confirm").hidden = true;
+  $("record").hidden = false;
+}
+
+function ask(text, action) {
+  pending = action;
+  $("confirm-text").textContent = text;
+  $("confirm").hidden = false;
+}
+
+async function act(path, body, done) {
+  const { status, data } = await api(path, { ...shown, ...body });
+  $("action-result").textContent = status === 200 ? done : (data && data.detail) || "refused (" + status + ")";
+  $("action-result").hidden = false;
+  if (status === 200) await lookup(shown).catch(() => {});
+  $("action-result").hidden = false;
+  await refreshAttention();
+}
+
+function start() {
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value);
+    $("token").value = "";
+    useToken();
+  });
+  $("token-forget").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    routes = [];
+    shown = null;
+    $("record").hidden = true;
+    replaceRows($("attention").tBodies[0], []);
+    useToken();
+  });
+  $("lookup-route").addEventListener("change", showTenantInputs);
+  $("lookup").addEventListener("submit", (event) => {
+    event.preventDefault();
+    lookup(lookupRequest());
+  });
+  $("purge").addEventListener("click", () =>
+    ask("Purge this record? The next request with this key runs upstream again.", () =>
+      act("/keys/purge", {}, "Purged."),
+    ),
+  );
+  $("resolve-open").addEventListener("click", () => {
+    $("resolve").hidden = false;
+  });
+  $("resolve").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const status = Number($("resolve-status").value);
+    const body = { status, body: $("resolve-body").value, content_type: $("resolve-type").value || null };
+    ask("Store a " + status + " answer for this unknown outcome? Every retry will replay it.", () =>
+      act("/keys/resolve", body, "Resolved: retries now replay this answer."),
+    );
+  });
+  $("confirm-yes").addEventListener("click", () => {
+    $("confirm").hidden = true;
+    const action = pending;
+    pending = null;
+    if (action) action();
+  });
+  $("confirm-no").addEventListener("click", () => {
+    $("confirm").hidden = true;
+    pending = null;
+  });
+  useToken();
+  poll();
+  setInterval(poll, REFRESH_MS);
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,382 @@
+"""The operators' console in a real browser: Debian's Chromium, driven by Playwright for
+Python (never `playwright install`: no browser is downloaded). A gateway process runs in front
+of an upstream on loopback; every request the page is tested on went through it."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from testkit.ports import free_port
+from testkit.procs import GatewayProcess
+
+from .upstream import serving_app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip(
+        "no Chromium binary (Debian's `chromium` package; .ci/run installs it as root)",
+        allow_module_level=True,
+    )
+playwright = pytest.importorskip(
+    "playwright.async_api", reason="Playwright for Python is not installed (the test extra)"
+)
+Page = playwright.Page
+expect = playwright.expect
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TOKEN = "console-admin-token-0123456789"
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "console.png"
+XSS_BODY = b'<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>&lt;ok&gt;'
+XSS_HEADER = '<b onmouseover="window.__xss=4">bold</b><script>window.__xss=5</script>'
+XSS_KEY = "<img src=x onerror=window.__xss=3>"
+SECRET = "SECRET-MARKER-7f3a"
+WAIT_MS = 15_000
+
+
+class ConsoleUpstream:
+    """An upstream that counts its calls: `/pay` echoes the body it got, `/xss` answers HTML
+    in its body and a header, `/reset` cuts its answer short (an unknown outcome)."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def pay(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.calls[request.path] += 1
+        text = f'{{"id":"pay_{self.calls[request.path]}","echo":"{body.decode()}"}}'
+        return web.Response(status=201, text=text, content_type="application/json")
+
+    async def xss(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.calls[request.path] += 1
+        headers = {"X-Note": XSS_HEADER, "Content-Type": "text/html"}
+        return web.Response(status=200, body=XSS_BODY, headers=headers)
+
+    async def reset(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.calls[request.path] += 1
+        response = web.StreamResponse(status=200)
+        response.content_length = 1000
+        await response.prepare(request)
+        await response.write(b"partial")
+        assert request.transport is not None
+        request.transport.abort()
+        return response
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/pay", self.pay)
+        app.router.add_post("/xss", self.xss)
+        app.router.add_post("/reset", self.reset)
+        return app
+
+
+Gateway = tuple[GatewayProcess, str, ConsoleUpstream]
+StartGateway = Callable[[int], Awaitable[Gateway]]
+
+
+@pytest.fixture
+async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGateway]:
+    """Start a gateway process of `workers` workers with an admin listener and a token."""
+    running: list[GatewayProcess] = []
+    upstream = ConsoleUpstream()
+    async with serving_app(upstream.app()) as origin:
+
+        async def start(workers: int) -> Gateway:
+            admin_port = free_port()
+            config = {
+                "redis": {"url": redis_url},
+                "admin": {"port": admin_port, "token": TOKEN},
+                "routes": [
+                    {"name": "payments", "path_prefix": "/pay", "upstream": origin},
+                    {"name": "pages", "path_prefix": "/xss", "upstream": origin},
+                    {
+                        "name": "risky",
+                        "path_prefix": "/reset",
+                        "upstream": origin,
+                        "on_unknown_outcome": "record",
+                    },
+                ],
+            }
+            gateway = GatewayProcess(config, tmp_path, args=["--workers", str(workers)])
+            running.append(gateway)
+            await asyncio.to_thread(gateway.start)
+            admin = f"http://127.0.0.1:{admin_port}"
+            await _until_ready(admin)
+            return gateway, admin, upstream
+
+        yield start
+        for gateway in running:
+            assert await asyncio.to_thread(gateway.stop) == 0
+
+
+async def _until_ready(admin: str) -> None:
+    deadline = time.monotonic() + 20
+    async with aiohttp.ClientSession() as http:
+        while True:
+            try:
+                async with http.get(f"{admin}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            assert time.monotonic() < deadline, "the gateway never became ready"
+            await asyncio.sleep(0.05)
+
+
+class Console:
+    """A browser page on the console, with every console error and dialog it showed."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.responses: list[Any] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("dialog", self._dialog)
+        page.on("response", lambda r: self.responses.append(r))
+
+    async def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        await dialog.dismiss()
+
+    async def open(self, admin: str, token: str | None = None) -> None:
+        await self.page.goto(f"{admin}/console/")
+        await expect(self.page.locator("#live")).to_have_text("live", timeout=WAIT_MS)
+        if token is not None:
+            await self.page.fill("#token", token)
+            await self.page.click("#token-use")
+            await expect(self.page.locator("#keys-open")).to_be_visible(timeout=WAIT_MS)
+
+    async def look_up(self, route: str, key: str) -> None:
+        await self.page.select_option("#lookup-route", route)
+        await self.page.fill("#lookup-key", key)
+        await self.page.click("#lookup-go")
+
+    async def confirm(self) -> None:
+        await expect(self.page.locator("#confirm")).to_be_visible()
+        await self.page.click("#confirm-yes")
+
+    def cell(self, route: str, outcome: str) -> Any:
+        return self.page.locator(f'tr[data-route="{route}"] td[data-outcome="{outcome}"]')
+
+
+@pytest.fixture
+async def console() -> AsyncIterator[Console]:
+    async with playwright.async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 900})
+            yield Console(await context.new_page())
+        finally:
+            await browser.close()
+
+
+async def send(
+    gateway: GatewayProcess, path: str, key: str, body: str = "{}", close: bool = False
+) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    if close:
+        headers["Connection"] = "close"  # a connection of its own: any worker may take it
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{gateway.url}{path}", data=body, headers=headers) as resp,
+    ):
+        return resp.status, dict(resp.headers), await resp.read()
+
+
+async def test_the_overview_loads_without_errors_and_its_counts_move(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, _ = await start_gateway(1)
+    await console.open(admin)
+    await expect(console.page.locator("#workers-up")).to_have_text("1 / 1")
+    for key in ("o-1", "o-2", "o-3", "o-1"):
+        await send(gateway, "/pay", key)
+    await send(gateway, "/pay", "o-1", '{"other": 1}')  # mismatch
+    forwarded = console.cell("payments", "forwarded")
+    await expect(forwarded).to_have_attribute("data-total", "3", timeout=WAIT_MS)
+    await expect(console.cell("payments", "replayed")).to_have_attribute("data-total", "1")
+    await expect(console.cell("payments", "mismatch")).to_have_attribute("data-total", "1")
+    await expect(console.page.locator("#redis")).to_have_text("reachable")
+    assert console.errors == []
+
+
+async def test_a_key_made_through_the_gateway_is_found_by_the_lookup(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, _ = await start_gateway(1)
+    status, _, body = await send(gateway, "/pay", "find-me", '{"amount": 7}')
+    assert status == 201
+    await console.open(admin, TOKEN)
+    await console.look_up("payments", "find-me")
+    record = console.page.locator("#record")
+    await expect(record).to_be_visible(timeout=WAIT_MS)
+    await expect(console.page.locator("#record-facts")).to_contain_text("completed")
+    await expect(console.page.locator("#record-facts")).to_contain_text("201 Created")
+    await expect(console.page.locator("#record-body")).to_have_text(body.decode())
+    await expect(console.page.locator("#record-headers")).to_contain_text("application/json")
+    await console.look_up("payments", "never-sent")
+    await expect(console.page.locator("#lookup-error")).to_have_text("No record for this key.")
+    assert console.errors == []
+
+
+async def test_an_unknown_outcome_resolved_in_the_page_is_replayed_to_the_next_retry(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, upstream = await start_gateway(1)
+    status, headers, _ = await send(gateway, "/reset", "lost-1")
+    assert (status, headers.get("Idempotency-Outcome")) == (502, "unknown")
+    await console.open(admin, TOKEN)
+    attention = console.page.locator("#attention tbody")
+    await expect(attention).to_contain_text("unknown outcome", timeout=WAIT_MS)
+    await console.look_up("risky", "lost-1")
+    await expect(console.page.locator("#record-facts")).to_contain_text("unknown")
+    await console.page.click("#resolve-open")
+    await console.page.fill("#resolve-status", "201")
+    await console.page.fill("#resolve-type", "application/json")
+    await console.page.fill("#resolve-body", '{"id":"settled-by-hand"}')
+    await console.page.click("#resolve-go")
+    await console.confirm()
+    await expect(console.page.locator("#action-result")).to_contain_text("Resolved")
+    await expect(attention).not_to_contain_text("unknown outcome", timeout=WAIT_MS)
+
+    status, headers, body = await send(gateway, "/reset", "lost-1")
+    assert (status, body) == (201, b'{"id":"settled-by-hand"}')
+    assert headers["Idempotent-Replayed"] == "true"
+    assert upstream.calls["/reset"] == 1
+    (audit,) = [line for line in gateway.log().splitlines() if '"gateway.audit"' in line]
+    assert '"action":"resolve"' in audit and '"remote":"127.0.0.1"' in audit
+    assert console.errors == []
+
+
+async def test_a_key_purged_in_the_page_runs_again(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, upstream = await start_gateway(1)
+    assert (await send(gateway, "/pay", "purge-me"))[0] == 201
+    assert upstream.calls["/pay"] == 1
+    await console.open(admin, TOKEN)
+    await console.look_up("payments", "purge-me")
+    await expect(console.page.locator("#record")).to_be_visible(timeout=WAIT_MS)
+    await console.page.click("#purge")
+    await console.page.click("#confirm-no")  # a change of mind changes nothing
+    status, headers, _ = await send(gateway, "/pay", "purge-me")
+    assert headers.get("Idempotent-Replayed") == "true" and upstream.calls["/pay"] == 1
+    await console.page.click("#purge")
+    await console.confirm()
+    await expect(console.page.locator("#action-result")).to_have_text("Purged.")
+    status, headers, _ = await send(gateway, "/pay", "purge-me")
+    assert status == 201 and "Idempotent-Replayed" not in headers
+    assert upstream.calls["/pay"] == 2
+    assert console.errors == []
+
+
+async def test_html_in_a_recorded_body_header_and_key_renders_as_text(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, _ = await start_gateway(1)
+    status, _, body = await send(gateway, "/xss", f'"{XSS_KEY}"')
+    assert (status, body) == (200, XSS_BODY)
+    await console.open(admin, TOKEN)
+    await console.look_up("pages", f'"{XSS_KEY}"')  # as the client sent it
+    record = console.page.locator("#record")
+    await expect(record).to_be_visible(timeout=WAIT_MS)
+    await expect(console.page.locator("#record-body")).to_have_text(XSS_BODY.decode())
+    await expect(console.page.locator("#record-headers")).to_contain_text(XSS_HEADER)
+    await expect(console.page.locator("#record-facts")).to_contain_text(XSS_KEY)
+    assert await record.locator("img, script, b").count() == 0
+    await console.page.hover("#record-headers")
+    assert await console.page.evaluate("window.__xss") is None
+    assert console.dialogs == [] and console.errors == []
+
+
+async def test_without_the_token_no_key_data_reaches_the_page(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, _ = await start_gateway(1)
+    assert (await send(gateway, "/pay", "secret-key", f'"{SECRET}"'))[0] == 201
+    seen: list[tuple[str, bytes]] = []  # every answer the page's scripts fetched
+
+    async def recorded(route: Any) -> None:
+        response = await route.fetch()
+        seen.append((route.request.url, await response.body()))
+        await route.fulfill(response=response)
+
+    await console.page.route("**/console/api/**", recorded)
+    await console.open(admin)
+    await expect(console.page.locator("#keys-open")).to_be_hidden()
+    await console.page.fill("#token", "a-wrong-token-of-some-length")
+    await console.page.click("#token-use")
+    await expect(console.page.locator("#token-state")).to_have_text("token refused")
+    await expect(console.page.locator("#keys-open")).to_be_hidden()
+    # Even a script of the page's origin gets nothing without the token.
+    status = await console.page.evaluate(
+        """() => fetch('/console/api/key', {method: 'POST', headers: {'Content-Type':
+        'application/json'}, body: JSON.stringify({route: 'payments', key: 'secret-key'})})
+        .then(r => r.status)"""
+    )
+    assert status == 401
+    await console.page.wait_for_timeout(2500)  # one more refresh of the overview
+    assert SECRET not in await console.page.content()
+    assert len(seen) >= 2  # overviews, the refused token, the page's own fetch
+    for url, body in seen:
+        assert SECRET.encode() not in body, url
+    assert all("token" not in url.lower() for url, _ in seen)
+    assert not any(r.url.endswith(("/attention", "/routes")) and r.ok for r in console.responses)
+
+
+async def test_a_multi_worker_gateway_shows_every_workers_traffic(
+    start_gateway: StartGateway, console: Console
+) -> None:
+    gateway, admin, _ = await start_gateway(2)
+    await console.open(admin, TOKEN)
+    await expect(console.page.locator("#workers-up")).to_have_text("2 / 2")
+    rows = console.page.locator("#workers tbody tr")
+    sent = 0
+    deadline = time.monotonic() + 30
+    while True:  # connections of their own, at once, until the kernel gave each some
+        await asyncio.gather(
+            *(send(gateway, "/pay", f"w-{sent + i}", close=True) for i in range(10))
+        )
+        sent += 10
+        await expect(console.cell("payments", "forwarded")).to_have_attribute(
+            "data-total", str(sent), timeout=WAIT_MS
+        )
+        served = [int(await rows.nth(i).locator("td").nth(6).inner_text()) for i in range(2)]
+        if all(served):
+            break
+        assert time.monotonic() < deadline, f"one worker served everything: {served}"
+    assert sum(served) == sent
+    # A few other answers and a lookup, for the picture in the docs.
+    await send(gateway, "/pay", "w-0")
+    await send(gateway, "/pay", "w-1", '{"amount": 2}')
+    await send(gateway, "/pay", "")
+    await send(gateway, "/reset", "lost-9")
+    await expect(console.cell("payments", "rejected")).to_have_attribute(
+        "data-total", "1", timeout=WAIT_MS
+    )
+    attention = console.page.locator("#attention tbody")
+    await expect(attention).to_contain_text("unknown outcome", timeout=WAIT_MS)
+    await console.look_up("payments", "w-3")
+    await expect(console.page.locator("#record")).to_be_visible(timeout=WAIT_MS)
+    await console.page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert console.errors == []
