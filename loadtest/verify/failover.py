@@ -157,7 +157,7 @@ class Cluster:
         self.rng = random.Random(7)
         self.turn = 0
         self.down: RedisServer | None = None
-        self.ids: dict[int, str] = {}  # port -> node id, read before a kill
+        self.heirs: list[RedisServer] = []  # the replicas of the master killed last
 
     def start(self) -> None:
         self.cluster.start()
@@ -192,29 +192,22 @@ class Cluster:
 
     def kill(self) -> str:
         self.down = self.next_master()
-        self.ids[self.down.port] = node_id(self.down)
+        self.heirs = self.replicas_of(self.down)
         self.down.stop(kill=True)
         return f"master :{self.down.port} (failover)"
 
-    def master_ids(self, exclude: RedisServer) -> set[str]:
-        """The ids of the masters that hold slots, as a live node sees them."""
-        live = next(s for s in self.nodes() if s is not exclude)
-        with client(live) as each:
-            lines = each.execute_command("CLUSTER", "NODES").decode().splitlines()
-        return {
-            f[0] for f in (line.split() for line in lines)
-            if "master" in f[2] and "fail" not in f[2] and len(f) > 8
-        }  # fmt: skip
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        master_id = node_id(master)
+        return [s for s in self.nodes() if s is not master and replica_of(s) == master_id]
 
     def recover(self) -> None:
-        """Wait until the cluster serves every slot again, then start the killed node: it
-        rejoins as a replica of the node that took its slots."""
+        """Wait until a replica of the killed master took its slots, then start it: it
+        rejoins as a replica of the node that took them."""
         assert self.down is not None
-        down = self.down
-        gone = self.ids[down.port]
+        down, heirs = self.down, self.heirs
 
         def taken_over() -> bool:
-            return gone not in self.master_ids(exclude=down) and self.state_ok(exclude=down)
+            return any(heir in self.masters() for heir in heirs) and self.state_ok(down)
 
         wait_until(taken_over, 30, "its replica took its slots")
         down.start(timeout=30)
@@ -244,14 +237,11 @@ class Cluster:
         return target
 
     def failover(self) -> str:
-        """CLUSTER FAILOVER on a replica of a master: the two swap roles, nothing lost."""
+        """CLUSTER FAILOVER on an in-sync replica of a master: the two swap roles, nothing
+        lost."""
         master = self.next_master()
-        master_id = node_id(master)
-        replica = next(
-            server
-            for server in self.nodes()
-            if server not in self.masters() and replica_of(server) == master_id
-        )
+        replica = self.replicas_of(master)[0]
+        wait_until(lambda: in_sync(replica), 30, "the replica in sync before its failover")
         with client(replica) as each:
             each.execute_command("CLUSTER", "FAILOVER")
         wait_until(lambda: replica in self.masters(), 30, "CLUSTER FAILOVER done")
@@ -291,6 +281,14 @@ def demoted(server: RedisServer) -> bool:
     try:
         with client(server) as each:
             return bool(each.info("replication").get("role") == "slave")
+    except redis.RedisError:
+        return False
+
+
+def in_sync(server: RedisServer) -> bool:
+    try:
+        with client(server) as each:
+            return bool(each.info("replication").get("master_link_status") == "up")
     except redis.RedisError:
         return False
 
