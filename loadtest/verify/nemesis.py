@@ -56,7 +56,8 @@ class Nemesis:
         for track in range(tracks):
             mine = order[track::tracks]
             slot = (end - start) / max(1, len(mine))
-            planned.append([(start + i * slot, kind) for i, kind in enumerate(mine)])
+            shift = slot * track / tracks  # the tracks' faults interleave and overlap in part
+            planned.append([(start + shift + i * slot, kind) for i, kind in enumerate(mine)])
         return planned
 
     async def run(self, began: float, plan: list[list[tuple[float, str]]]) -> None:
