@@ -108,7 +108,7 @@ class Sentinel:
         down.start(timeout=30)
         # Until Sentinel makes it a replica it is a master of its own, with its old data
         # (and maybe a replica still following it): the fault lasts until it is demoted.
-        wait_until(lambda: demoted(down), 30, "the old master follows the new one")
+        wait_until(self.settled, 30, "the old master follows the new one")
         self.down = None
 
     def pause(self, sig: signal.Signals) -> str:
@@ -118,8 +118,27 @@ class Sentinel:
         self.down.process.send_signal(sig)
         target = f"master :{self.down.port}"
         if sig == signal.SIGCONT:
+            # Paused past down-after-milliseconds, it may have been failed over: until
+            # the Sentinels agree and it follows the new master, it takes writes of its own.
+            wait_until(self.settled, 30, "one master, the others its replicas")
             self.down = None
         return target
+
+    def settled(self) -> bool:
+        """Every Sentinel names the same master, and every other server is a replica."""
+        named = set()
+        for sentinel in self.sentinels:
+            try:
+                with client(sentinel) as each:
+                    named.add(
+                        each.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)[1]
+                    )
+            except redis.RedisError:
+                return False
+        if len(named) != 1:
+            return False
+        port = int(named.pop())
+        return all(demoted(s) for s in self.servers if s.port != port)
 
     def failover(self) -> str:
         before = self.master()
@@ -134,7 +153,7 @@ class Sentinel:
 
         wait_until(accepted, 30, "SENTINEL FAILOVER accepted")
         wait_until(lambda: self.master() is not before, 30, "SENTINEL FAILOVER done")
-        wait_until(lambda: demoted(before), 30, "the old master follows the new one")
+        wait_until(self.settled, 30, "the old master follows the new one")
         return f"master :{before.port} -> :{self.master().port}"
 
     def primary_clients(self) -> list[redis.Redis]:

@@ -107,9 +107,10 @@ class Nemesis:
             await asyncio.to_thread(self.system.topology.recover)
             return target
         if kind == "redis-stop":
-            target = self.system.topology.pause(signal.SIGSTOP)
+            pause = self.system.topology.pause
+            target = await asyncio.to_thread(pause, signal.SIGSTOP)
             await asyncio.sleep(seconds)
-            self.system.topology.pause(signal.SIGCONT)
+            await asyncio.to_thread(pause, signal.SIGCONT)
             return target
         if kind == "redis-full":
             return await self.redis_full(seconds)
