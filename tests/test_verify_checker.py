@@ -165,3 +165,14 @@ def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
     verdict = check(history, ran, failover, POLICIES)
     assert rules(verdict) == [1]
     assert "a claim lost with a Redis master" in verdict.violations[0].what
+
+
+def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:
+    history = [attempt(1, 502, start=10, end=11, outcome="unknown", gateway=0)]
+    cut_off = [
+        Fault("upstream-blackhole", "gateway 0 <-> upstream", 10.5, 12),
+        Fault("gateway-kill", "gateway 1", 10.5, 12),  # another gateway: not this key's
+    ]
+    verdict = check(history, [], cut_off, POLICIES)
+    assert verdict.held_unknown == 1
+    assert verdict.unknown_causes == {"during upstream-blackhole": 1}

@@ -49,6 +49,7 @@ class Verdict:
     began: float = 0.0
     span: float = 0.0  # from the first attempt's start to the last one's end
     held_unknown: int = 0  # keys whose last answer was an unknown outcome (for an operator)
+    unknown_causes: Counter[str] = field(default_factory=Counter)
 
     @property
     def availability(self) -> float:
@@ -98,6 +99,7 @@ def check(
         answered = [a for a in asked.get(key, ()) if a.status > 0]
         if answered and max(answered, key=lambda a: a.end).outcome == "unknown":
             verdict.held_unknown += 1
+            verdict.unknown_causes[unknown_cause(ran, asked.get(key, []), faults)] += 1
         verdict.runs_per_key[len(ran)] += 1
         check_key(verdict, key, ran, asked.get(key, []), by_id, faults, accepts)
     availability(verdict, attempts)
@@ -157,8 +159,10 @@ def check_key(
         first_ack = min(a.end for a in acked)
         late = [e for e in ran if e.time > first_ack]
         if late:
+            why = explain(late[0], ran, asked, faults) or "unexplained"
+            after = late[0].time - first_ack
             verdict.violations.append(
-                Violation(4, name, f"ran again {late[0].time - first_ack:.3f}s after a 2xx")
+                Violation(4, name, f"ran again {after:.3f}s after a 2xx ({why})")
             )
 
 
@@ -199,6 +203,28 @@ def explain(
         ):
             return f"unknown outcome released: the gateway answered {attempt.status}"
     return None
+
+
+def unknown_cause(ran: list[Execution], asked: list[Attempt], faults: Sequence[Fault]) -> str:
+    """What a key held unknown went through: the faults on its attempts, if any."""
+    if any(e.fault for e in ran):
+        return "the upstream reset or hung after executing"
+    on = sorted(
+        {
+            fault.kind
+            for attempt in asked
+            for fault in faults
+            if fault.start <= attempt.end and fault.end >= attempt.start and hits(fault, attempt)
+        }
+    )
+    return f"during {', '.join(on)}" if on else "no fault on its attempts"
+
+
+def hits(fault: Fault, attempt: Attempt) -> bool:
+    """Whether the fault touched the attempt's gateway (`gateway N`, `gateway N <-> ...`)."""
+    if fault.target.startswith("gateway "):
+        return fault.target.split()[1] == str(attempt.gateway)
+    return True
 
 
 def availability(verdict: Verdict, attempts: Sequence[Attempt]) -> None:

@@ -35,6 +35,10 @@ def table(result: Run) -> str:
         ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
         ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
         ("keys held unknown", f"{v.held_unknown:,} (last answer 502 unknown: for an operator)"),
+        (
+            "held unknown, by cause",
+            ", ".join(f"{k}: {n}" for k, n in v.unknown_causes.most_common()),
+        ),
         ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
     ]
     for rule, name in RULES.items():
