@@ -176,3 +176,10 @@ def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:
     verdict = check(history, [], cut_off, POLICIES)
     assert verdict.held_unknown == 1
     assert verdict.unknown_causes == {"during upstream-blackhole": 1}
+
+
+def test_an_unknown_outcome_after_a_2xx_is_a_lost_acknowledged_outcome() -> None:
+    history = [attempt(1), attempt(2, 502, start=12, end=12.1, outcome="unknown")]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [4]
+    assert "answered unknown" in verdict.violations[0].what

@@ -34,6 +34,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--each", type=int, default=1, help="times each fault kind is made")
     parser.add_argument("--tracks", type=int, default=1, help="fault tracks at once (compound)")
+    parser.add_argument(
+        "--stretch", type=float, default=1.0, help="faults last this many times as long"
+    )
     parser.add_argument("--topology", choices=("single", "sentinel", "cluster"), default="single")
     parser.add_argument("--lease", default="2s")
     parser.add_argument(
@@ -83,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(
         seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
         concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
-        each=args.each, tracks=args.tracks, seed=args.seed, topology=args.topology,
+        each=args.each, tracks=args.tracks, stretch=args.stretch, seed=args.seed,
+        topology=args.topology,
         lease=args.lease, claim_replicas=args.claim_replicas, owner_lost=args.owner_lost,
         mark_sent=args.mark_sent,
         log_level="info" if args.access_log else "warning",

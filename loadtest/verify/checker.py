@@ -5,7 +5,8 @@
    unknown outcome; the upstream reset or hung after executing), never "unexplained";
 2. every 2xx for a key carries the same body, that of an execution of the key;
 3. no 2xx from another key's, tenant's or payload's execution;
-4. no execution of a key after a client got a 2xx for it (no acknowledged outcome lost);
+4. no execution of a key after a client got a 2xx for it, and no "unknown outcome" answer
+   for it either (no acknowledged outcome lost);
 5. availability: the share of attempts answered 2xx or an expected 409/422/503, per second;
 6. no 500 to any client, no traceback and no 500 in any gateway's log, clean exits.
 """
@@ -154,7 +155,7 @@ def check_key(
             verdict.violations.append(
                 Violation(2, name, f"a 2xx ({attempt.attempt}) differs from its execution")
             )
-    # Rule 4: nothing runs after a client was told it ran.
+    # Rule 4: nothing runs, and no answer says "unknown", after a client was told it ran.
     if acked and ran:
         first_ack = min(a.end for a in acked)
         late = [e for e in ran if e.time > first_ack]
@@ -163,6 +164,12 @@ def check_key(
             after = late[0].time - first_ack
             verdict.violations.append(
                 Violation(4, name, f"ran again {after:.3f}s after a 2xx ({why})")
+            )
+        forgot = [a for a in asked if a.start > first_ack and a.outcome == "unknown"]
+        if forgot:
+            after = forgot[0].start - first_ack
+            verdict.violations.append(
+                Violation(4, name, f"answered unknown {after:.3f}s after a 2xx")
             )
 
 

@@ -32,6 +32,7 @@ class Plan:
     each: int
     seed: int
     tracks: int = 1
+    stretch: float = 1.0
     topology: str = "single"
     claim_replicas: int = 0
     owner_lost: str | None = None
@@ -59,7 +60,7 @@ async def run(plan: Plan, workdir: Path) -> Run:
     )
     clients: list[subprocess.Popen[bytes]] = []
     histories = [history(workdir, i) for i in range(plan.client_procs)]
-    nemesis = Nemesis(system, plan.kinds, plan.seed)
+    nemesis = Nemesis(system, plan.kinds, plan.seed, plan.stretch)
     codes: list[int] = []
     try:
         await asyncio.to_thread(system.start)

@@ -36,8 +36,9 @@ LATENCY_MS = 200
 
 
 class Nemesis:
-    def __init__(self, system: System, kinds: list[str], seed: int) -> None:
+    def __init__(self, system: System, kinds: list[str], seed: int, stretch: float = 1.0) -> None:
         self.system = system
+        self.stretch = stretch  # faults that last a set time last this many times as long
         self.kinds = kinds
         self.rng = random.Random(seed)
         self.done: list[Fault] = []
@@ -98,7 +99,7 @@ class Nemesis:
             **GATEWAY_KINDS, **REDIS_KINDS, **LINK_KINDS, **UPSTREAM_KINDS, **DISK_KINDS,
             **FAILOVER_KINDS,
         }  # fmt: skip
-        seconds = lasts[kind]
+        seconds = lasts[kind] * self.stretch
         if kind.startswith("gateway-"):
             return await self.gateway(kind)
         if kind == "redis-kill":
