@@ -15,7 +15,7 @@ RULES = {
     1: "executions per key (<= 1; extra runs on release routes explained)",
     2: "every 2xx carries the key's one execution's body",
     3: "no answer of another key, tenant or payload",
-    4: "no acknowledged outcome lost (no run after a 2xx)",
+    4: "no acknowledged outcome lost (no run, no unknown after a 2xx)",
     6: "no 500, no traceback, clean exits",
 }
 
