@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,8 +145,13 @@ class System:
     def stop(self) -> list[int]:
         """Stop the gateways (SIGTERM: a clean stop is part of the check), then the rest;
         the gateways' exit codes."""
-        # Longer than the gateway's own drain (60 s): a hang is the gateway's, not ours.
-        codes = [gateway.stop(timeout=70) for gateway in self.gateways]
+        # All at once, and given longer than the gateway's own drain (60 s): a hang is the
+        # gateway's, not ours.
+        for gateway in self.gateways:
+            if gateway.process is not None and gateway.process.poll() is None:
+                gateway.process.terminate()
+        deadline = time.monotonic() + 70
+        codes = [g.stop(timeout=max(1.0, deadline - time.monotonic())) for g in self.gateways]
         for child in (self.redis_proxy, self.upstream_proxy):
             if child is not None and child.child is not None:
                 child.child.stop()
