@@ -151,7 +151,7 @@ class System:
             if gateway.process is not None and gateway.process.poll() is None:
                 gateway.process.terminate()
         deadline = time.monotonic() + 70
-        codes = [g.stop(timeout=max(1.0, deadline - time.monotonic())) for g in self.gateways]
+        codes = [stopped(g, deadline) for g in self.gateways]
         for child in (self.redis_proxy, self.upstream_proxy):
             if child is not None and child.child is not None:
                 child.child.stop()
@@ -169,6 +169,18 @@ class System:
                 with contextlib.suppress(OSError):
                     gateway.process.send_signal(18)  # SIGCONT, in case it was paused
                 gateway.kill()
+
+
+def stopped(gateway: GatewayProcess, deadline: float) -> int:
+    """Its exit code once it has stopped (one SIGTERM only: a second one cuts the drain
+    short), SIGKILLed at the deadline."""
+    if gateway.process is None:
+        return 0
+    try:
+        return gateway.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        gateway.process.kill()
+        return gateway.process.wait()
 
 
 def mount_tmpfs(folder: Path) -> str | None:
