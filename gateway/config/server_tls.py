@@ -21,7 +21,7 @@ from typing import Literal
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from pydantic import Field, ValidationInfo, model_validator
+from pydantic import ValidationInfo, model_validator
 
 from gateway.config.policy import _Model
 from gateway.config.tls import _why
@@ -46,7 +46,7 @@ class ServerTls(_Model):
     min_version: Literal["TLSv1.2", "TLSv1.3"] = "TLSv1.2"
     ciphers: str | None = None  # OpenSSL cipher list (TLS 1.2); None: the ssl module's
     # How often the files are looked at; a change loads them as SIGHUP does. None: SIGHUP only.
-    watch_interval: Duration | None = Field(default=None, gt=0)
+    watch_interval: Duration | None = None  # positive, as every Duration
 
     @model_validator(mode="after")
     def _files_load(self, info: ValidationInfo) -> ServerTls:
