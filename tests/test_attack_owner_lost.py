@@ -35,11 +35,11 @@ from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
+from testkit.topologies import SentinelServers
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .faultkit import metrics_of, until, value
 from .scripted import answering, scripted
-from .topologies import SentinelServers
 from .upstream import CountingUpstream, serving_app
 
 KEY = {"Idempotency-Key": "k-attack"}
