@@ -35,11 +35,11 @@ from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
+from testkit.topologies import SentinelServers
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
-from .faultkit import metrics_of, until, value
+from .faultkit import metrics_of, records, until, value
 from .scripted import answering, scripted
-from .topologies import SentinelServers
 from .upstream import CountingUpstream, serving_app
 
 KEY = {"Idempotency-Key": "k-attack"}
@@ -781,3 +781,36 @@ def records_state(redis_url: str) -> bytes | None:
         return state
     finally:
         client.close()
+
+
+async def test_a_gateway_held_up_past_its_lease_before_sending_sends_nothing(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """Gateway A's claim reply comes late (Redis slow, A stopped or starved): its lease ends
+    before it can send. Meanwhile a retry on gateway B takes the key over, its lookup truly
+    says the call never ran, and B runs it. When A goes on, it must not send the request it
+    holds: the call would run twice (a lookup's 'not happened' stops being true once a
+    stalled owner sends). A checks its lease by its own clock before the first byte."""
+    counting, origin = upstream
+    counting.release.set()
+
+    async def find(request: web.Request) -> web.Response:  # the upstream's own view
+        ran = counting.count("/gate") > 0
+        return web.json_response({"id": "pay_found"}, status=200 if ran else 404)
+
+    app = web.Application()
+    app.router.add_get("/by-key/{key}", find)
+    async with serving_app(app) as lookup, proxied(redis_url) as slow:
+        route = {"on_owner_lost": "record", "lease": "1s", "reconcile": reconcile(lookup)}
+        slow_redis = gateway_settings(origin, {"socket_timeout": "5s"}, **route)
+        gw_a = await make_gateway(settings=slow_redis, url=slow.url)
+        gw_b = await make_gateway(**route)
+        slow.delay_on, slow.delay = b"CLAIMED", 2.0
+        held_up = asyncio.ensure_future(post(gw_a))
+        await until(lambda: bool(records(redis_url)), timeout=5)  # A's claim ran in Redis
+        await until(lambda: settled_is_due(redis_url), timeout=5)
+        ran = await settled(gw_b)
+        assert ran[0] == 201 and ran[1]["Idempotency-Outcome"] == "not-happened"
+        late = await held_up
+    assert late[0] == 503 and code(late) == "lease-expired"
+    assert counting.count("/gate") == 1

@@ -12,6 +12,7 @@ from gateway.core.decision import (
     Action,
     Failure,
     Settle,
+    may_still_send,
     on_answer,
     on_claim,
     on_failure,
@@ -89,3 +90,13 @@ def test_records_and_claim_results_keep_every_field_and_stay_frozen() -> None:
     for instance, name in ((full, "size"), (result, "body")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(instance, name, None)
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "lease", "sends"),
+    [(0.0, 30.0, True), (14.9, 30.0, True), (15.0, 30.0, False), (40.0, 30.0, False)],
+)
+def test_a_claim_is_sent_only_within_the_first_half_of_its_lease(
+    elapsed: float, lease: float, sends: bool
+) -> None:
+    assert may_still_send(elapsed, lease) is sends

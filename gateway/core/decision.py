@@ -173,6 +173,14 @@ def owner_lost_step(policy: Policy, reconciles: bool, found: Lookup | None = Non
     return _ON_LOST[policy.owner_lost]
 
 
+def may_still_send(elapsed: float, lease: float) -> bool:
+    """Whether a claim `elapsed` seconds old may still go upstream: only within the first
+    half of its lease. A gateway stalled longer (stopped, swapped out) may have been taken
+    for a lost owner meanwhile, and a retry may have run the call; the half left covers the
+    time from this check to the first byte."""
+    return elapsed < lease / 2
+
+
 def failure_status(kind: Failure) -> int:
     return 504 if kind is Failure.TIMEOUT else 502
 

@@ -18,6 +18,7 @@ from gateway.store.store import Store
 WAIT_BACKOFF = (0.01, 0.25)
 # How often a claim whose reply was lost is given back: from the first pause, doubling.
 GIVE_BACK_BACKOFF = (0.05, 1.0)
+GIVE_BACK_WINDOW = 2.0  # seconds: a shutdown waits no longer for it
 # What the fingerprint covers: method, raw path, raw query, the configured headers, the body.
 Payload = tuple[str, str, str, Fields, bytes]
 
@@ -46,9 +47,10 @@ async def take(
 
 
 async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
-    """Release a claim whose reply never came, as soon as Redis answers within the lease:
-    nothing was sent, and a key left claimed would be taken for a lost owner's after it."""
-    deadline = time.monotonic() + lease
+    """Release a claim whose reply timed out, as soon as Redis answers (for a short while,
+    within the lease): nothing was sent, and a key left claimed would be taken for a lost
+    owner's after it. A Redis that stays away leaves it so: held, never run unasked."""
+    deadline = time.monotonic() + min(lease, GIVE_BACK_WINDOW)
     pause, longest = GIVE_BACK_BACKOFF
     while True:
         try:

@@ -65,3 +65,7 @@ class Claimed:
     body: bytes
     unsent: bool = False  # the claim counts as unsent until marked (`mark_sent` routes)
     outcome: str | None = None  # an Idempotency-Outcome for this answer alone (a rerun)
+    # When the lease began, by this process's monotonic clock (taken before the claim or the
+    # renewal was sent, so never later than Redis's own start of it): a time spent stopped
+    # counts, so a gateway that wakes past its lease knows it before it sends.
+    leased_at: float = 0.0

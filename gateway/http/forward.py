@@ -15,7 +15,7 @@ from aiohttp import web
 from gateway.blobs.base import BlobStore
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
-from gateway.core.decision import Failure, Settle, on_answer
+from gateway.core.decision import Failure, Settle, may_still_send, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError, StoreUnavailable
@@ -31,6 +31,8 @@ from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
 log = logging.getLogger(__name__)
+
+RETRY = {"Retry-After": "1"}
 
 
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
@@ -70,6 +72,9 @@ async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
 
 async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     route, request = c.route, c.request
+    if not may_still_send(time.monotonic() - c.leased_at, route.lease):
+        await _too_late(s, c, feed)
+        return
     headers = forward_headers(request, route.preserve_host)
     started = time.monotonic()
     beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
@@ -182,6 +187,18 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
         beat.stop()
         s.watch.called(c.key)
     s.metrics.request(route.name, request.method, outcome)
+
+
+async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
+    """This gateway was held up (stopped, starved) for half the key's lease between its claim
+    and the send: a retry elsewhere may have taken the key over and run the call. Nothing
+    is sent; the key is given back if it is still this request's."""
+    route = c.route
+    log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
+    await release(s, route, c.key, c.token)
+    s.metrics.request(route.name, c.request.method, m.ERROR)
+    detail = "the request was held up before it could be sent and was not forwarded; retry"
+    feed.fail(problem(503, "lease-expired", "Held up past the key's lease", detail, RETRY))
 
 
 def _size(headers: list[tuple[str, str]]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 
 from aiohttp import hdrs, web
 
@@ -182,8 +183,9 @@ class Gateway:
         fields = fingerprint_fields(request, route)
         payload = (request.method, url.raw_path, url.raw_query_string, fields, body)
         token = secrets.token_hex(16)
+        leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
-            may_wait = route.mode != "shadow"
+            may_wait = route.mode != "shadow"  # a shadow route waits for nothing
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as exc:
             if exc.unanswered:  # the claim may hold the key, and nothing was sent: give it back
@@ -194,9 +196,8 @@ class Gateway:
             self.s.metrics.request(route.name, request.method, m.ERROR)
             detail = "the stored record for this key cannot be read; the request is not run again"
             return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
-        # With `mark_sent`, a claim of its own counts as unsent until forward marks it.
-        unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS
-        claimed = Claimed(request, route, rkey, token, fp, body, unsent)
+        unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
+        claimed = Claimed(request, route, rkey, token, fp, body, unsent, leased_at=leased_at)
         if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
             owner_lost(self.s, claimed, LostStep.UNSENT)
         return await self._act(request, route, action, result, claimed, anonymous)

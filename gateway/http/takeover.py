@@ -10,6 +10,7 @@ kept (409) or, with `release`, run again and counted.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 from aiohttp import web
@@ -117,8 +118,9 @@ async def _look_up(s: Services, c: Claimed) -> Found:
 
 
 async def _still_owned(s: Services, c: Claimed) -> bool:
-    """Renew the lease once more before sending: False when the key is another's now (or
-    Redis cannot say), so that nothing is sent."""
+    """Renew the lease once more before sending (its new start in `c.leased_at`): False when
+    the key is another's now (or Redis cannot say), so that nothing is sent."""
+    c.leased_at = time.monotonic()
     try:
         return await s.store.extend(c.key, c.token, c.route.lease, c.route.retention)
     except StoreUnavailable:

@@ -13,6 +13,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.record import STATE_UNKNOWN, Record
@@ -26,6 +27,7 @@ from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
 
+_TIMEOUTS = (RedisTimeoutError, asyncio.TimeoutError)
 # Claim replies after which the request owns the key.
 _OWNED = (b"CLAIMED", b"UNSENT", b"TAKEN")
 
@@ -117,7 +119,9 @@ class Store(Inspection):
                 result = await send(script, key, args)
         except _FAILURES as exc:
             breaker.failure()
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}", unanswered=True) from exc
+            # A timeout: the call went out and may have run, its reply lost.
+            timed_out = isinstance(exc, _TIMEOUTS)
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}", timed_out) from exc
         breaker.success()
         return result
 
