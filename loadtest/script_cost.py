@@ -40,6 +40,14 @@ def _per_call(client: redis.Redis) -> float:
     return float(stats.get("usec_per_call", 0.0))
 
 
+def _batch(client: redis.Redis, sha: str, script: str, start: int, keys: int, token: str) -> None:
+    """One pipeline of `script` calls, keys `start` on, as the gateway's pipeline sends them."""
+    with client.pipeline(transaction=False) as pipe:
+        for n in range(start, min(start + BATCH, keys)):
+            pipe.evalsha(sha, 1, f"idem:{{k{n}}}", *_args(script, f"{token}{n}"))
+        pipe.execute()
+
+
 def measure(client: redis.Redis, lua: Path, keys: int) -> tuple[float, float]:
     """Redis µs per claim + complete of a new key, and per claim of a completed one."""
     claim = client.script_load((lua / "claim.lua").read_text())
@@ -47,21 +55,12 @@ def measure(client: redis.Redis, lua: Path, keys: int) -> tuple[float, float]:
     client.flushall()
     client.config_resetstat()
     for start in range(0, keys, BATCH):
-        with client.pipeline(transaction=False) as pipe:
-            for n in range(start, min(start + BATCH, keys)):
-                pipe.evalsha(claim, 1, f"idem:{{k{n}}}", *_args("claim", f"t{n}"))
-            pipe.execute()
-        with client.pipeline(transaction=False) as pipe:
-            for n in range(start, min(start + BATCH, keys)):
-                pipe.evalsha(complete, 1, f"idem:{{k{n}}}", *_args("complete", f"t{n}"))
-            pipe.execute()
+        _batch(client, claim, "claim", start, keys, "t")
+        _batch(client, complete, "complete", start, keys, "t")
     new_key = _per_call(client) * 2
     client.config_resetstat()
     for start in range(0, keys, BATCH):
-        with client.pipeline(transaction=False) as pipe:
-            for n in range(start, min(start + BATCH, keys)):
-                pipe.evalsha(claim, 1, f"idem:{{k{n}}}", *_args("claim", f"r{n}"))
-            pipe.execute()
+        _batch(client, claim, "claim", start, keys, "r")
     return new_key, _per_call(client)
 
 
