@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names the field and what was expected."""
@@ -24,10 +26,10 @@ class BlobError(Exception):
     """The blob store failed: a body is missing, does not match its record, or cannot be
     written. `reason` is one of the names below (also the metrics label)."""
 
-    MISSING = "missing"
-    CORRUPT = "corrupt"  # size or digest differ from the record
-    UNAVAILABLE = "unavailable"  # the store did not answer
-    WRITE = "write"
+    MISSING: Final = "missing"
+    CORRUPT: Final = "corrupt"  # size or digest differ from the record
+    UNAVAILABLE: Final = "unavailable"  # the store did not answer
+    WRITE: Final = "write"
 
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")

@@ -108,11 +108,11 @@ class Gateway:
             return self._too_large(route, request)
         except BodyTimeout:
             return await self._too_slow(route, request)
-        except BadKey as exc:
+        except BadKey as bad_key:
             if route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
-            title = KEY_TITLES[exc.problem]
-            return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
+            title = KEY_TITLES[bad_key.problem]
+            return self._rejected(route, request, 400, bad_key.problem.value, title, str(bad_key))
         if key is None:
             if route.require_key and route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
@@ -122,11 +122,11 @@ class Gateway:
             return await self._unprotected(request, route.name, route.upstream, route, body)
         try:
             scope = scope_of(request, route)
-        except BadScope as exc:
+        except BadScope as unscoped:
             if route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
-            title = SCOPE_TITLES[exc.problem]
-            return self._rejected(route, request, 400, exc.problem.value, title, str(exc))
+            title = SCOPE_TITLES[unscoped.problem]
+            return self._rejected(route, request, 400, unscoped.problem.value, title, str(unscoped))
         key_hash = digest(key)
         note_key_hash(key_hash)
         if body is None:
@@ -187,12 +187,12 @@ class Gateway:
         try:
             may_wait = route.mode != "shadow"  # a shadow route waits for nothing
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
-        except StoreUnavailable as exc:
-            if exc.unanswered:  # the claim may hold the key, and nothing was sent: give it back
+        except StoreUnavailable as down:
+            if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
                 self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
-            return await self._store_down(request, route, body, exc)
-        except RecordCorrupt as exc:
-            log.error("route %s: %s", route.name, exc)
+            return await self._store_down(request, route, body, down)
+        except RecordCorrupt as corrupt:
+            log.error("route %s: %s", route.name, corrupt)
             self.s.metrics.request(route.name, request.method, m.ERROR)
             detail = "the stored record for this key cannot be read; the request is not run again"
             return problem(502, "record-corrupt", "Recorded answer corrupt", detail)

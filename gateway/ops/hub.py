@@ -50,7 +50,7 @@ class Hub:
         self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
         self.set = WorkerSet(count, state_dir, self.tls)
         self.loop = asyncio.new_event_loop()
-        self._thread: threading.Thread | None = None
+        self._admin_thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
         self._served = threading.Event()
         self._failure: BaseException | None = None
@@ -74,16 +74,22 @@ class Hub:
 
     def start(self, sock: socket.socket) -> None:
         """Serve on the bound socket `sock` in a thread of its own; back once it serves."""
-        self._thread = threading.Thread(target=self._run, args=(sock,), name="admin", daemon=True)
-        self._thread.start()
+        self._admin_thread = threading.Thread(
+            target=self._run, args=(sock,), name="admin", daemon=True
+        )
+        self._admin_thread.start()
         self._served.wait()
         if self._failure is not None:
             raise self._failure
 
     def stop(self) -> None:
-        if self._thread is not None and self._thread.is_alive() and self._stop is not None:
+        if (
+            self._admin_thread is not None
+            and self._admin_thread.is_alive()
+            and self._stop is not None
+        ):
             self.loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(timeout=10)
+            self._admin_thread.join(timeout=10)
         shutil.rmtree(self.set.folder, ignore_errors=True)
 
     def _run(self, sock: socket.socket) -> None:

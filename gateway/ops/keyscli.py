@@ -75,11 +75,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             return 2
     try:
         return asyncio.run(_run(args, settings, url, body))
-    except keyops.KeyOpError as exc:
-        print(f"idem-gateway keys: {exc}", file=sys.stderr)
-        return NOT_FOUND if exc.status in (404, 409) else 2
-    except StoreUnavailable as exc:
-        print(f"idem-gateway keys: Redis unavailable: {exc}", file=sys.stderr)
+    except keyops.KeyOpError as failed:
+        print(f"idem-gateway keys: {failed}", file=sys.stderr)
+        return NOT_FOUND if failed.status in (404, 409) else 2
+    except StoreUnavailable as down:
+        print(f"idem-gateway keys: Redis unavailable: {down}", file=sys.stderr)
         return UNREACHABLE
 
 

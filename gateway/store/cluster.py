@@ -79,9 +79,9 @@ class ClusterScripts:
             refreshes = self._refreshes
             try:
                 await node.execute_pipeline(commands)
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except (RedisConnectionError, RedisTimeoutError, OSError) as failure:
                 await self._refresh(refreshes)  # a failover may have moved the slot
-                raise
+                raise failure  # named: a bare raise after an await re-raises the wrong one compiled
             replies = [command.result for command in commands[1 if asking else 0 :]]
             reply = replies[0]
             if isinstance(reply, MovedError):  # before AskError: a subclass of it in redis 6

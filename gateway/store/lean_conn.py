@@ -200,25 +200,25 @@ class Endpoint:
                             await command.future
                     except AuthenticationError:
                         raise  # Redis said why
-                    except ConnectionError as exc:
+                    except ConnectionError as closed:
                         raise ConnectionError(
                             f"Redis at {where} closed the connection before answering "
-                            f"{' and '.join(str(c[0]) for c in self.handshake())} ({exc})"
-                        ) from exc
+                            f"{' and '.join(str(c[0]) for c in self.handshake())} ({closed})"
+                        ) from closed
                 if protocol.lost is not None:
                     # It ended before this task resumed (uvloop reads the socket first): a
                     # connection never to send on, its on_lost already called.
                     raise ConnectionError(
                         f"Redis at {where} closed the connection: {protocol.lost}"
                     )
-        except TimeoutError as exc:
-            _abort(protocol, exc)
-            raise RedisTimeoutError(f"Timeout connecting to Redis at {where}") from exc
-        except OSError as exc:
-            _abort(protocol, exc)
-            raise ConnectionError(f"Error connecting to Redis at {where}: {exc}") from exc
-        except BaseException as exc:
-            _abort(protocol, exc)
+        except TimeoutError as timeout:
+            _abort(protocol, timeout)
+            raise RedisTimeoutError(f"Timeout connecting to Redis at {where}") from timeout
+        except OSError as error:
+            _abort(protocol, error)
+            raise ConnectionError(f"Error connecting to Redis at {where}: {error}") from error
+        except BaseException as other:
+            _abort(protocol, other)
             raise
         return protocol
 

@@ -145,10 +145,10 @@ class Coalescer:
                         replies.append(await connection.read_response(timeout=float("inf")))
                     except ResponseError as exc:
                         replies.append(exc)
-        except BaseException:
+        except BaseException as failure:
             # Replies may be half read: the connection cannot be trusted any more.
             await connection.disconnect(nowait=True)
-            raise
+            raise failure  # named: a bare raise after an await re-raises the wrong one compiled
         return replies
 
     async def close(self) -> None:

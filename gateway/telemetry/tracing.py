@@ -94,14 +94,14 @@ class Tracing:
                     response = await handle(request)
                     status = response.status
                     return response
-                except web.HTTPException as exc:
-                    status = exc.status
+                except web.HTTPException as http:
+                    status = http.status
                     raise
                 except asyncio.CancelledError:
                     status = CLIENT_CLOSED  # the client went away (a forward still finishes)
                     raise
-                except BaseException as exc:
-                    span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+                except BaseException as error:
+                    span.set_attribute(ERROR_TYPE, type(error).__qualname__)
                     raise
                 finally:
                     if span.is_recording():
