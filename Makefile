@@ -16,7 +16,16 @@ format:
 	ruff format .
 	ruff check --fix .
 
-.PHONY: install test lint format
+# The compiled build in this checkout (setup.py): the gateway's modules beside their sources as
+# mypyc extensions; `make pure` removes them. `pip install -e .` alone stays pure.
+compiled:
+	IDEM_COMPILE=1 $(PY) setup.py --quiet build_ext --inplace
+
+pure:
+	rm -f gateway/_compiled.json
+	find gateway -name '*.so' -delete
+
+.PHONY: install test lint format compiled pure
 
 # deploy/constraints.txt: the image's pinned dependencies, resolved for its Python (3.12).
 PY312 ?= python3.12

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from gateway import build
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
 from gateway.config.settings import Settings
@@ -90,13 +91,14 @@ def serve(
                 os.write(ready_fd, b"1")
                 os.close(ready_fd)
             log.info(
-                "idem-gateway listening on %s://%s:%d (%d route%s, %s loop)",
+                "idem-gateway listening on %s://%s:%d (%d route%s, %s loop, %s)",
                 scheme,
                 host,
                 port,
                 routes,
                 "" if routes == 1 else "s",
                 settings.loop,
+                build.describe(),
             )
 
         app = create_app(settings, url)
@@ -192,6 +194,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "-c", "--config", metavar="FILE", help="YAML config (e.g. config/gateway.example.yaml)"
     )
     parser.add_argument("--check", metavar="FILE", help="validate a config file and exit")
+    parser.add_argument("--version", action="version", version=f"idem-gateway {build.describe()}")
     parser.add_argument(
         "--workers",
         type=int,
@@ -250,11 +253,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
         serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd, args.admin_socket)
-    except ListenError as exc:
-        print(f"idem-gateway: {exc}", file=sys.stderr)
+    except ListenError as refused:
+        print(f"idem-gateway: {refused}", file=sys.stderr)
         return EXIT_LISTEN
-    except ConfigError as exc:  # found at start-up, e.g. a blob bucket that does not exist
-        print(f"idem-gateway: cannot start: {one_line(str(exc))}", file=sys.stderr)
+    except ConfigError as wrong:  # found at start-up, e.g. a blob bucket that does not exist
+        print(f"idem-gateway: cannot start: {one_line(str(wrong))}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
 

@@ -21,12 +21,13 @@ LAYERS: dict[str, set[str]] = {
     "upstream": {"core", "config", "errors"},
     "telemetry": {"core", "config", "errors", "store"},
     "http": _IO,
-    "ops": _IO | {"http", "lifeline"},
-    "cli": _IO | {"http", "ops"},
+    "ops": _IO | {"http", "lifeline", "build"},
+    "cli": _IO | {"http", "ops", "build"},
     "lifeline": set(),
+    "build": set(),  # which build runs: imported first, by the package itself
     "demo_upstream": set(),
     "__main__": {"cli"},
-    "__init__": set(),
+    "__init__": {"build"},
 }
 # Third-party and standard modules the decision core must never import: it works on plain
 # values, with no event loop, network, Redis, HTTP or config parsing behind it.

@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from gateway import build
 from gateway.ops.merge import samples
 from gateway.telemetry import metrics as m
 
@@ -26,8 +27,7 @@ def version() -> dict[str, str]:
         number = importlib.metadata.version("idem-gateway")
     except importlib.metadata.PackageNotFoundError:
         number = "unknown"
-    compiled = not __file__.endswith(".py")
-    return {"version": number, "build": "compiled" if compiled else "pure"}
+    return {"version": number, "build": build.kind()}
 
 
 def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[str, Any]:

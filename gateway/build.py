@@ -1,0 +1,87 @@
+"""Which build runs: the gateway's modules compiled by mypyc, or pure Python.
+
+A compiled build lists its modules' source hashes in `_compiled.json` beside them (setup.py).
+Should any of those sources differ from what was compiled (a checkout edited after `make
+compiled`), every listed module loads from its source instead: the compiled modules call each
+other directly, so one stale module would otherwise run under fresh ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+PACKAGE: Final = Path(__file__).resolve().parent
+MANIFEST: Final = PACKAGE / "_compiled.json"
+PROBE: Final = "gateway.core.decision"  # a module every compiled build compiles
+
+
+class _FromSource(importlib.abc.MetaPathFinder):
+    """Finds the named modules' `.py` sources ahead of their compiled extensions."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        source = PACKAGE.parent / (fullname.replace(".", "/") + ".py")
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def stale_sources(manifest: dict[str, str], root: Path) -> list[str]:
+    """The sources (paths relative to `root`) whose hash differs from the compiled one's.
+    A source that is not there (a wheel may leave them out) cannot be stale."""
+    stale = []
+    for source, digest in manifest.items():
+        path = root / source
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            stale.append(source)
+    return sorted(stale)
+
+
+def _read_manifest() -> dict[str, str]:
+    try:
+        manifest: dict[str, str] = json.loads(MANIFEST.read_text())
+    except FileNotFoundError:
+        return {}
+    return manifest
+
+
+STALE: Final = stale_sources(_read_manifest(), PACKAGE.parent)
+if STALE:
+    sys.meta_path.insert(
+        0,
+        _FromSource(frozenset(s.removesuffix(".py").replace("/", ".") for s in _read_manifest())),
+    )
+
+
+def kind() -> str:
+    """`compiled` when the gateway's modules run as mypyc-compiled extensions, else `pure`."""
+    spec = importlib.util.find_spec(PROBE)
+    origin = spec.origin if spec is not None else None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return "compiled" if origin is not None and origin.endswith(suffixes) else "pure"
+
+
+def describe() -> str:
+    """The version and build in one phrase, as `--version` and the start-up line give it."""
+    try:
+        number = importlib.metadata.version("idem-gateway")
+    except importlib.metadata.PackageNotFoundError:
+        number = "unknown"
+    build = "compiled (mypyc)" if kind() == "compiled" else "pure Python"
+    if STALE:
+        build += f"; compiled modules ignored, {len(STALE)} source(s) changed since: {STALE[0]}"
+    return f"{number}, {build}"

@@ -1,0 +1,113 @@
+"""The build: the gateway's modules compiled to C extensions by mypyc where mypyc and a C
+compiler are at hand, pure Python where they are not (the package's metadata is in
+pyproject.toml).
+
+- `pip install .`, a wheel and the container image: compiled. `IDEM_PURE=1` asks for pure.
+- An editable install (`pip install -e .`) stays pure, so that an edited `.py` is never
+  shadowed by a compiled module beside it. `IDEM_COMPILE=1 python setup.py build_ext --inplace`
+  (`make compiled`) compiles a checkout in place; `make pure` undoes it. Should a source change
+  after that, the whole gateway imports as pure Python again (gateway/build.py).
+- The modules named in PURE stay pure, each for the reason given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+MANIFEST = "_compiled.json"  # beside the compiled modules: each one's source hash
+GROUP = "gateway.compiled"  # their shared library: gateway/compiled__mypyc.*.so
+PURE = {
+    "gateway/__init__.py": "imports first, to decide which build to load (gateway/build.py)",
+    "gateway/build.py": "tells which build runs, so it must load in both",
+    "gateway/__main__.py": "the entry point: runs once",
+    "gateway/demo_upstream.py": "a demo, not the gateway",
+    "gateway/blobs": "async generators (the blob readers), which mypyc does not compile",
+    "gateway/config": "pydantic models, which mypyc does not compile; read once at start",
+    "gateway/core/record.py": "sets its frozen slots through the slots' own setters",
+    "gateway/core/claims.py": "sets its frozen slots through the slots' own setters",
+    "gateway/core/fingerprint.py": "a str subclass (the tagged fingerprint)",
+    "gateway/upstream/base.py": "an async generator and a bytes subclass",
+    "gateway/http/forward.py": "async generators (the rest of a body fed from the record)",
+    "gateway/http/incoming.py": "subclasses aiohttp's request parser",
+    "gateway/http/server.py": "subclasses aiohttp's server protocol",
+    "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",
+    "gateway/http/certificates.py": "async generators; reloads certificates, off the request path",
+    "gateway/store/journal.py": "runs in worker threads, off the request path",
+    "gateway/store/embedded.py": "starts a redis-server once, off the request path",
+    "gateway/ops/admin.py": "async generators; the admin listener, off the request path",
+    "gateway/ops/console.py": "a middleware (aiohttp marks it by an attribute, which a compiled"
+    " function cannot carry); the admin listener's",
+    "gateway/ops/keyroutes.py": "a pydantic model (the resolve body); the admin listener's",
+    "gateway/ops/reload.py": "async generators; a reload, off the request path",
+}
+BUILDS = {"build", "build_ext", "bdist_wheel", "bdist", "install"}  # setuptools' build commands
+
+
+def pure(relative: str) -> bool:
+    return relative.endswith("/__init__.py") or any(
+        relative == name or relative.startswith(name + "/") for name in PURE
+    )
+
+
+def compiled_sources() -> list[str]:
+    """The gateway's modules that mypyc compiles: every one but those PURE names."""
+    paths = (path.relative_to(ROOT).as_posix() for path in (ROOT / "gateway").rglob("*.py"))
+    return sorted(path for path in paths if not pure(path))
+
+
+def _why_pure() -> str | None:
+    """None when this build compiles, else why it does not."""
+    if os.environ.get("IDEM_PURE") == "1":
+        return "IDEM_PURE=1"
+    if os.environ.get("IDEM_COMPILE") != "1" and not BUILDS & set(sys.argv[1:]):
+        return "not a build command"  # egg_info, dist_info, editable_wheel
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed"
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(os.environ.get("CC", compiler).split()[0]) is None:
+        return f"no C compiler ({compiler})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h; the python3-dev package)"
+    return None
+
+
+def extensions() -> list[object]:
+    why = _why_pure()
+    if why is not None:
+        if why != "not a build command":
+            print(f"idem-gateway: building pure Python: {why}", file=sys.stderr)
+        return []
+    from mypyc.build import mypycify
+
+    return list(mypycify(compiled_sources(), opt_level="3", group_name=GROUP))
+
+
+class BuildExt(build_ext):
+    """Writes the manifest of the compiled modules' source hashes beside them."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.extensions:
+            return
+        package = ROOT / "gateway" if self.inplace else Path(self.build_lib) / "gateway"
+        hashes = {
+            source: hashlib.sha256((ROOT / source).read_bytes()).hexdigest()
+            for source in compiled_sources()
+        }
+        (package / MANIFEST).write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":  # setuptools runs it so; the tests read PURE without building
+    setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
