@@ -1,0 +1,84 @@
+"""What the compiled build (mypyc, setup.py) needs of the gateway's source, read from its files:
+mypyc compiles some Python constructs differently from the interpreter, and those differences
+show only in the compiled build, so each is refused here for every build."""
+
+from __future__ import annotations
+
+import ast
+import runpy
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_for_tests")  # no setup() call
+
+
+def _compiled() -> list[str]:
+    sources: list[str] = SETUP["compiled_sources"]()
+    return sources
+
+
+def _functions(source: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse((ROOT / source).read_text())
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def except_names_of_two_types(source: str) -> list[str]:
+    """`except A as e` and `except B as e` in one function: mypyc gives `e` the first clause's
+    type, and the second clause fails with a TypeError when it catches."""
+    found = []
+    for function in _functions(source):
+        types: dict[str, set[str]] = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                types.setdefault(node.name, set()).add(ast.unparse(node.type))
+        found += [f"{source}:{function.lineno} {name}" for name, t in types.items() if len(t) > 1]
+    return found
+
+
+def bare_raises_after_an_await(source: str) -> list[str]:
+    """A bare `raise` in an except clause that awaited first: compiled, it re-raises the
+    exception the awaited call last handled, which may already be freed (a crash)."""
+    found = []
+    for function in _functions(source):
+        for handler in ast.walk(function):
+            if not isinstance(handler, ast.ExceptHandler):
+                continue
+            inside = [n for statement in handler.body for n in ast.walk(statement)]
+            awaits = any(isinstance(n, ast.Await | ast.AsyncWith | ast.AsyncFor) for n in inside)
+            if awaits and any(isinstance(n, ast.Raise) and n.exc is None for n in inside):
+                found.append(f"{source}:{handler.lineno}")
+    return found
+
+
+def test_every_pure_module_named_exists() -> None:
+    pure: dict[str, str] = SETUP["PURE"]
+    assert [name for name in pure if not (ROOT / name).exists()] == []
+    assert "gateway/http/handler.py" in _compiled()  # the request path is compiled
+
+
+def test_no_except_name_is_bound_to_two_types_in_a_compiled_module() -> None:
+    assert [found for s in _compiled() for found in except_names_of_two_types(s)] == []
+
+
+def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
+    assert [found for s in _compiled() for found in bare_raises_after_an_await(s)] == []
+
+
+@pytest.mark.parametrize(
+    ("check", "code"),
+    [
+        (
+            except_names_of_two_types,
+            "def f():\n try: g()\n except KeyError as e: h(e)\n except OSError as e: h(e)\n",
+        ),
+        (
+            bare_raises_after_an_await,
+            "async def f():\n try: await g()\n except OSError:\n  await h()\n  raise\n",
+        ),
+    ],
+)
+def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(code)
+    assert callable(check) and check(str(tmp_path / "m.py")) != []  # ROOT / an absolute path
