@@ -1,6 +1,6 @@
 """The docs stay true to the code: docs/configuration.md names every config field and no
 other, docs/problems.md every problem type the gateway emits and no other, and every relative
-link in README.md and docs/*.md leads to a file (and heading) that exists."""
+link in README.md, docs/*.md and loadtest/*.md leads to a file (and heading) that exists."""
 
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ def anchors(path: Path) -> set[str]:
 
 def relative_links() -> list[tuple[Path, str]]:
     links = []
-    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted(ROOT.glob("loadtest/*.md"))]
+    for page in pages:
         text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
         text = re.sub(r"`[^`\n]*`", "", text)  # inline code is not a link
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
