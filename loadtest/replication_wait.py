@@ -2,7 +2,10 @@
 
 A master and one replica (redis-server, loopback) are started for the run. Each mode makes
 `--claims` fresh-key claims through the gateway's Store, `--concurrency` at a time, and
-reports claims per second and the latency of one claim (p50, p99). Modes:
+reports claims per second, the latency of one claim (p50, p99), and the CPU time per claim
+of the master and of the replica redis-server processes (user+sys; the master's includes the
+WAIT, its replication stream and the replica's acknowledgements), with the master's own
+`usec_per_call` of WAIT from `INFO commandstats`. Modes:
 `none` (claim_replicas 0, one EVALSHA per claim), `none+pipeline` (claim_replicas 0, calls of
 one loop turn coalesced: the default), `wait-1` (claim_replicas 1: EVALSHA + WAIT 1 in one
 pipeline per claim).
@@ -26,10 +29,14 @@ from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.redis_server import RedisServer
 
+from .procs import cpu_seconds
+
 MODES = {"none": (0, False), "none+pipeline": (0, True), "wait-1": (1, False)}
 
 
-async def run(url: str, replicas: int, pipeline: bool, claims: int, concurrency: int) -> str:
+async def run(
+    url: str, replicas: int, pipeline: bool, claims: int, concurrency: int, pids: tuple[int, int]
+) -> str:
     settings = RedisSettings(url=url)
     store = Store(
         make_client(settings, url), CircuitBreaker(5, 1.0), pipeline=pipeline,
@@ -46,14 +53,24 @@ async def run(url: str, replicas: int, pipeline: bool, claims: int, concurrency:
             latencies.append(time.perf_counter() - started)
             assert result.outcome.value == "CLAIMED"
 
-    try:
-        began = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-    finally:
-        await store.close()
+    with redis.Redis.from_url(url) as stats:
+        stats.config_resetstat()
+        cpu = [cpu_seconds(pid) for pid in pids]
+        try:
+            began = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed = time.perf_counter() - began
+        finally:
+            await store.close()
+        master, replica = (
+            (cpu_seconds(pid) - was) * 1e6 / claims for pid, was in zip(pids, cpu, strict=True)
+        )
+        wait = stats.info("commandstats").get("cmdstat_wait", {}).get("usec_per_call", 0.0)
     cuts = statistics.quantiles(latencies, n=100)
-    return f"{claims / elapsed:.0f} | {cuts[49] * 1000:.2f} | {cuts[98] * 1000:.2f}"
+    return (
+        f"{claims / elapsed:.0f} | {cuts[49] * 1000:.2f} | {cuts[98] * 1000:.2f} "
+        f"| {master:.1f} | {replica:.1f} | {wait:.1f}"
+    )
 
 
 def main() -> None:
@@ -71,11 +88,18 @@ def main() -> None:
             while client.info("replication")["connected_slaves"] < 1:
                 assert time.monotonic() < deadline, "the replica did not connect"
                 time.sleep(0.05)
-        print("| claim_replicas | concurrency | claims/s | p50 ms | p99 ms |")
-        print("|---|---:|---:|---:|---:|")
+        assert master.process is not None and replica.process is not None
+        pids = (master.process.pid, replica.process.pid)
+        print(
+            "| claim_replicas | concurrency | claims/s | p50 ms | p99 ms "
+            "| master CPU µs/claim | replica CPU µs/claim | WAIT µs/call |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for concurrency in (int(c) for c in args.concurrency.split(",")):
             for mode, (replicas, pipeline) in MODES.items():
-                row = asyncio.run(run(master.url, replicas, pipeline, args.claims, concurrency))
+                row = asyncio.run(
+                    run(master.url, replicas, pipeline, args.claims, concurrency, pids)
+                )
                 print(f"| {mode} | {concurrency} | {row} |")
     finally:
         replica.close()
