@@ -1,6 +1,7 @@
 """Redis's own CPU per new key and per replay, and the memory each stored record takes.
 
-    python -m loadtest.script_cost [--keys 200000] [--batch 100] [--rounds 2] [--lua DIR ...]
+    python -m loadtest.script_cost [--keys 200000] [--batch 100] [--rounds 2] [--replica]
+                                   [--hash-value BYTES] [--lua DIR ...]
 
 Starts a redis-server on loopback (the one the tests use) and, for each folder of scripts
 (default: the gateway's own; name another tree's `lua/` to compare), makes the script calls
@@ -73,6 +74,7 @@ class Row:
     scenario: str
     script_us: float  # commandstats usec per key
     process_us: float  # redis-server user+sys CPU per key
+    replica_us: float | None = None  # the replica's redis-server CPU per key (`--replica`)
     bytes_per_record: float | None = None
     memory_usage: int | None = None  # MEMORY USAGE median of a sample
 
@@ -116,30 +118,51 @@ class Calls:
 
 
 class Meter:
-    """Redis's CPU over a stretch of calls: commandstats and the process's CPU time."""
+    """Redis's CPU over a stretch of calls: commandstats and the process's CPU time (and the
+    replica's, once it has applied every write of the stretch)."""
 
-    def __init__(self, client: redis.Redis, pid: int) -> None:
-        self.client, self.pid = client, pid
+    def __init__(self, client: redis.Redis, pid: int, replica: int | None) -> None:
+        self.client, self.pid, self.replica = client, pid, replica
 
     def __enter__(self) -> Meter:
         self.client.config_resetstat()
         self.cpu = cpu_seconds(self.pid)
+        self.replica_cpu = cpu_seconds(self.replica) if self.replica else 0.0
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.process_s = cpu_seconds(self.pid) - self.cpu
+        self.replica_s = None
+        if self.replica:
+            synced(self.client)
+            self.replica_s = cpu_seconds(self.replica) - self.replica_cpu
         stats = self.client.info("commandstats")
         self.script_s = sum(
             stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("evalsha", "eval")
         ) / 1e6  # fmt: skip
 
     def row(self, scenario: str, keys: int) -> Row:
-        return Row(scenario, self.script_s * 1e6 / keys, self.process_s * 1e6 / keys)
+        replica = None if self.replica_s is None else self.replica_s * 1e6 / keys
+        return Row(scenario, self.script_s * 1e6 / keys, self.process_s * 1e6 / keys, replica)
 
 
-def measure(client: redis.Redis, pid: int, lua: Path, keys: int, batch: int) -> list[Row]:
+def synced(client: redis.Redis, timeout: float = 30.0) -> None:
+    """Wait until the replica has acknowledged every write the master made."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = client.info("replication")
+        if info.get("slave0", {}).get("offset") == info["master_repl_offset"]:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the replica did not catch up: {info}")
+        time.sleep(0.05)
+
+
+def measure(
+    client: redis.Redis, pids: tuple[int, int | None], lua: Path, keys: int, batch: int
+) -> list[Row]:
     """One round of every scenario on a flushed Redis."""
-    calls, meter, rows = Calls(client, lua, keys, batch), Meter(client, pid), []
+    calls, meter, rows = Calls(client, lua, keys, batch), Meter(client, *pids), []
     for blob in (False, True):
         meta, body = record(blob)
         suffix = ", blob" if blob else ""
@@ -166,6 +189,10 @@ def measure(client: redis.Redis, pid: int, lua: Path, keys: int, batch: int) -> 
     return rows
 
 
+def _cell(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
@@ -177,13 +204,29 @@ def main(argv: list[str] | None = None) -> int:
         help="set hash-max-listpack-value (hash-max-ziplist-value before Redis 7): at 1024 a "
         "record is a listpack rather than a hash table",
     )  # fmt: skip
+    parser.add_argument(
+        "--replica", action="store_true",
+        help="attach a replica: the master's CPU then includes feeding it, and the replica's "
+        "own is shown",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     folders = args.lua or [Path(__file__).resolve().parent.parent / "lua"]
     server = RedisServer()
     server.start()
+    replica = None
     try:
         assert server.process is not None
         client = redis.Redis.from_url(server.url)
+        if args.replica:
+            replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(server.port)])
+            replica.start()
+            assert replica.process is not None
+            deadline = time.monotonic() + 10
+            while client.info("replication")["connected_slaves"] < 1:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not connect")
+                time.sleep(0.05)
+        pids = (server.process.pid, replica.process.pid if replica and replica.process else None)
         info = client.info("server")
         if args.hash_value is not None:
             setting = "hash-max-listpack-value"
@@ -198,20 +241,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(BODY)}-byte body"
         )
         print("| scripts | round | scenario | scripts µs/key | redis-server CPU µs/key "
-              "| used_memory B/record | MEMORY USAGE B |")  # fmt: skip
-        print("|---|---:|---|---:|---:|---:|---:|")
+              "| replica CPU µs/key | used_memory B/record | MEMORY USAGE B |")  # fmt: skip
+        print("|---|---:|---|---:|---:|---:|---:|---:|")
         for folder in folders:
             for round_ in range(1, args.rounds + 1):
-                for r in measure(client, server.process.pid, folder, args.keys, args.batch):
-                    grown = "" if r.bytes_per_record is None else f"{r.bytes_per_record:.0f}"
-                    usage = "" if r.memory_usage is None else str(r.memory_usage)
+                for r in measure(client, pids, folder, args.keys, args.batch):
                     print(
                         f"| {folder} | {round_} | {r.scenario} | {r.script_us:.2f} "
-                        f"| {r.process_us:.2f} | {grown} | {usage} |",
+                        f"| {r.process_us:.2f} | {_cell(r.replica_us, '.2f')} "
+                        f"| {_cell(r.bytes_per_record, '.0f')} | {_cell(r.memory_usage, 'd')} |",
                         flush=True,
                     )
         client.close()
     finally:
+        if replica is not None:
+            replica.close()
         server.close()
     return 0
 
