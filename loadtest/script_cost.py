@@ -62,11 +62,15 @@ HEADERS = [
 BLOB_NAME = "0123456789abcdef0123456789abcdef"  # the blob stores' names: 16 random bytes, hex
 
 
+def answer(blob: bool) -> Record:
+    """The typical answer's record, its body inline or in the blob store."""
+    sha = hashlib.sha256(BODY).hexdigest()
+    return Record(201, HEADERS, len(BODY), sha, BLOB_NAME if blob else None, time.time())
+
+
 def record(blob: bool) -> tuple[bytes, bytes]:
     """The metadata and the inline body the gateway's completion sends for the answer."""
-    sha = hashlib.sha256(BODY).hexdigest()
-    meta = Record(201, HEADERS, len(BODY), sha, BLOB_NAME if blob else None, time.time())
-    return meta.encode(), b"" if blob else BODY
+    return answer(blob).encode(), b"" if blob else BODY
 
 
 @dataclass
@@ -95,7 +99,7 @@ class Calls:
     def token(self, n: int, run: str) -> str:
         return hashlib.md5(f"{run}{n}".encode()).hexdigest()  # 32 hex, as secrets.token_hex(16)
 
-    def run(self, script: str, args: Callable[[int], list[object]]) -> None:
+    def run(self, script: str, args: Callable[[int], list[bytes | str | int]]) -> None:
         """`script` on every key, `batch` calls per pipeline."""
         sha = self.sha[script]
         for start in range(0, self.keys, self.batch):
