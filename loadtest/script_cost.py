@@ -1,13 +1,15 @@
 """Redis's own CPU per new key and per replay, and the memory each stored record takes.
 
-    python -m loadtest.script_cost [--keys 200000] [--batch 100] [--rounds 2] [--replica]
-                                   [--hash-value BYTES] [--lua DIR ...]
+    python -m loadtest.script_cost [--keys 200000] [--batch 100 | --concurrency N] [--rounds 2]
+                                   [--replica] [--hash-value BYTES] [--lua DIR ...]
 
 Starts a redis-server on loopback (the one the tests use) and, for each folder of scripts
 (default: the gateway's own; name another tree's `lua/` to compare), makes the script calls
 the gateway makes, pipelined `--batch` at a time as its coalescer sends them, on one
-connection. The record is a typical JSON answer (201, eight headers, a 200-byte body) encoded
-by the gateway's own `Record`, under keys of the gateway's own form. Scenarios:
+connection (with `--concurrency N`, unpipelined: one call at a time on each of N connections,
+as it sends them to a Redis Cluster). The record is a typical JSON answer (201, eight
+headers, a 200-byte body) encoded by the gateway's own `Record`, under keys of the gateway's
+own form. Scenarios:
 
 - `new key`: a claim then a completion of each of `--keys` new keys, the body inline;
 - `new key, mark_sent`: a claim, a send mark and a completion (routes with `mark_sent`);
@@ -25,6 +27,7 @@ stops its redis-server.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import statistics
 import time
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import redis.asyncio
 
 from gateway.core.keys import digest, hashed_record_key
 from gateway.core.record import Record
@@ -84,10 +88,13 @@ class Row:
 
 
 class Calls:
-    """Each script's ARGV as the gateway sends it, and pipelines of them over `keys` keys."""
+    """Each script's ARGV as the gateway sends it, over `keys` keys: in pipelines of `batch`
+    calls, or with `concurrency`, one call at a time on each of that many connections."""
 
-    def __init__(self, client: redis.Redis, lua: Path, keys: int, batch: int) -> None:
-        self.client, self.keys, self.batch = client, keys, batch
+    def __init__(
+        self, client: redis.Redis, lua: Path, keys: int, batch: int, concurrency: int = 0
+    ) -> None:
+        self.client, self.keys, self.batch, self.concurrency = client, keys, batch, concurrency
         self.sha = {
             name: client.script_load(path.read_text())
             for name in ("claim", "complete", "sent")
@@ -100,13 +107,30 @@ class Calls:
         return hashlib.md5(f"{run}{n}".encode()).hexdigest()  # 32 hex, as secrets.token_hex(16)
 
     def run(self, script: str, args: Callable[[int], list[bytes | str | int]]) -> None:
-        """`script` on every key, `batch` calls per pipeline."""
+        """`script` on every key."""
         sha = self.sha[script]
+        if self.concurrency:
+            asyncio.run(self._unpipelined(sha, args))
+            return
         for start in range(0, self.keys, self.batch):
             with self.client.pipeline(transaction=False) as pipe:
                 for n in range(start, min(start + self.batch, self.keys)):
                     pipe.evalsha(sha, 1, self.names[n], *args(n))
                 pipe.execute()
+
+    async def _unpipelined(self, sha: str, args: Callable[[int], list[bytes | str | int]]) -> None:
+        url = "redis://{host}:{port}/0".format(**self.client.connection_pool.connection_kwargs)
+        client = redis.asyncio.Redis.from_url(url, max_connections=self.concurrency)
+        keys = iter(range(self.keys))
+
+        async def one_at_a_time() -> None:
+            for n in keys:
+                await client.evalsha(sha, 1, self.names[n], *args(n))
+
+        try:
+            await asyncio.gather(*(one_at_a_time() for _ in range(self.concurrency)))
+        finally:
+            await client.aclose()
 
     def claim(self, run: str, mark: bool = False) -> None:
         now = int(time.time() * 1000)
@@ -163,10 +187,15 @@ def synced(client: redis.Redis, timeout: float = 30.0) -> None:
 
 
 def measure(
-    client: redis.Redis, pids: tuple[int, int | None], lua: Path, keys: int, batch: int
+    client: redis.Redis,
+    pids: tuple[int, int | None],
+    lua: Path,
+    keys: int,
+    batch: int,
+    concurrency: int = 0,
 ) -> list[Row]:
     """One round of every scenario on a flushed Redis."""
-    calls, meter, rows = Calls(client, lua, keys, batch), Meter(client, *pids), []
+    calls, meter, rows = Calls(client, lua, keys, batch, concurrency), Meter(client, *pids), []
     for blob in (False, True):
         meta, body = record(blob)
         suffix = ", blob" if blob else ""
@@ -201,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=100, help="calls per pipeline")
+    parser.add_argument(
+        "--concurrency", type=int, default=0, metavar="N",
+        help="no pipelines: one call at a time on each of N connections, as the gateway sends "
+        "them to a Redis Cluster (or with redis.pipeline: false)",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--lua", action="append", type=Path, metavar="DIR")
     parser.add_argument(
@@ -239,9 +273,14 @@ def main(argv: list[str] | None = None) -> int:
             client.config_set(setting, args.hash_value)
             print(f"{setting} {args.hash_value}")
         meta, _ = record(False)
+        sending = (
+            f"one call at a time on each of {args.concurrency} connections"
+            if args.concurrency
+            else f"{args.batch} calls per pipeline"
+        )
         print(
-            f"redis-server {info['redis_version']}, {args.keys:,} keys, {args.batch} calls per "
-            f"pipeline; record: {len(meta)}-byte metadata ({len(HEADERS)} headers), "
+            f"redis-server {info['redis_version']}, {args.keys:,} keys, {sending}; record: "
+            f"{len(meta)}-byte metadata ({len(HEADERS)} headers), "
             f"{len(BODY)}-byte body"
         )
         print("| scripts | round | scenario | scripts µs/key | redis-server CPU µs/key "
@@ -249,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---:|---|---:|---:|---:|---:|---:|")
         for folder in folders:
             for round_ in range(1, args.rounds + 1):
-                for r in measure(client, pids, folder, args.keys, args.batch):
+                rows = measure(client, pids, folder, args.keys, args.batch, args.concurrency)
+                for r in rows:
                     print(
                         f"| {folder} | {round_} | {r.scenario} | {r.script_us:.2f} "
                         f"| {r.process_us:.2f} | {_cell(r.replica_us, '.2f')} "

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 
 GB = 1e9
 # Gateway: the latest one-process rows of `loadtest.run` in loadtest/RESULTS.md (the https
-# section's plain-HTTP gateway rows), pure-Python build.
+# section's plain-HTTP gateway rows), of the pure-Python build.
 GATEWAY_NEW_US = 146.0
 GATEWAY_REPLAY_US = 87.0
-# Redis 6.2, `python -m loadtest.script_cost --keys 200000` (the lower of the runs).
-REDIS_NEW_US = 16.4
+# Redis 6.2, `python -m loadtest.script_cost --keys 200000`: the lowest of three runs of two
+# rounds (the least disturbed on a shared machine); the memory, the highest.
+REDIS_NEW_US = 16.3
 REDIS_REPLAY_US = 10.1
 RECORD_BYTES = 1541.0  # inline: 201, 8 headers, a 200-byte JSON body; blob pointer: 1372
 
@@ -136,8 +137,13 @@ def report(inputs: Inputs, rates: list[float]) -> str:
             table(inputs, rates),
             f"One shard serves {rate:,.0f} new keys/s by CPU and holds {records / 1e6:,.1f}M "
             f"records by memory: memory runs out first for any retention above "
-            f"{crossover / 60:,.1f} min, CPU below it. A new key costs the gateway "
-            f"{gateway_us / redis_us:.1f}x the CPU it costs Redis.",
+            f"{crossover / 60:,.1f} min, CPU below it. Per new key (and its share of "
+            f"replays) the gateway spends {gateway_us / redis_us:.1f}x the CPU Redis does."
+            + (
+                f" Each replica ({inputs.replicas} per shard) holds as much memory again."
+                if inputs.replicas
+                else ""
+            ),
         ]
     )
 
