@@ -7,7 +7,8 @@ figure (where it comes from: docs/production.md#sizing):
 
 - the gateway's CPU per new key and per replay, one core (`loadtest.run`, one process);
 - Redis's CPU per new key (claim + complete) and per replay read, the redis-server process's
-  user+sys time with the scripts pipelined as the gateway sends them (`loadtest.script_cost`);
+  user+sys time with the scripts sent as the gateway sends them to a Cluster
+  (`loadtest.script_cost --concurrency 50`);
 - Redis's memory per stored record (`used_memory` growth, `loadtest.script_cost`).
 
 Every core, gateway or Redis, is run at most at `--headroom` of its capacity, and a shard's
@@ -28,10 +29,13 @@ GB = 1e9
 # section's plain-HTTP gateway rows), of the pure-Python build.
 GATEWAY_NEW_US = 146.0
 GATEWAY_REPLAY_US = 87.0
-# Redis 6.2, `python -m loadtest.script_cost --keys 200000`: the lowest of three runs of two
-# rounds (the least disturbed on a shared machine); the memory, the highest.
-REDIS_NEW_US = 16.3
-REDIS_REPLAY_US = 10.1
+# Redis 6.2, the calls as the gateway sends them to a Redis Cluster, one at a time per
+# connection: `python -m loadtest.script_cost --keys 100000 --concurrency 50`, the lowest of
+# two runs of two rounds (the least disturbed on a shared machine). Pipelined as the gateway
+# sends them to one node or Sentinel (`--keys 200000`): 16.3 and 10.1. The memory: the
+# highest of those runs.
+REDIS_NEW_US = 28.9
+REDIS_REPLAY_US = 14.2
 RECORD_BYTES = 1541.0  # inline: 201, 8 headers, a 200-byte JSON body; blob pointer: 1372
 
 
@@ -97,7 +101,7 @@ def shard_limits(inputs: Inputs) -> tuple[float, float, float]:
 
 
 def _count(value: float) -> str:
-    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for size, unit in ((1e9, "bn"), (1e6, "M"), (1e3, "k")):
         if value >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"

@@ -64,7 +64,7 @@ def test_the_command_prints_a_row_per_rate(capsys: pytest.CaptureFixture[str]) -
     assert main(["--rates", "10000,1000000", "--retention-hours", "24"]) == 0
     out = capsys.readouterr().out
     assert "| 10k | 1k |" in out and "| 864M |" in out
-    assert "| 1M | 100k |" in out and "| 86.4G |" in out
+    assert "| 1M | 100k |" in out and "| 86.4bn |" in out
 
 
 @pytest.mark.parametrize("rates", ["10k", "0", "1000,-5"])
