@@ -1,7 +1,8 @@
 """Redis's own CPU per new key and per replay, and the memory each stored record takes.
 
     python -m loadtest.script_cost [--keys 200000] [--batch 100 | --concurrency N] [--rounds 2]
-                                   [--replica] [--hash-value BYTES] [--lua DIR ...]
+                                   [--replica] [--hash-value BYTES] [--redis-server PATH]
+                                   [--lua DIR ...]
 
 Starts a redis-server on loopback (the one the tests use) and, for each folder of scripts
 (default: the gateway's own; name another tree's `lua/` to compare), makes the script calls
@@ -222,6 +223,13 @@ def measure(
     return rows
 
 
+def _server(binary: str | None, extra: list[str] | None = None) -> RedisServer:
+    server = RedisServer(extra=extra)
+    if binary is not None:
+        server.binary = binary
+    return server
+
+
 def _cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -243,20 +251,25 @@ def main(argv: list[str] | None = None) -> int:
         "record is a listpack rather than a hash table",
     )  # fmt: skip
     parser.add_argument(
+        "--redis-server",
+        metavar="PATH",
+        help="another redis-server binary than the tests' (a distribution's, built with jemalloc)",
+    )
+    parser.add_argument(
         "--replica", action="store_true",
         help="attach a replica: the master's CPU then includes feeding it, and the replica's "
         "own is shown",
     )  # fmt: skip
     args = parser.parse_args(argv)
     folders = args.lua or [Path(__file__).resolve().parent.parent / "lua"]
-    server = RedisServer()
+    server = _server(args.redis_server)
     server.start()
     replica = None
     try:
         assert server.process is not None
         client = redis.Redis.from_url(server.url)
         if args.replica:
-            replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(server.port)])
+            replica = _server(args.redis_server, ["--replicaof", "127.0.0.1", str(server.port)])
             replica.start()
             assert replica.process is not None
             deadline = time.monotonic() + 10
@@ -273,14 +286,15 @@ def main(argv: list[str] | None = None) -> int:
             client.config_set(setting, args.hash_value)
             print(f"{setting} {args.hash_value}")
         meta, _ = record(False)
+        allocator = client.info("memory")["mem_allocator"]
         sending = (
             f"one call at a time on each of {args.concurrency} connections"
             if args.concurrency
             else f"{args.batch} calls per pipeline"
         )
         print(
-            f"redis-server {info['redis_version']}, {args.keys:,} keys, {sending}; record: "
-            f"{len(meta)}-byte metadata ({len(HEADERS)} headers), "
+            f"redis-server {info['redis_version']} ({allocator}), {args.keys:,} keys, "
+            f"{sending}; record: {len(meta)}-byte metadata ({len(HEADERS)} headers), "
             f"{len(BODY)}-byte body"
         )
         print("| scripts | round | scenario | scripts µs/key | redis-server CPU µs/key "
