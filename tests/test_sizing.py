@@ -1,12 +1,25 @@
-"""The arithmetic of `loadtest.sizing`: cores and shards from measured costs, worked by hand."""
+"""The arithmetic of `loadtest.sizing`: cores and shards from measured costs, worked by hand;
+and the records `loadtest.script_cost` measures are the ones the gateway replays."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import redis
 
+from gateway.config.settings import RedisSettings
+from gateway.core.claims import Claim, ClaimResult
+from gateway.store.breaker import CircuitBreaker
+from gateway.store.client import make_client
+from gateway.store.store import Store
+from loadtest.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
 from loadtest.sizing import Inputs, main, plan, shard_limits
+
+LUA = Path(__file__).resolve().parent.parent / "lua"
 
 # Round numbers so that every figure below can be checked on paper.
 INPUTS = Inputs(
@@ -73,3 +86,30 @@ def test_bad_rates_are_one_line_and_exit_2(rates: str, capsys: pytest.CaptureFix
         main(["--rates", rates])
     assert exit_.value.code == 2
     assert "--rates" in capsys.readouterr().err
+
+
+async def _replay(url: str, key: str) -> ClaimResult:
+    store = Store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
+    try:
+        return await store.claim(key, FINGERPRINT, "a-retry", 30.0)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("blob", [False, True], ids=["inline", "blob"])
+@pytest.mark.parametrize("concurrency", [0, 2], ids=["pipelined", "one-at-a-time"])
+def test_script_cost_stores_records_the_gateway_replays(
+    redis_url: str, blob: bool, concurrency: int
+) -> None:
+    """The CPU and memory are measured on the gateway's own records: a key `script_cost`
+    claimed and completed replays through the gateway's Store as the typical answer."""
+    with redis.Redis.from_url(redis_url) as client:
+        calls = Calls(client, LUA, keys=5, batch=2, concurrency=concurrency)
+        calls.claim("t")
+        calls.complete("t", *record(blob))
+    result = asyncio.run(_replay(redis_url, calls.names[4]))
+    assert result.outcome is Claim.DONE
+    assert result.record is not None
+    assert (result.record.status, result.record.headers) == (201, HEADERS)
+    assert result.record.sha256 == hashlib.sha256(BODY).hexdigest()
+    assert (result.record.blob, result.body) == ((BLOB_NAME, b"") if blob else (None, BODY))
