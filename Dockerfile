@@ -1,21 +1,26 @@
 # idem-gateway: a two-stage build. The first stage installs the gateway and its dependencies,
-# pinned by deploy/constraints.txt, into a virtual environment; the second copies only that
-# environment onto a fresh slim Python, so no pip build/ or *.egg-info is left in the image.
+# pinned by deploy/constraints.txt, into a virtual environment, its modules compiled by mypyc
+# (setup.py; the full Python image has the C compiler and headers); the second copies only that
+# environment onto a fresh slim Python of the same version, so no compiler, pip build/ or
+# *.egg-info is left in the image.
 # The config is mounted at /etc/idem-gateway/gateway.yaml (see docker-compose.yml, README.md);
 # certificates for listen.tls at /etc/idem-gateway/tls (docker-compose.https.yml), never
 # built into the image.
-FROM python:3.12-slim AS build
+FROM python:3.12 AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY deploy/constraints.txt ./deploy/
 COPY gateway ./gateway
 COPY lua ./lua
+# mypyc comes pinned by pyproject.toml's build requirements; the image is refused unless the
+# gateway runs compiled.
 RUN python -m venv /opt/idem-gateway \
-    && /opt/idem-gateway/bin/pip install --constraint deploy/constraints.txt .
+    && /opt/idem-gateway/bin/pip install --constraint deploy/constraints.txt . \
+    && /opt/idem-gateway/bin/idem-gateway --version | grep -q 'compiled (mypyc)'
 
 
 FROM python:3.12-slim

@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from setuptools import setup
@@ -41,6 +42,8 @@ PURE = {
     "gateway/http/incoming.py": "subclasses aiohttp's request parser",
     "gateway/http/server.py": "subclasses aiohttp's server protocol",
     "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",
+    "gateway/http/reconcile.py": "an async with of an aiohttp session whose exit awaits on an"
+    " error: compiled, a refused lookup hung; off the request path (unknown outcomes only)",
     "gateway/http/certificates.py": "async generators; reloads certificates, off the request path",
     "gateway/store/journal.py": "runs in worker threads, off the request path",
     "gateway/store/embedded.py": "starts a redis-server once, off the request path",
@@ -65,26 +68,26 @@ def compiled_sources() -> list[str]:
     return sorted(path for path in paths if not pure(path))
 
 
-def _why_pure() -> str | None:
+def why_pure(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """None when this build compiles, else why it does not."""
-    if os.environ.get("IDEM_PURE") == "1":
+    if environ.get("IDEM_PURE") == "1":
         return "IDEM_PURE=1"
-    if os.environ.get("IDEM_COMPILE") != "1" and not BUILDS & set(sys.argv[1:]):
-        return "not a build command"  # egg_info, dist_info, editable_wheel
+    if environ.get("IDEM_COMPILE") != "1" and not BUILDS & set(argv[1:]):
+        return "not a build command"  # egg_info, dist_info, editable_wheel (pip install -e)
     try:
         import mypyc.build  # noqa: F401
     except ImportError:
         return "mypyc is not installed"
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(os.environ.get("CC", compiler).split()[0]) is None:
-        return f"no C compiler ({compiler})"
+    compiler = environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    if shutil.which(compiler.split()[0]) is None:
+        return f"no C compiler ({compiler.split()[0]})"
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         return "no Python headers (Python.h; the python3-dev package)"
     return None
 
 
 def extensions() -> list[object]:
-    why = _why_pure()
+    why = why_pure(sys.argv, os.environ)
     if why is not None:
         if why != "not a build command":
             print(f"idem-gateway: building pure Python: {why}", file=sys.stderr)

@@ -2,23 +2,28 @@
 
 A compiled build lists its modules' source hashes in `_compiled.json` beside them (setup.py).
 Should any of those sources differ from what was compiled (a checkout edited after `make
-compiled`), every listed module loads from its source instead: the compiled modules call each
-other directly, so one stale module would otherwise run under fresh ones.
+compiled`), or IDEM_PURE=1 be set, every listed module loads from its source instead: the
+compiled modules call each other directly, so one stale module would otherwise run under
+fresh ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import Final
+from types import CoroutineType, ModuleType
+from typing import Any, Final, TypeVar
+
+T = TypeVar("T")
 
 PACKAGE: Final = Path(__file__).resolve().parent
 MANIFEST: Final = PACKAGE / "_compiled.json"
@@ -54,13 +59,15 @@ def stale_sources(manifest: dict[str, str], root: Path) -> list[str]:
 def _read_manifest() -> dict[str, str]:
     try:
         manifest: dict[str, str] = json.loads(MANIFEST.read_text())
-    except FileNotFoundError:
+    except OSError:  # none (a pure build), or a package imported from a zip
         return {}
     return manifest
 
 
 STALE: Final = stale_sources(_read_manifest(), PACKAGE.parent)
-if STALE:
+# IDEM_PURE=1 asks for pure Python where a compiled build is installed (as setup.py does).
+ASKED_PURE: Final = os.environ.get("IDEM_PURE") == "1" and bool(_read_manifest())
+if STALE or ASKED_PURE:
     sys.meta_path.insert(
         0,
         _FromSource(frozenset(s.removesuffix(".py").replace("/", ".") for s in _read_manifest())),
@@ -82,6 +89,32 @@ def describe() -> str:
     except importlib.metadata.PackageNotFoundError:
         number = "unknown"
     build = "compiled (mypyc)" if kind() == "compiled" else "pure Python"
-    if STALE:
+    if ASKED_PURE:
+        build += " (IDEM_PURE=1)"
+    elif STALE:
         build += f"; compiled modules ignored, {len(STALE)} source(s) changed since: {STALE[0]}"
     return f"{number}, {build}"
+
+
+def contain_compiled_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """On the compiled build, run each task's coroutine inside a pure Python one.
+
+    A compiled coroutine that awaits while it handles an exception (in an `except` or
+    `finally`, or an `async with` leaving on an error) leaves that exception as the thread's
+    handled exception, since mypyc keeps none per coroutine: the next task to run would chain
+    it to its own exceptions, and such chains grow without end. Under a pure Python coroutine
+    the exception stays in that coroutine's own state, which Python sets aside at each await.
+    """
+    if kind() == "compiled":
+        loop.set_task_factory(_contained_task)
+
+
+async def contained(awaitable: Awaitable[T]) -> T:
+    """`awaitable`, awaited from a pure Python coroutine (see `contain_compiled_tasks`)."""
+    return await awaitable
+
+
+def _contained_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+    if not isinstance(coro, CoroutineType):  # a compiled coroutine (or any native one)
+        coro = contained(coro)
+    return asyncio.Task(coro, loop=loop, **options)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import importlib
 import logging
 import os
 import signal
@@ -115,6 +116,7 @@ def serve(
         app.on_startup.append(tune_collector)  # last: after the resources are up
         try:
             loop = new_loop(settings.loop)
+            build.contain_compiled_tasks(loop)
             server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
         except OSError as exc:
             # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
@@ -280,8 +282,8 @@ def tracing_unavailable(settings: Settings) -> str | None:
     """Why `tracing.enabled` cannot be honoured here (the otel extra is missing), or None."""
     if not settings.tracing.enabled:
         return None
-    try:
-        import gateway.telemetry.tracing  # noqa: F401
+    try:  # the SDK the extra installs, with its exporter (gateway.telemetry.tracing's)
+        importlib.import_module("opentelemetry.sdk.trace")
     except ImportError as exc:
         return (
             f"tracing.enabled needs the otel extra ({exc.name or exc} is not installed): "

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import runpy
 import sys
 from collections.abc import Callable
 from typing import Any
+
+# Its stand-ins replace module attributes, which compiled callers never look up: the gateway
+# loads as pure Python here, compiled build or not (gateway/build.py).
+os.environ["IDEM_PURE"] = "1"
 
 from gateway.core.claims import Claim, ClaimResult
 from gateway.http import access, handler, tasks

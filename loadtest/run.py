@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from gateway import build
 from testkit.ports import free_port
 
 from . import https_rows
@@ -548,10 +549,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_claim_bench:
             claims = claim_benchmark(redis.url, 2_000 if args.quick else 20_000)
 
-        results = {"rows": [r.__dict__ for r in rows], "claims": claims, "machine": machine()}
+        results = {
+            "rows": [r.__dict__ for r in rows],
+            "claims": claims,
+            "machine": machine(),
+            "build": build.describe(),  # the gateway children import the same package
+        }
         (out / "results.json").write_text(json.dumps(results, indent=1))
 
     print()
+    print(f"gateway build: {build.describe()}")
     print(format_table(rows))
     print()
     print(targets_report(rows))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +15,7 @@ import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway import build
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
@@ -25,6 +27,19 @@ from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
+
+
+class _ContainedLoops(asyncio.DefaultEventLoopPolicy):
+    """The tests' loops run tasks as the gateway's do (`build.contain_compiled_tasks`)."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        build.contain_compiled_tasks(loop)
+        return loop
+
+
+if build.kind() == "compiled":  # pure: the default loops, unchanged
+    asyncio.set_event_loop_policy(_ContainedLoops())
 
 
 @pytest.fixture(autouse=True)

@@ -52,6 +52,26 @@ def bare_raises_after_an_await(source: str) -> list[str]:
     return found
 
 
+def star_arguments_to_super(source: str) -> list[str]:
+    """`super().f(*args)` or `super().f(**kwargs)`: compiled, the tuple or the dict itself
+    arrives as one argument (a TypeError, or a wrong value, in the method called)."""
+    found = []
+    for function in _functions(source):
+        for call in ast.walk(function):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Call)
+                and ast.unparse(call.func.value.func) == "super"
+                and (
+                    any(isinstance(a, ast.Starred) for a in call.args)
+                    or any(k.arg is None for k in call.keywords)
+                )
+            ):
+                found.append(f"{source}:{call.lineno}")
+    return found
+
+
 def test_every_pure_module_named_exists() -> None:
     pure: dict[str, str] = SETUP["PURE"]
     assert [name for name in pure if not (ROOT / name).exists()] == []
@@ -60,6 +80,10 @@ def test_every_pure_module_named_exists() -> None:
 
 def test_no_except_name_is_bound_to_two_types_in_a_compiled_module() -> None:
     assert [found for s in _compiled() for found in except_names_of_two_types(s)] == []
+
+
+def test_no_compiled_module_passes_star_arguments_to_super() -> None:
+    assert [found for s in _compiled() for found in star_arguments_to_super(s)] == []
 
 
 def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
@@ -77,6 +101,7 @@ def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
             bare_raises_after_an_await,
             "async def f():\n try: await g()\n except OSError:\n  await h()\n  raise\n",
         ),
+        (star_arguments_to_super, "class A(B):\n def f(self, **o):\n  super().f(1, **o)\n"),
     ],
 )
 def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:

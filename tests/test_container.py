@@ -112,6 +112,19 @@ def test_the_runtime_stage_carries_no_source_tree_or_pip_leftovers() -> None:
     assert {".venv", "*.egg-info", "build"} <= set(ignored)
 
 
+def test_the_image_runs_the_compiled_build() -> None:
+    """The build stage has a C compiler (not a slim image), ships setup.py, refuses an image
+    whose gateway would run pure, and takes no module compiled in a developer's checkout."""
+    build, *_ = stages()
+    assert not build[0][1].split()[0].endswith("-slim"), build[0]
+    copied = " ".join(rest for word, rest in build if word == "COPY")
+    assert "setup.py" in copied.split()
+    installs = " ".join(rest for word, rest in build if word == "RUN")
+    assert "idem-gateway --version | grep -q 'compiled (mypyc)'" in installs
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {"gateway/**/*.so", "gateway/_compiled.json"} <= set(ignored)
+
+
 def pins() -> dict[str, str]:
     found = {}
     for line in (ROOT / "deploy" / "constraints.txt").read_text().splitlines():

@@ -275,7 +275,7 @@ def test_check_says_tracing_needs_its_extra_as_the_start_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--check said OK to a file the start then refused."""
-    monkeypatch.setitem(sys.modules, "gateway.telemetry.tracing", None)  # the extra is missing
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # the extra is missing
     path = tmp_path / "gateway.yaml"
     path.write_text(GOOD + "tracing: {enabled: true}\n")
     result = run_main(["--check", str(path)], capsys)

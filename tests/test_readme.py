@@ -126,7 +126,10 @@ def test_setup_commands_are_what_ci_runs() -> None:
     sh = blocks("sh")
     assert sh[0].strip() == "pip install -e . && idem-gateway --config config/gateway.example.yaml"
     assert sh[1].strip() == "pip install -e '.[test]' && python -m pytest"
-    assert sh[1].strip() in (ROOT / ".ci" / "run").read_text()
+    compiled = "IDEM_COMPILE=1 python setup.py --quiet build_ext --inplace && python -m pytest"
+    assert sh[2].strip() == compiled  # the compiled build's run, after the same install
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"pip install -e '.[test]'\nexport IDEM_EXPECT_BUILD=compiled\n{compiled}\n" in ci
 
 
 async def test_curl_walkthrough_gives_the_answers_shown(demo_and_gateway: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
@@ -94,9 +95,11 @@ async def add_request_id(request: web.Request, response: web.StreamResponse) -> 
     info = request.get(REQUEST_INFO)
     if info is not None:
         response.headers[REQUEST_ID] = info.request_id
-    if request.version < HttpVersion11 and any(  # raw: aiohttp's error requests have no multidict
-        name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
-        for name, value in request.raw_headers
+    # Raw: aiohttp's error requests have no multidict, and their raw headers are a dict, not
+    # the tuple declared (read untyped: compiled code checks a declared type as it reads).
+    raw: Any = getattr(request, "raw_headers")  # noqa: B009
+    if request.version < HttpVersion11 and any(
+        name.lower() == b"transfer-encoding" and b"chunked" in value.lower() for name, value in raw
     ):
         response.force_close()
         response.headers[hdrs.CONNECTION] = "close"  # the head was made before this signal

@@ -7,13 +7,18 @@ clients serve and the request path pays nothing.
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import AsyncIterable, Iterable
 from types import TracebackType
-from typing import Any
 
 from multidict import CIMultiDict
 from opentelemetry.trace import Span
+from redis.asyncio import Redis, RedisCluster
 
+from gateway.config.policy import Timeouts
 from gateway.core.claims import ClaimResult
+from gateway.core.record import Record
+from gateway.store.breaker import CircuitBreaker
 from gateway.store.store import Store
 from gateway.telemetry.tracing import (
     CLAIM,
@@ -31,19 +36,50 @@ from gateway.upstream.upstreams import Upstreams
 class TracedStore(Store):
     """A Store whose claims and completions (the record) are Redis client spans."""
 
-    def __init__(self, tracing: Tracing, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    # Each argument named: compiled (mypyc), `super().__init__(*args, **kwargs)` passes the
+    # tuple and the dict themselves as arguments.
+    def __init__(
+        self,
+        tracing: Tracing,
+        client: Redis | RedisCluster,
+        breaker: CircuitBreaker,
+        pipeline: bool = False,
+        timeout: float = 1.0,
+        replicas: int = 0,
+        replicas_timeout: float = 0.5,
+        lean: bool = True,
+    ) -> None:
+        super().__init__(client, breaker, pipeline, timeout, replicas, replicas_timeout, lean)
         self.tracing = tracing
 
-    async def claim(self, *args: Any, **kwargs: Any) -> ClaimResult:
+    async def claim(
+        self,
+        key: str,
+        fingerprint: str,
+        token: str,
+        lease: float,
+        hold: float = 0.0,
+        take_lost: bool = True,
+        mark_sent: bool = False,
+    ) -> ClaimResult:
         with self.tracing.redis(CLAIM) as span:
-            result = await super().claim(*args, **kwargs)
+            result = await super().claim(
+                key, fingerprint, token, lease, hold, take_lost=take_lost, mark_sent=mark_sent
+            )
             span.set_attribute(CLAIM_RESULT, result.outcome.value)
             return result
 
-    async def complete(self, *args: Any, **kwargs: Any) -> bool:
+    async def complete(
+        self,
+        key: str,
+        token: str,
+        fingerprint: str,
+        record: Record,
+        body: bytes,
+        retention: float,
+    ) -> bool:
         with self.tracing.redis(RECORD) as span:
-            stored = await super().complete(*args, **kwargs)
+            stored = await super().complete(key, token, fingerprint, record, body, retention)
             span.set_attribute(STORED, stored)
             return stored
 
@@ -52,8 +88,14 @@ class TracedUpstreams(Upstreams):
     """Upstreams whose calls are client spans, from the request until the answer's last
     byte; the upstream receives the client span's trace context."""
 
-    def __init__(self, tracing: Tracing, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        tracing: Tracing,
+        origins: Iterable[str],
+        pool_size: int = 1024,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(origins, pool_size, tls)
         self.tracing = tracing
 
     async def send(
@@ -62,15 +104,15 @@ class TracedUpstreams(Upstreams):
         method: str,
         target: str,
         headers: CIMultiDict[str],
-        *rest: Any,  # the body, the timeouts and what else the plain client takes
-        **options: Any,
+        body: bytes | AsyncIterable[bytes] | None,
+        timeouts: Timeouts,
     ) -> Answer:
         span = self.tracing.upstream(method, origin, target)
         self.tracing.inject(headers, span)  # replaces a traceparent the client sent
         if not span.is_recording():  # not sampled: only the context goes on
-            return await super().send(origin, method, target, headers, *rest, **options)
+            return await super().send(origin, method, target, headers, body, timeouts)
         try:
-            answer = await super().send(origin, method, target, headers, *rest, **options)
+            answer = await super().send(origin, method, target, headers, body, timeouts)
         except BaseException as exc:
             failed(span, exc)
             span.end()

@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway import build
 from gateway.config.settings import Admin
 from gateway.http.certificates import Certificates
 from gateway.ops.console import add_pages
@@ -50,6 +51,7 @@ class Hub:
         self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
         self.set = WorkerSet(count, state_dir, self.tls)
         self.loop = asyncio.new_event_loop()
+        build.contain_compiled_tasks(self.loop)
         self._admin_thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
         self._served = threading.Event()

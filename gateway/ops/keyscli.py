@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from gateway import build
 from gateway.config.settings import Settings
 from gateway.errors import StoreUnavailable
 from gateway.ops import keyops
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"idem-gateway keys: {args.body_file}: {exc.strerror}", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(_run(args, settings, url, body))
+        return asyncio.run(build.contained(_run(args, settings, url, body)))
     except keyops.KeyOpError as failed:
         print(f"idem-gateway keys: {failed}", file=sys.stderr)
         return NOT_FOUND if failed.status in (404, 409) else 2
