@@ -218,14 +218,16 @@ def measure(
     spy = None
     if profile is not None and target in ("gateway", "bare") and loop == "uvloop":
         profile.mkdir(parents=True, exist_ok=True)
-        spy = subprocess.Popen(
-            [
-                "py-spy", "record", "--nonblocking", "-r", "250", "-f", "raw", "-p",
-                str(child.process.pid), "-d", str(max(1, round(seconds))),
-                "-o", str(profile / f"{scenario.name}-{target}.txt"),
-            ],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        name, pid, duration = f"{scenario.name}-{target}", child.process.pid, round(seconds)
+        # py-spy sees no frame in compiled modules: their native code is read with perf.
+        command = (
+            ["perf", "record", "-F", "999", "-p", str(pid), "-o", str(profile / f"{name}.data"),
+             "--", "sleep", str(max(1, duration))]
+            if build.kind() == "compiled"
+            else ["py-spy", "record", "--nonblocking", "-r", "250", "-f", "raw", "-p", str(pid),
+                  "-d", str(max(1, duration)), "-o", str(profile / f"{name}.txt")]
         )  # fmt: skip
+        spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     admin = child.admin_url
     before = server_outcomes(admin) if admin else None
     cpu_before = child.cpu()
@@ -424,7 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-https", action="store_true", help="leave out the https rows (gateway and nginx)"
     )
     parser.add_argument(
-        "--profile", type=Path, help="py-spy the pipelined gateway into this folder (raw stacks)"
+        "--profile",
+        type=Path,
+        help="profile the pipelined gateway and the bare proxy into this folder: py-spy's raw"
+        " stacks (pure build), perf's samples (compiled build: `perf report -i F --sort dso,sym`)",
     )
     args = parser.parse_args(argv)
     scale = 0.1 if args.quick else 1.0
