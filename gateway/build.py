@@ -10,6 +10,7 @@ fresh ones.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib.abc
 import importlib.machinery
@@ -64,16 +65,17 @@ def _read_manifest() -> dict[str, str]:
     return manifest
 
 
-STALE: Final = stale_sources(_read_manifest(), PACKAGE.parent)
+_COMPILED: Final = _read_manifest()  # empty for a pure build
+STALE: Final = stale_sources(_COMPILED, PACKAGE.parent)
 # IDEM_PURE=1 asks for pure Python where a compiled build is installed (as setup.py does).
-ASKED_PURE: Final = os.environ.get("IDEM_PURE") == "1" and bool(_read_manifest())
+ASKED_PURE: Final = os.environ.get("IDEM_PURE") == "1" and bool(_COMPILED)
 if STALE or ASKED_PURE:
     sys.meta_path.insert(
-        0,
-        _FromSource(frozenset(s.removesuffix(".py").replace("/", ".") for s in _read_manifest())),
+        0, _FromSource(frozenset(s.removesuffix(".py").replace("/", ".") for s in _COMPILED))
     )
 
 
+@functools.cache  # the finders are in place once this module is: the answer cannot change
 def kind() -> str:
     """`compiled` when the gateway's modules run as mypyc-compiled extensions, else `pure`."""
     spec = importlib.util.find_spec(PROBE)
@@ -82,18 +84,23 @@ def kind() -> str:
     return "compiled" if origin is not None and origin.endswith(suffixes) else "pure"
 
 
+@functools.cache
+def version() -> str:
+    """The installed version (`unknown` when run from a tree that was never installed)."""
+    try:
+        return importlib.metadata.version("idem-gateway")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def describe() -> str:
     """The version and build in one phrase, as `--version` and the start-up line give it."""
-    try:
-        number = importlib.metadata.version("idem-gateway")
-    except importlib.metadata.PackageNotFoundError:
-        number = "unknown"
     build = "compiled (mypyc)" if kind() == "compiled" else "pure Python"
     if ASKED_PURE:
         build += " (IDEM_PURE=1)"
     elif STALE:
         build += f"; compiled modules ignored, {len(STALE)} source(s) changed since: {STALE[0]}"
-    return f"{number}, {build}"
+    return f"{version()}, {build}"
 
 
 def contain_compiled_tasks(loop: asyncio.AbstractEventLoop) -> None:

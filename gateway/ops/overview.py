@@ -3,8 +3,6 @@ same numbers `/metrics` gives, so that the page and a Prometheus board never dis
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -20,14 +18,9 @@ OUTCOMES = (m.FORWARDED, m.REPLAYED, m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR
 CIRCUIT_NAMES = {value: name for name, value in m.CIRCUIT_STATES.items()}
 
 
-@functools.cache
 def version() -> dict[str, str]:
     """The installed version, and whether this build is compiled (mypyc) or pure Python."""
-    try:
-        number = importlib.metadata.version("idem-gateway")
-    except importlib.metadata.PackageNotFoundError:
-        number = "unknown"
-    return {"version": number, "build": build.kind()}
+    return {"version": build.version(), "build": build.kind()}
 
 
 def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[str, Any]:
