@@ -68,6 +68,14 @@ def compiled_sources() -> list[str]:
     return sorted(path for path in paths if not pure(path))
 
 
+def source_hashes() -> dict[str, str]:
+    """What the manifest holds: each compiled module's source and its sha256."""
+    return {
+        source: hashlib.sha256((ROOT / source).read_bytes()).hexdigest()
+        for source in compiled_sources()
+    }
+
+
 def why_pure(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
     """None when this build compiles, else why it does not."""
     if environ.get("IDEM_PURE") == "1":
@@ -105,11 +113,8 @@ class BuildExt(build_ext):
         if not self.extensions:
             return
         package = ROOT / "gateway" if self.inplace else Path(self.build_lib) / "gateway"
-        hashes = {
-            source: hashlib.sha256((ROOT / source).read_bytes()).hexdigest()
-            for source in compiled_sources()
-        }
-        (package / MANIFEST).write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
+        manifest = json.dumps(source_hashes(), indent=1, sort_keys=True)
+        (package / MANIFEST).write_text(manifest + "\n")
 
 
 if __name__ == "__main__":  # setuptools runs it so; the tests read PURE without building
