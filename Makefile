@@ -18,7 +18,7 @@ format:
 
 # The compiled build in this checkout (setup.py): the gateway's modules beside their sources as
 # mypyc extensions; `make pure` removes them. `pip install -e .` alone stays pure.
-compiled:
+compiled: pure  # from nothing: no module left from an earlier build beside its source
 	IDEM_COMPILE=1 $(PY) setup.py --quiet build_ext --inplace
 
 pure:
