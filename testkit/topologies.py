@@ -195,6 +195,30 @@ class SentinelServers:
             if name.startswith("slave") and isinstance(value, dict) and value["state"] == "online"
         )
 
+    def fail_over(self, timeout: float = 15.0) -> None:
+        """`SENTINEL FAILOVER`, once Sentinel has a replica it will promote (until then it
+        answers NOGOODSLAVE); the old master stays up and is made a replica of the new."""
+
+        def accepted() -> bool:
+            with client(self.sentinel) as sentinel:
+                try:
+                    sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                except redis.ResponseError as refused:
+                    if "NOGOODSLAVE" not in str(refused):
+                        raise
+                    return False
+            return True
+
+        old = self.master_port()
+        wait_until(accepted, timeout, "sentinel accepts the failover")
+        wait_until(lambda: self.master_port() != old, timeout, "sentinel failover")
+
+        def demoted() -> bool:
+            with client(self.master) as master:
+                return bool(master.info("replication")["role"] == "slave")
+
+        wait_until(demoted, timeout, "the old master is a replica")
+
     def master_port(self) -> int:
         with client(self.sentinel) as sentinel:
             _, port = sentinel.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)

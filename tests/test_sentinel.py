@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient
+from redis.asyncio.connection import SSLConnection
 
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
+from gateway.store.client import FollowsMaster, make_client
 from gateway.store.pipeline import Coalescer
 from testkit.topologies import SERVICE, SentinelServers, wait_until
 
 from .conftest import GatewayFactory
+from .tls_certs import private_ca
 from .upstream import CountingUpstream
 
 CLIENTS = 4
@@ -133,3 +137,60 @@ async def test_failover_under_traffic_runs_no_key_twice(
         await resp.read()
         assert (resp.status, resp.headers.get("Idempotent-Replayed")) == (201, "true"), key
     assert Counter(counting.calls[("/pay", key)] for key in traffic.done) == ran
+
+
+async def test_a_master_demoted_by_a_failover_is_left_for_the_new_one(
+    sentinel: SentinelServers,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+) -> None:
+    """`SENTINEL FAILOVER` leaves the old master up, as a replica, and closes its clients:
+    the gateway's pooled connections must open again to the new master, not to the old one,
+    where every claim is refused (READONLY)."""
+    counting, origin = upstream
+    settings = settings_from_dict(
+        {
+            "redis": {
+                "sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE},
+                "breaker": {"failures": 3, "reset": "200ms"},
+            },
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+        }
+    )
+    client = await make_gateway(settings=settings)
+    traffic = Traffic(client, deadline=5.0)
+    first = [asyncio.create_task(traffic.run(f"before{i}")) for i in range(CLIENTS)]
+    await traffic.until_done(20, timeout=10)  # every pooled connection has been used
+    traffic.stop.set()
+    await asyncio.gather(*first)
+    await asyncio.to_thread(sentinel.fail_over)
+
+    traffic = Traffic(client, deadline=5.0)  # each key answered 201 within 5 s of retries
+    after = [asyncio.create_task(traffic.run(f"after{i}")) for i in range(CLIENTS)]
+    try:
+        await traffic.until_done(20, timeout=10)
+    finally:
+        traffic.stop.set()
+        results = await asyncio.gather(*after, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    ran = Counter(counting.calls[("/pay", key)] for key in traffic.done)
+    assert ran == {1: len(traffic.done)}, f"upstream runs per key: {ran}"
+
+
+def test_the_master_is_followed_over_tls_too(tmp_path: Path) -> None:
+    """Over TLS the connections follow the master the same way, and speak TLS."""
+    ca = private_ca(tmp_path).ca_file
+    plain, tls = (
+        make_client(
+            settings_from_dict(
+                {"redis": {"sentinel": {"nodes": ["127.0.0.1:1"], "service": SERVICE}, **extra}}
+            ).redis,
+            "",
+        )
+        for extra in ({}, {"tls": {"enabled": True, "ca": ca}})
+    )
+    assert plain.connection_pool.connection_class is FollowsMaster
+    assert issubclass(tls.connection_pool.connection_class, FollowsMaster)
+    assert issubclass(tls.connection_pool.connection_class, SSLConnection)

@@ -12,7 +12,12 @@ from typing import Any, cast
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import SSLConnection
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -23,6 +28,25 @@ RedisClient = Redis | RedisCluster
 
 class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
     """The Sentinel-managed master pool, waiting for a free connection like the others."""
+
+
+class FollowsMaster(SentinelManagedConnection):
+    """A connection to the master that Sentinel names, which follows it when it moves.
+
+    A failover closes the clients of the demoted master. redis-py opens such a connection
+    again to the address it had (redis-py#3874) and asks Sentinel only for new connections,
+    so the gateway's connections went back to the demoted master, where every claim is
+    refused (READONLY), for as long as they stayed open.
+    """
+
+    async def _connect(self) -> None:
+        if self.connection_pool.is_master:  # each time, not only for a new connection
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()
+
+
+class FollowsMasterTLS(FollowsMaster, SentinelManagedSSLConnection):
+    """The same over TLS."""
 
 
 class SentinelMaster(Redis):
@@ -118,6 +142,7 @@ def _sentinel_master(settings: RedisSettings) -> Redis:
             sentinel.service,
             redis_class=SentinelMaster,
             connection_pool_class=SentinelBlockingPool,
+            connection_class=FollowsMasterTLS if tls else FollowsMaster,
             max_connections=settings.max_connections,
             timeout=settings.pool_timeout,
             retry=Retry(NoBackoff(), 1),
