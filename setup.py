@@ -34,8 +34,6 @@ PURE = {
     "gateway/demo_upstream.py": "a demo, not the gateway",
     "gateway/blobs": "async generators (the blob readers), which mypyc does not compile",
     "gateway/config": "pydantic models, which mypyc does not compile; read once at start",
-    "gateway/core/record.py": "sets its frozen slots through the slots' own setters",
-    "gateway/core/claims.py": "sets its frozen slots through the slots' own setters",
     "gateway/core/fingerprint.py": "a str subclass (the tagged fingerprint)",
     "gateway/upstream/base.py": "an async generator and a bytes subclass",
     "gateway/http/forward.py": "async generators (the rest of a body fed from the record)",
