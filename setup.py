@@ -34,7 +34,6 @@ PURE = {
     "gateway/demo_upstream.py": "a demo, not the gateway",
     "gateway/blobs": "async generators (the blob readers), which mypyc does not compile",
     "gateway/config": "pydantic models, which mypyc does not compile; read once at start",
-    "gateway/upstream/base.py": "an async generator and a bytes subclass",
     "gateway/http/forward.py": "async generators (the rest of a body fed from the record)",
     "gateway/http/incoming.py": "subclasses aiohttp's request parser",
     "gateway/http/server.py": "subclasses aiohttp's server protocol",
