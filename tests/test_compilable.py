@@ -72,6 +72,30 @@ def star_arguments_to_super(source: str) -> list[str]:
     return found
 
 
+def _python_class(node: ast.ClassDef) -> bool:
+    """Marked `@mypyc_attr(native_class=False)`: a Python class on the compiled build too."""
+    return any(
+        isinstance(d, ast.Call)
+        and ast.unparse(d.func).endswith("mypyc_attr")
+        and any(k.arg == "native_class" and ast.unparse(k.value) == "False" for k in d.keywords)
+        for d in node.decorator_list
+    )
+
+
+def unmarked_subclasses_of_python_classes(source: str) -> list[str]:
+    """A class deriving from one marked `native_class=False` without that mark itself: mypyc
+    compiles it as neither (its own class attributes were lost: the base's were read)."""
+    classes = [
+        n for n in ast.walk(ast.parse((ROOT / source).read_text())) if isinstance(n, ast.ClassDef)
+    ]
+    marked = {c.name for c in classes if _python_class(c)}
+    return [
+        f"{source}:{c.lineno} {c.name}"
+        for c in classes
+        if not _python_class(c) and any(ast.unparse(base) in marked for base in c.bases)
+    ]
+
+
 def test_every_pure_module_named_exists() -> None:
     pure: dict[str, str] = SETUP["PURE"]
     assert [name for name in pure if not (ROOT / name).exists()] == []
@@ -90,6 +114,10 @@ def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
     assert [found for s in _compiled() for found in bare_raises_after_an_await(s)] == []
 
 
+def test_every_subclass_of_a_python_class_is_marked_one_in_a_compiled_module() -> None:
+    assert [found for s in _compiled() for found in unmarked_subclasses_of_python_classes(s)] == []
+
+
 @pytest.mark.parametrize(
     ("check", "code"),
     [
@@ -102,6 +130,11 @@ def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
             "async def f():\n try: await g()\n except OSError:\n  await h()\n  raise\n",
         ),
         (star_arguments_to_super, "class A(B):\n def f(self, **o):\n  super().f(1, **o)\n"),
+        (
+            unmarked_subclasses_of_python_classes,
+            "@mypyc_attr(native_class=False)\nclass A(Exception):\n kind = 1\n"
+            "class B(A):\n kind = 2\n",
+        ),
     ],
 )
 def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
-from gateway.core.record import Record, slot_setters
+from gateway.core.record import Record, field_setters, native
 
 
 class Claim(Enum):
@@ -39,13 +40,20 @@ class ClaimResult:
     def __init__(
         self, outcome: Claim, pttl_ms: int = 0, record: Record | None = None, body: bytes = b""
     ) -> None:
-        # One per request: set through the slots, as `core.record.Record` explains.
+        # One per request: set as `core.record.Record` explains.
+        if _NATIVE:
+            object.__setattr__(self, "outcome", outcome)
+            object.__setattr__(self, "pttl_ms", pttl_ms)
+            object.__setattr__(self, "record", record)
+            object.__setattr__(self, "body", body)
+            return
         _outcome(self, outcome)
         _pttl_ms(self, pttl_ms)
         _record(self, record)
         _body(self, body)
 
 
-_outcome, _pttl_ms, _record, _body = slot_setters(
+_NATIVE: Final = native(ClaimResult)
+_outcome, _pttl_ms, _record, _body = field_setters(
     ClaimResult, "outcome", "pttl_ms", "record", "body"
 )

@@ -9,6 +9,7 @@ from json.encoder import encode_basestring_ascii as _quoted
 from typing import Any, Protocol
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 _NO_FINGERPRINT = "-"
 
@@ -42,6 +43,7 @@ def _without(document: Any, pointer: str) -> None:
         del node[int(last)]
 
 
+@mypyc_attr(native_class=False)  # a str subclass: compiled, a Python class still
 class _Number(str):
     """A JSON number as written. Parsed as a double, 0.3 and 0.30000000000000001 (or 0.0 and
     1e-400) would be one payload, but an upstream that reads amounts as decimals sees two."""

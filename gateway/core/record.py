@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Final
 
 import orjson
 
@@ -48,9 +48,22 @@ class Record:
         extra: dict[str, str] = _FRESH,
         reason: str | None = None,
     ) -> None:
-        # A frozen dataclass's own __init__ sets each field through object.__setattr__, which
-        # costs a replay more than its record's decoding; the slots' setters are the same
-        # stores without that call (the instance stays frozen: __setattr__ still refuses).
+        extra = {} if extra is _FRESH else extra
+        # A frozen dataclass's own __init__ sets each field through object.__setattr__:
+        # compiled, mypyc makes each such call a plain store into the native class; pure, it
+        # costs a replay more than its record's decoding, and the slots' own setters make the
+        # same stores for half the cost. Either way the instance stays frozen after.
+        if _NATIVE:
+            object.__setattr__(self, "status", status)
+            object.__setattr__(self, "headers", headers)
+            object.__setattr__(self, "size", size)
+            object.__setattr__(self, "sha256", sha256)
+            object.__setattr__(self, "blob", blob)
+            object.__setattr__(self, "completed_at", completed_at)
+            object.__setattr__(self, "unknown", unknown)
+            object.__setattr__(self, "extra", extra)
+            object.__setattr__(self, "reason", reason)
+            return
         _status(self, status)
         _headers(self, headers)
         _size(self, size)
@@ -58,7 +71,7 @@ class Record:
         _blob(self, blob)
         _completed_at(self, completed_at)
         _unknown(self, unknown)
-        _extra(self, {} if extra is _FRESH else extra)
+        _extra(self, extra)
         _reason(self, reason)
 
     def encode(self) -> bytes:
@@ -93,7 +106,7 @@ class Record:
         # Written before such heads were refused: no client could be sent it.
         if unwritable_text(reason or "", headers):
             raise ValueError("a control byte in the recorded head")
-        return cls(
+        return Record(  # not cls(): compiled, a direct call of the native class
             status=raw["st"],
             headers=headers,
             size=raw["n"],
@@ -106,17 +119,25 @@ class Record:
         )
 
 
-def slot_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
-    """The setters of a slotted class's fields, in the order named: the stores a frozen
-    dataclass's `__init__` makes through `object.__setattr__`, without that call. Every
-    field must be named, so that one added to the class is never left unset."""
-    slots = set(cls.__dict__["__slots__"])
-    if set(names) != slots:
-        raise TypeError(f"{cls.__name__}: set {sorted(slots)}, not {sorted(names)}")
+def native(cls: type) -> bool:
+    """Whether `cls` is a native class of the compiled build (mypyc): its fields are members
+    of a C struct, not slots."""
+    return "__slots__" not in cls.__dict__
+
+
+def field_setters(cls: type, *names: str) -> tuple[Callable[[Any, Any], None], ...]:
+    """The setters of a frozen dataclass's fields, in the order named: the stores its own
+    `__init__` makes through `object.__setattr__`, without that call (the descriptors' own:
+    a slot's on the pure build, a native attribute's on the compiled one). Every field must
+    be named, so that one added to the class is never left unset."""
+    declared = {each.name for each in fields(cls)}
+    if set(names) != declared:
+        raise TypeError(f"{cls.__name__}: set {sorted(declared)}, not {sorted(names)}")
     return tuple(cls.__dict__[name].__set__ for name in names)
 
 
-_status, _headers, _size, _sha256, _blob, _completed_at, _unknown, _extra, _reason = slot_setters(
+_NATIVE: Final = native(Record)
+_status, _headers, _size, _sha256, _blob, _completed_at, _unknown, _extra, _reason = field_setters(
     Record,
     "status",
     "headers",
