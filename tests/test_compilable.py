@@ -5,6 +5,7 @@ show only in the compiled build, so each is refused here for every build."""
 from __future__ import annotations
 
 import ast
+import re
 import runpy
 from pathlib import Path
 
@@ -72,6 +73,44 @@ def star_arguments_to_super(source: str) -> list[str]:
     return found
 
 
+# Module constants that stay rebindable, each with why: a Final one is compiled into its
+# readers, so patching the module's attribute would not reach them.
+REBINDABLE = {
+    "gateway/upstream/lean.py": {"KEEPALIVE_SECONDS": "tests shorten it (test_upstream_client)"},
+}
+_CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")
+
+
+def constants_not_final(source: str) -> list[str]:
+    """A module-level ALL_CAPS name assigned once and not annotated `Final`: mypyc reads a
+    Final constant directly (or inlines its value), any other module global through the
+    module's dict at every use. Type variables are no constants; names a function rebinds
+    (`global`), or the module assigns twice, are left alone, as REBINDABLE's are."""
+    tree = ast.parse((ROOT / source).read_text())
+    stores: dict[str, list[ast.stmt]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores.setdefault(node.id, []).append(statement)
+    rebound = {
+        name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names
+    }
+    allowed = REBINDABLE.get(source, {})
+    found = []
+    for name, [statement, *others] in stores.items():
+        if others or name in rebound or name in allowed or not _CONSTANT.fullmatch(name):
+            continue
+        value = getattr(statement, "value", None)
+        if isinstance(value, ast.Call) and ast.unparse(value.func) in {"TypeVar", "ParamSpec"}:
+            continue
+        annotation = statement.annotation if isinstance(statement, ast.AnnAssign) else None
+        if annotation is None or not ast.unparse(annotation).startswith("Final"):
+            found.append(f"{source}:{statement.lineno} {name}")
+    return found
+
+
 def test_every_pure_module_named_exists() -> None:
     pure: dict[str, str] = SETUP["PURE"]
     assert [name for name in pure if not (ROOT / name).exists()] == []
@@ -90,6 +129,29 @@ def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
     assert [found for s in _compiled() for found in bare_raises_after_an_await(s)] == []
 
 
+def test_module_constants_of_a_compiled_module_are_final() -> None:
+    assert [found for s in _compiled() for found in constants_not_final(s)] == []
+
+
+def test_every_rebindable_constant_named_exists() -> None:
+    assert [
+        f"{source} {name}"
+        for source, names in REBINDABLE.items()
+        for name in names
+        if source not in _compiled() or f"\n{name} = " not in (ROOT / source).read_text()
+    ] == []
+
+
+def test_the_final_check_leaves_type_variables_and_rebound_names_alone(tmp_path: Path) -> None:
+    code = (
+        'T = TypeVar("T")\nLIMIT: Final = 3\nSTATE = 1\n'
+        "def f():\n global STATE\n STATE = 2\n"
+        "try: SPEED = 1\nexcept ImportError: SPEED = 2\nlog = 1\n"
+    )
+    (tmp_path / "m.py").write_text(code)
+    assert constants_not_final(str(tmp_path / "m.py")) == []
+
+
 @pytest.mark.parametrize(
     ("check", "code"),
     [
@@ -102,6 +164,8 @@ def test_no_bare_raise_follows_an_await_in_a_compiled_module() -> None:
             "async def f():\n try: await g()\n except OSError:\n  await h()\n  raise\n",
         ),
         (star_arguments_to_super, "class A(B):\n def f(self, **o):\n  super().f(1, **o)\n"),
+        (constants_not_final, "LIMIT = 3\n"),
+        (constants_not_final, "LIMIT: int = 3\n"),
     ],
 )
 def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:

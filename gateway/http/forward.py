@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import replace
 from itertools import chain
+from typing import Final
 
 from aiohttp import web
 
@@ -32,7 +33,7 @@ from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
 log = logging.getLogger(__name__)
 
-RETRY = {"Retry-After": "1"}
+RETRY: Final = {"Retry-After": "1"}
 
 
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
