@@ -24,7 +24,7 @@ class _HeadWithBody(web.StreamResponse):
     parts of aiohttp: tests/test_private_apis.py fails when they stop working."""
 
     _send_headers_immediately = False
-    _upstream_sent: frozenset[str] = frozenset()  # which of _OWN_DEFAULTS it sent
+    _upstream_sent: frozenset[str]  # which of _OWN_DEFAULTS it sent: set by start_response
 
     async def _prepare_headers(self) -> None:
         # aiohttp drops a 304's Content-Length, which there is the size of the content a 200

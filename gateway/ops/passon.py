@@ -35,7 +35,7 @@ async def attention(request: web.Request) -> web.Response:
     read the same index in Redis (those entries are listed once)."""
     hub = request.app[WORKERS]
     workers = sorted(hub.workers.values(), key=lambda w: w.slot)
-    answers = [a for a in await asyncio.gather(*(_pass(request, w, b"") for w in workers)) if a]
+    answers = [a for a in await asyncio.gather(*[_pass(request, w, b"") for w in workers]) if a]
     if not answers:
         return _no_worker()
     refused = next((a for a in answers if a.status != 200), None)

@@ -71,7 +71,7 @@ class WorkerSet:
 
     async def refresh(self) -> None:
         """Read every worker's metrics now."""
-        await asyncio.gather(*(self._read_metrics(w) for w in list(self.workers.values())))
+        await asyncio.gather(*[self._read_metrics(w) for w in list(self.workers.values())])
 
     async def _read_metrics(self, worker: Worker) -> None:
         answer = await self.ask(worker, "/metrics")
@@ -100,7 +100,7 @@ class WorkerSet:
                 state.update(orjson.loads(answer[1]))
             return {**state, "up": True, "status": answer[0]}
 
-        return list(await asyncio.gather(*(one(slot) for slot in range(self.count))))
+        return list(await asyncio.gather(*[one(slot) for slot in range(self.count)]))
 
 
 def private_folder_for_sockets(state_dir: str) -> Path:

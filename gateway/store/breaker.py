@@ -82,5 +82,5 @@ class NodeBreakers:
     @property
     def state(self) -> str:
         """The worst state of any node's breaker."""
-        states = [self._template.state, *(b.state for b in self._nodes.values())]
+        states = [self._template.state, *[b.state for b in self._nodes.values()]]
         return max(states, key=_WORSE.__getitem__)

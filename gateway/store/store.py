@@ -286,7 +286,7 @@ class Store(Inspection):
         """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
         scripts = self._scripts_all
         try:
-            present = await self.client.script_exists(*(script.sha for script in scripts))
+            present = await self.client.script_exists(*[script.sha for script in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
                     await self.client.script_load(script.script)
