@@ -62,7 +62,7 @@ class Kept(Enum):
 
 
 # How often an outcome Redis did not take is tried again: from the first pause, doubling.
-STORE_BACKOFF: Final = (0.01, 0.5)
+STORE_BACKOFF = (0.01, 0.5)  # not Final: mypyc may read a Final float tuple as unset
 REPLAY_LEASE: Final = 30.0  # renewed for an outcome replayed from a journal: its route may be gone
 
 
