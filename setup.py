@@ -32,9 +32,9 @@ PURE = {
     "gateway/build.py": "tells which build runs, so it must load in both",
     "gateway/__main__.py": "the entry point: runs once",
     "gateway/demo_upstream.py": "a demo, not the gateway",
-    "gateway/blobs": "async generators (the blob readers), which mypyc does not compile",
+    "gateway/blobs": "async generators (the blob readers, and a recorded body read back for a"
+    " client behind: blobs/readback.py), which mypyc does not compile",
     "gateway/config": "pydantic models, which mypyc does not compile; read once at start",
-    "gateway/http/forward.py": "async generators (the rest of a body fed from the record)",
     "gateway/http/incoming.py": "subclasses aiohttp's request parser",
     "gateway/http/server.py": "subclasses aiohttp's server protocol",
     "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",

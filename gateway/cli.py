@@ -13,7 +13,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from gateway import build
 from gateway.config.loading import load_settings, protects_nothing
@@ -37,9 +37,9 @@ from gateway.telemetry.logs import START_LINES
 log = logging.getLogger("gateway")
 
 # Exit codes of a gateway that cannot start (docs/operations.md).
-EXIT_CONFIG = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
-EXIT_LISTEN = 3  # the listen address is in use or not allowed
-EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT) while starting, as a shell reports it
+EXIT_CONFIG: Final = 2  # an invalid config, or a start-up check it fails (blob store, Redis policy)
+EXIT_LISTEN: Final = 3  # the listen address is in use or not allowed
+EXIT_INTERRUPTED: Final = 130  # Ctrl-C (SIGINT) while starting, as a shell reports it
 
 
 def new_loop(kind: str) -> asyncio.AbstractEventLoop:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import signal
+from typing import Final
 
-_PR_SET_PDEATHSIG = 1
+_PR_SET_PDEATHSIG: Final = 1
 
 
 def die_with_parent(sig: signal.Signals) -> None:

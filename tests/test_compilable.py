@@ -5,6 +5,7 @@ show only in the compiled build, so each is refused here for every build."""
 from __future__ import annotations
 
 import ast
+import re
 import runpy
 from pathlib import Path
 
@@ -96,6 +97,64 @@ def unmarked_subclasses_of_python_classes(source: str) -> list[str]:
     ]
 
 
+# Module constants left without `Final`, each with why.
+_FLOAT_TUPLE = "a tuple of floats (see final_float_tuples)"
+NOT_FINAL = {
+    # A Final one is compiled into its readers: patching the module's attribute would not
+    # reach them.
+    "gateway/upstream/lean.py": {"KEEPALIVE_SECONDS": "tests shorten it (test_upstream_client)"},
+    "gateway/http/claiming.py": {"WAIT_BACKOFF": _FLOAT_TUPLE, "GIVE_BACK_BACKOFF": _FLOAT_TUPLE},
+    "gateway/http/settle.py": {"STORE_BACKOFF": _FLOAT_TUPLE},
+    "gateway/telemetry/metrics.py": {"OVERHEAD_BUCKETS": _FLOAT_TUPLE},
+}
+_CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")
+
+
+def constants_not_final(source: str) -> list[str]:
+    """A module-level ALL_CAPS name assigned once and not annotated `Final`: mypyc reads a
+    Final constant directly (or inlines its value), any other module global through the
+    module's dict at every use. Type variables are no constants; names a function rebinds
+    (`global`), or the module assigns twice, are left alone, as NOT_FINAL's are."""
+    tree = ast.parse((ROOT / source).read_text())
+    stores: dict[str, list[ast.stmt]] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                stores.setdefault(node.id, []).append(statement)
+    rebound = {
+        name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names
+    }
+    allowed = NOT_FINAL.get(source, {})
+    found = []
+    for name, [statement, *others] in stores.items():
+        if others or name in rebound or name in allowed or not _CONSTANT.fullmatch(name):
+            continue
+        value = getattr(statement, "value", None)
+        if isinstance(value, ast.Call) and ast.unparse(value.func) in {"TypeVar", "ParamSpec"}:
+            continue
+        annotation = statement.annotation if isinstance(statement, ast.AnnAssign) else None
+        if annotation is None or not ast.unparse(annotation).startswith("Final"):
+            found.append(f"{source}:{statement.lineno} {name}")
+    return found
+
+
+def final_float_tuples(source: str) -> list[str]:
+    """A `Final` tuple holding a float: compiled (by mypy 2.4.1's mypyc), reading it raises
+    NameError "value for final name ... was not set": the C check that the value is set is
+    inverted for a native tuple that starts with a float."""
+    tree = ast.parse((ROOT / source).read_text())
+    return [
+        f"{source}:{node.lineno}"
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign)
+        and ast.unparse(node.annotation).startswith("Final")
+        and isinstance(node.value, ast.Tuple)
+        and any(isinstance(e, ast.Constant) and isinstance(e.value, float) for e in node.value.elts)
+    ]
+
+
 def test_every_pure_module_named_exists() -> None:
     pure: dict[str, str] = SETUP["PURE"]
     assert [name for name in pure if not (ROOT / name).exists()] == []
@@ -118,6 +177,33 @@ def test_every_subclass_of_a_python_class_is_marked_one_in_a_compiled_module() -
     assert [found for s in _compiled() for found in unmarked_subclasses_of_python_classes(s)] == []
 
 
+def test_module_constants_of_a_compiled_module_are_final() -> None:
+    assert [found for s in _compiled() for found in constants_not_final(s)] == []
+
+
+def test_no_compiled_module_has_a_final_tuple_of_floats() -> None:
+    assert [found for s in _compiled() for found in final_float_tuples(s)] == []
+
+
+def test_every_constant_left_without_final_exists() -> None:
+    assert [
+        f"{source} {name}"
+        for source, names in NOT_FINAL.items()
+        for name in names
+        if source not in _compiled() or f"\n{name} = " not in (ROOT / source).read_text()
+    ] == []
+
+
+def test_the_final_check_leaves_type_variables_and_rebound_names_alone(tmp_path: Path) -> None:
+    code = (
+        'T = TypeVar("T")\nLIMIT: Final = 3\nSTATE = 1\n'
+        "def f():\n global STATE\n STATE = 2\n"
+        "try: SPEED = 1\nexcept ImportError: SPEED = 2\nlog = 1\n"
+    )
+    (tmp_path / "m.py").write_text(code)
+    assert constants_not_final(str(tmp_path / "m.py")) == []
+
+
 @pytest.mark.parametrize(
     ("check", "code"),
     [
@@ -135,6 +221,9 @@ def test_every_subclass_of_a_python_class_is_marked_one_in_a_compiled_module() -
             "@mypyc_attr(native_class=False)\nclass A(Exception):\n kind = 1\n"
             "class B(A):\n kind = 2\n",
         ),
+        (constants_not_final, "LIMIT = 3\n"),
+        (constants_not_final, "LIMIT: int = 3\n"),
+        (final_float_tuples, "BACKOFF: Final = (1, 0.5)\n"),
     ],
 )
 def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ class Claim(Enum):
 
 # The claim script's first reply as it comes from Redis: a dict lookup costs a tenth of the
 # Enum's call, which is kept for anything else (its ValueError names a reply it cannot read).
-_BY_REPLY = {claim.value.encode(): claim for claim in Claim}
+_BY_REPLY: Final = {claim.value.encode(): claim for claim in Claim}
 
 
 def claim_of(reply: bytes) -> Claim:

@@ -7,7 +7,7 @@ of how a config is read.
 from __future__ import annotations
 
 from enum import Enum, StrEnum
-from typing import Protocol
+from typing import Final, Protocol
 
 from gateway.core.claims import Claim, ClaimResult
 
@@ -94,7 +94,11 @@ def on_answer(status: int, policy: Policy) -> Settle:
     return Settle.RECORD if policy.record.records(status) else Settle.RELEASE
 
 
-_ON_UNKNOWN = {"release": Settle.RELEASE, "keep": Settle.KEEP, "record": Settle.RECORD_UNKNOWN}
+_ON_UNKNOWN: Final = {
+    "release": Settle.RELEASE,
+    "keep": Settle.KEEP,
+    "record": Settle.RECORD_UNKNOWN,
+}
 
 
 def on_failure(kind: Failure, policy: Policy) -> Settle:
@@ -158,7 +162,7 @@ def hold_lost(policy: Policy, reconciles: bool) -> bool:
     return policy.owner_lost == "keep" and not reconciles
 
 
-_ON_LOST = {"release": LostStep.RERUN, "keep": LostStep.KEPT, "record": LostStep.HELD}
+_ON_LOST: Final = {"release": LostStep.RERUN, "keep": LostStep.KEPT, "record": LostStep.HELD}
 
 
 def owner_lost_step(policy: Policy, reconciles: bool, found: Lookup | None = None) -> LostStep:

@@ -6,12 +6,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from json.encoder import encode_basestring_ascii as _quoted
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 from mypy_extensions import mypyc_attr
 
-_NO_FINGERPRINT = "-"
+_NO_FINGERPRINT: Final = "-"
 
 
 class Spec(Protocol):
@@ -109,7 +109,7 @@ def _before_exact_numbers(body: bytes, ignore: tuple[str, ...]) -> bytes:
 
 
 # Hashed with a json-mode fingerprint since numbers are compared as written.
-EXACT_JSON = "json:exact-numbers"
+EXACT_JSON: Final = "json:exact-numbers"
 # The configured fingerprint headers as the upstream receives them: each one's values in
 # order (none: absent, or not forwarded).
 Fields = Mapping[str, tuple[str, ...]]

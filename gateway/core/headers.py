@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from itertools import chain
+from typing import Final
 
 # Hop-by-hop headers (RFC 9110 7.6.1) are never forwarded, in either direction.
-HOP_BY_HOP = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {
         "connection",
         "keep-alive",
@@ -24,15 +25,15 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Set by the HTTP layer for the hop it writes, not copied from the other side.
-FRAMING = frozenset({"content-length", "host"})
+FRAMING: Final = frozenset({"content-length", "host"})
 # Request headers the upstream never receives as the client sent them (beside the hop by
 # hop ones): the gateway's own X-Forwarded-* and framing.
-REWRITTEN = frozenset(
+REWRITTEN: Final = frozenset(
     {"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "content-length", "expect"}
 )
 # The client's body has been read already (or streams as it comes): a 100-continue
 # handshake with the upstream would only stall it.
-DROPPED_FROM_REQUESTS = (*HOP_BY_HOP, *FRAMING, "expect")
+DROPPED_FROM_REQUESTS: Final = (*HOP_BY_HOP, *FRAMING, "expect")
 
 
 def header_text(raw: bytes) -> str:
@@ -45,8 +46,8 @@ def header_text(raw: bytes) -> str:
 # Bytes no HTTP/1.1 head may carry to a client (RFC 9110 5.5: HTAB is the one control byte
 # allowed in a field value); the upstream parsers are lenient and let them through.
 # Control bytes, HTAB excepted: none may stand in a head's line (RFC 9110 5.5).
-_CONTROL = "[\x00-\x08\x0a-\x1f\x7f]"
-_UNWRITABLE = re.compile(_CONTROL.encode("latin-1"))
+_CONTROL: Final = "[\x00-\x08\x0a-\x1f\x7f]"
+_UNWRITABLE: Final = re.compile(_CONTROL.encode("latin-1"))
 
 
 def unwritable(field: bytes) -> bool:
@@ -56,8 +57,8 @@ def unwritable(field: bytes) -> bool:
 
 # The largest answer head either upstream client takes (aiohttp's is told the same, so an
 # answer the lean client records is one a pass-through passes on, and the other way round).
-MAX_HEAD = 1 << 20  # the whole head
-MAX_FIELDS = 1000  # header lines
+MAX_HEAD: Final = 1 << 20  # the whole head
+MAX_FIELDS: Final = 1000  # header lines
 
 
 def unwritable_head(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -> bool:
@@ -71,7 +72,7 @@ def unwritable_head(reason: bytes, raw_headers: Sequence[tuple[bytes, bytes]]) -
     return len(joined) > MAX_HEAD or unwritable(joined)
 
 
-_UNWRITABLE_TEXT = re.compile(_CONTROL)
+_UNWRITABLE_TEXT: Final = re.compile(_CONTROL)
 
 
 def unwritable_text(reason: str, headers: Iterable[tuple[str, str]]) -> bool:
@@ -114,7 +115,7 @@ def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
 
 
 # Answer headers that hand a client's credentials or session to whoever replays the answer.
-CREDENTIALS = frozenset(
+CREDENTIALS: Final = frozenset(
     {"authorization", "www-authenticate", "proxy-authenticate", "authentication-info"}
 )
 

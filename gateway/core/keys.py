@@ -8,10 +8,11 @@ import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
+from typing import Final
 
 import orjson
 
-MAX_KEY_LENGTH = 255
+MAX_KEY_LENGTH: Final = 255
 
 
 class KeyProblem(StrEnum):
@@ -56,11 +57,11 @@ def _sf_string(value: str) -> tuple[str, str]:
 
 # The white space around a header value (RFC 9110 5.6.3): str.strip() would also take a
 # no-break space or U+3000 off, making "\xa0abc" the key "abc" and replaying its answer.
-_OWS = " \t"
+_OWS: Final = " \t"
 
 
 # One parameter: `;name` or `;name=value` (a bare item or an sf-string), as RFC 8941 writes it.
-_PARAMETER = re.compile(r'^;\s*[a-z*][a-z0-9_.*-]*(?:=(?:"(?:[^"\\]|\\.)*"|[^;"\s]+))?')
+_PARAMETER: Final = re.compile(r'^;\s*[a-z*][a-z0-9_.*-]*(?:=(?:"(?:[^"\\]|\\.)*"|[^;"\s]+))?')
 
 
 def _parameters(rest: str) -> None:
@@ -124,7 +125,7 @@ def _checked(key: str) -> str:
     return key
 
 
-_NOT_JSON = object()
+_NOT_JSON: Final = object()
 
 
 def _json(body: bytes) -> object:

@@ -10,9 +10,9 @@ import orjson
 
 from gateway.core.headers import unwritable_text
 
-STATE_COMPLETED = "C"
-STATE_UNKNOWN = "U"
-_FRESH: dict[str, str] = {}  # `extra` not given: each record gets a dict of its own
+STATE_COMPLETED: Final = "C"
+STATE_UNKNOWN: Final = "U"
+_FRESH: Final[dict[str, str]] = {}  # `extra` not given: each record gets a dict of its own
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import time
 from email.utils import formatdate
+from typing import Final
 
-EXPIRES = "Idempotency-Expires"
+EXPIRES: Final = "Idempotency-Expires"
 
 
 def expires(seconds_left: float) -> dict[str, str]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import StrEnum
+from typing import Final
 
 from gateway.core.headers import connection_tokens
 
 # Scope entries that name a part of the client's TLS certificate (mutual TLS) rather than a
 # header: its subject (RFC 4514) or its subject alternative names of one type.
-CLIENT_CERT = "client-cert:"
-CLIENT_CERT_PARTS = frozenset({"subject", "san-dns", "san-uri", "san-email", "san-ip"})
+CLIENT_CERT: Final = "client-cert:"
+CLIENT_CERT_PARTS: Final = frozenset({"subject", "san-dns", "san-uri", "san-email", "san-ip"})
 
 
 def client_cert_part(name: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.typedefs import Handler
@@ -14,10 +14,10 @@ from gateway.telemetry.logs import FIELDS
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.requestlog import REQUEST_ID, RequestInfo, begin, end
 
-REQUEST_INFO = web.RequestKey("idem_request_info", RequestInfo)
-MAX_REQUEST_ID = 128
+REQUEST_INFO: Final = web.RequestKey("idem_request_info", RequestInfo)
+MAX_REQUEST_ID: Final = 128
 # The access log's status for a request whose client closed the connection first (nginx's).
-CLIENT_CLOSED = 499
+CLIENT_CLOSED: Final = 499
 
 access_log = logging.getLogger("gateway.http.access")
 

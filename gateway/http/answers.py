@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Final
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time
@@ -23,7 +24,7 @@ class _HeadWithBody(web.StreamResponse):
     parts of aiohttp: tests/test_private_apis.py fails when they stop working."""
 
     _send_headers_immediately = False
-    _upstream_sent: frozenset[str] = frozenset()  # which of _OWN_DEFAULTS it sent
+    _upstream_sent: frozenset[str]  # which of _OWN_DEFAULTS it sent: set by start_response
 
     async def _prepare_headers(self) -> None:
         # aiohttp drops a 304's Content-Length, which there is the size of the content a 200
@@ -72,7 +73,7 @@ def head_bytes(status_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
 
 
 # What aiohttp adds or takes out of an answer unless told otherwise.
-_OWN_DEFAULTS = (hdrs.SERVER, hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH)
+_OWN_DEFAULTS: Final = (hdrs.SERVER, hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH)
 
 
 def start_response(
@@ -99,8 +100,10 @@ def start_response(
 # A head is written from its recorded lines only where no recorded name is one that aiohttp
 # or the request id sets per answer, and where the replay's own (`extra`) are none of these
 # either, nor one that aiohttp adds or takes out when absent from the record.
-_SET_PER_ANSWER = frozenset({"connection", "keep-alive", "transfer-encoding", "x-request-id"})
-_NOT_EXTRA = _SET_PER_ANSWER | {"content-length", "content-type", "date", "server"}
+_SET_PER_ANSWER: Final = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "x-request-id"}
+)
+_NOT_EXTRA: Final = _SET_PER_ANSWER | {"content-length", "content-type", "date", "server"}
 
 
 class _RecordedHead(web.StreamResponse):
@@ -210,7 +213,7 @@ def abort(request: web.Request, response: web.StreamResponse) -> web.StreamRespo
     return response
 
 
-_FAILED = {
+_FAILED: Final = {
     Failure.UNSENT: (
         502, "upstream-unreachable", "Upstream unreachable",
         "the upstream could not be reached; the request was not sent",

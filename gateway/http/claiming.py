@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
+from typing import Final
 
 from gateway.config.policy import Route
 from gateway.core.claims import Claim, ClaimResult
@@ -15,10 +16,10 @@ from gateway.errors import StoreUnavailable
 from gateway.store.store import Store
 
 # How often a waiting duplicate asks again: from the first value, growing to the last.
-WAIT_BACKOFF = (0.01, 0.25)
+WAIT_BACKOFF = (0.01, 0.25)  # not Final: mypyc may read a Final float tuple as unset
 # How often a claim whose reply was lost is given back: from the first pause, doubling.
-GIVE_BACK_BACKOFF = (0.05, 1.0)
-GIVE_BACK_WINDOW = 2.0  # seconds: a shutdown waits no longer for it
+GIVE_BACK_BACKOFF = (0.05, 1.0)  # not Final, as WAIT_BACKOFF
+GIVE_BACK_WINDOW: Final = 2.0  # seconds: a shutdown waits no longer for it
 # What the fingerprint covers: method, raw path, raw query, the configured headers, the body.
 Payload = tuple[str, str, str, Fields, bytes]
 

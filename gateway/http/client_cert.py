@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import functools
 import ssl
+from typing import Final
 
 from aiohttp import web
 from cryptography import x509
 
-SAN_TYPES: dict[str, type[x509.GeneralName]] = {
+SAN_TYPES: Final[dict[str, type[x509.GeneralName]]] = {
     "san-dns": x509.DNSName,
     "san-uri": x509.UniformResourceIdentifier,
     "san-email": x509.RFC822Name,

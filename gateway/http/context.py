@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -19,7 +19,7 @@ from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
 
-NO_SPAN = nullcontext()
+NO_SPAN: Final = nullcontext()
 
 
 def no_span(name: str) -> AbstractContextManager[Any]:

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass
+from typing import Final
 
 from aiohttp import web
 
@@ -39,9 +40,9 @@ class _Cut:
     """The answer broke after its head: the client's connection is closed short of it."""
 
 
-PIECE = 64 << 10  # what a client fed from the record is written at a time
-_END = object()
-_CUT = _Cut()
+PIECE: Final = 64 << 10  # what a client fed from the record is written at a time
+_END: Final = object()
+_CUT: Final = _Cut()
 _Item = web.StreamResponse | bytes | Rest | _Cut | object
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator
 from dataclasses import replace
 from itertools import chain
+from typing import Final
 
 from aiohttp import web
 
 from gateway.blobs.base import BlobStore
+from gateway.blobs.readback import read_back
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.core.decision import Failure, Settle, may_still_send, on_answer
@@ -32,7 +33,7 @@ from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
 log = logging.getLogger(__name__)
 
-RETRY = {"Retry-After": "1"}
+RETRY: Final = {"Retry-After": "1"}
 
 
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
@@ -206,32 +207,9 @@ def _size(headers: list[tuple[str, str]]) -> int:
 
 
 def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
-    """The stored body for a client that fell behind; None when it was not kept. A spill
-    is removed once read (or, if its client went away first, by the sweep)."""
-    if body.not_recorded and body.spill is None:
-        return None
-    name = body.blob or body.spill
-    if name is None:
-        inline = body.inline
-
-        async def in_memory() -> AsyncGenerator[bytes, None]:
-            yield inline
-
-        return Rest(in_memory, 0, body.size, body.sha256)
-
-    async def stored() -> AsyncGenerator[bytes, None]:
-        reader = await blobs.reader(name)
-        try:
-            if reader.size != body.size:
-                raise BlobError(BlobError.CORRUPT, f"blob {name} is {reader.size} bytes")
-            async for chunk in reader.chunks():
-                yield chunk
-        finally:
-            await reader.close()
-            if body.spill is not None:
-                await blobs.delete(body.spill)
-
-    return Rest(stored, 0, body.size, body.sha256)
+    """The stored body for a client that fell behind; None when it was not kept."""
+    chunks = read_back(blobs, body)
+    return None if chunks is None else Rest(chunks, 0, body.size, body.sha256)
 
 
 def _blob_write_failed(s: Services, route: Route, exc: BlobError) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from typing import Final
 
 from aiohttp import hdrs, web
 
@@ -46,10 +47,10 @@ from gateway.telemetry.requestlog import note_key_hash
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER = "1"
-REPLAY_SPAN = "idempotency.replay"  # tracing's name for answering from a record
+RETRY_AFTER: Final = "1"
+REPLAY_SPAN: Final = "idempotency.replay"  # tracing's name for answering from a record
 # 409s: the request with the key is still running, or ended without a recorded answer.
-CONFLICTS = {
+CONFLICTS: Final = {
     Action.CONFLICT: (
         409, "in-flight", "Request in progress",
         "a request with this key is in progress; retry later",
@@ -59,9 +60,9 @@ CONFLICTS = {
         "the request with this key ended without a recorded answer; retry to run it",
     ),
 }  # fmt: skip
-UNSENT_CLAIMS = (Claim.CLAIMED, Claim.UNSENT)
+UNSENT_CLAIMS: Final = (Claim.CLAIMED, Claim.UNSENT)
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
-WOULD = {
+WOULD: Final = {
     Action.REPLAY: m.REPLAYED,
     Action.REPLAY_UNKNOWN: m.REPLAYED,
     Action.MISMATCH: m.MISMATCH,
@@ -214,8 +215,7 @@ class Gateway:
         if route.mode == "shadow" and action is not Action.FORWARD:
             return await self._shadow(request, route, claimed.body, WOULD[action])
         if action is Action.FORWARD:
-            # The call runs in a task of its own: a client that goes away must not stop it
-            # or lose its outcome.
+            # In a task of its own: a client gone away neither stops the call nor loses its outcome.
             return await forward(self.s, claimed)
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)

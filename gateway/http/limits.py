@@ -27,7 +27,7 @@ import struct
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import cast
+from typing import Final, cast
 
 from gateway.config.settings import Limits
 from gateway.http.problems import PROBLEM_TYPE, problem_body
@@ -46,7 +46,7 @@ def _written_problem(status: int, slug: str, title: str, detail: str) -> bytes:
 
 
 # The answer to a connection past `max_connections`: written at once, then closed.
-BUSY = _written_problem(
+BUSY: Final = _written_problem(
     503,
     "too-many-connections",
     "Too many connections",
@@ -54,14 +54,14 @@ BUSY = _written_problem(
 )
 # `head_since` of a connection that is not reading a head: never overdue. BETWEEN requests
 # the next byte starts a head; NOT_READING while a request runs (its body is not a head).
-NOT_READING = math.inf
-BETWEEN = sys.float_info.max
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
+NOT_READING: Final = math.inf
+BETWEEN: Final = sys.float_info.max
+_RESET: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
 
 
 # File descriptors a gateway needs besides its client connections: Redis, upstream pools,
 # blobs, the journal, the admin listener.
-SPARE_FILES = 256
+SPARE_FILES: Final = 256
 
 
 def fit_open_files(limits: Limits) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterable, Mapping
-from typing import cast
+from typing import Final, cast
 
 from aiohttp import web
 
@@ -21,7 +21,7 @@ from gateway.upstream.upstreams import Upstreams
 log = logging.getLogger(__name__)
 
 # Methods whose requests carry no Content-Length when they have no body (as in aiohttp).
-_NO_BODY_EXPECTED = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+_NO_BODY_EXPECTED: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 async def pass_through(

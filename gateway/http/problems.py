@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import orjson
 from aiohttp import web
 
-PROBLEM_TYPE = "application/problem+json"
+PROBLEM_TYPE: Final = "application/problem+json"
 
 # `problem_codes: draft`: the `code` that clients written against the Idempotency-Key draft
 # branch on; the `type` keeps the precise reason (docs/problems.md).
-DRAFT_CODES = {
+DRAFT_CODES: Final = {
     "empty-key": "invalid-key",
     "key-too-long": "invalid-key",
     "malformed-key": "invalid-key",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from aiohttp.http_exceptions import HttpProcessingError
 
-SERVER_LOGGER = "aiohttp.server"
+SERVER_LOGGER: Final = "aiohttp.server"
 
 
 class MalformedRequestFilter(logging.Filter):

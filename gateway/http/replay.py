@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Final
 
 from aiohttp import web
 
@@ -29,7 +30,7 @@ from gateway.http.problems import problem
 log = logging.getLogger(__name__)
 
 # A replay of an answer whose body was left out (over max_replay_body).
-BODY_OMITTED = {"Idempotency-Replay": "omitted"}
+BODY_OMITTED: Final = {"Idempotency-Replay": "omitted"}
 
 
 def replay_marker(route: Route) -> dict[str, str]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable
 from enum import Enum
 from http import HTTPStatus
+from typing import Final
 
 from aiohttp import web
 
@@ -42,11 +43,11 @@ from gateway.telemetry import metrics as m
 
 log = logging.getLogger(__name__)
 
-OUTCOME = "Idempotency-Outcome"
-OUTCOME_UNKNOWN = {OUTCOME: "unknown"}
+OUTCOME: Final = "Idempotency-Outcome"
+OUTCOME_UNKNOWN: Final = {OUTCOME: "unknown"}
 # The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
 # record (and every replay) is the newer claim's answer.
-FENCED = {OUTCOME: "fenced"}
+FENCED: Final = {OUTCOME: "fenced"}
 
 
 class Kept(Enum):
@@ -61,9 +62,8 @@ class Kept(Enum):
 
 
 # How often an outcome Redis did not take is tried again: from the first pause, doubling.
-STORE_BACKOFF = (0.01, 0.5)
-# The lease renewed for an outcome replayed from a journal, whose route may be gone.
-REPLAY_LEASE = 30.0
+STORE_BACKOFF = (0.01, 0.5)  # not Final: mypyc may read a Final float tuple as unset
+REPLAY_LEASE: Final = 30.0  # renewed for an outcome replayed from a journal: its route may be gone
 
 
 async def record_answer(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from typing import Final
 
 from aiohttp import web
 
@@ -30,11 +31,11 @@ from gateway.telemetry.requestlog import note_owner_lost
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER = {"Retry-After": "1"}
+RETRY_AFTER: Final = {"Retry-After": "1"}
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
-RAN_AGAIN = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-IN_FLIGHT = "a request with this key is in progress; retry later"
-LOST_DETAIL = (
+RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
+IN_FLIGHT: Final = "a request with this key is in progress; retry later"
+LOST_DETAIL: Final = (
     "the gateway that forwarded this request stopped before its outcome was stored; "
     "whether the upstream ran it is unknown, and it is not run again"
 )
@@ -100,7 +101,11 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
 
 # The request outcome each settled step counts as: the answer of the call that ran, a 502,
 # or a 409.
-_COUNTED_AS = {LostStep.RECONCILED: m.REPLAYED, LostStep.HELD: m.ERROR, LostStep.KEPT: m.CONFLICT}
+_COUNTED_AS: Final = {
+    LostStep.RECONCILED: m.REPLAYED,
+    LostStep.HELD: m.ERROR,
+    LostStep.KEPT: m.CONFLICT,
+}
 
 
 async def _look_up(s: Services, c: Claimed) -> Found:

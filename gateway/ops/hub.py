@@ -16,6 +16,7 @@ import shutil
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Final
 
 import orjson
 from aiohttp import web
@@ -35,9 +36,9 @@ log = logging.getLogger("gateway.ops.hub")
 
 # How often the supervisor reads its workers' metrics even when nobody scrapes: what a
 # worker that dies counted since is lost, so this bounds the loss.
-REFRESH = 1.0
+REFRESH: Final = 1.0
 # The most workers one gateway runs (--workers), all asked by its one admin listener.
-MAX_WORKERS = 64
+MAX_WORKERS: Final = 64
 
 
 class Hub:

@@ -9,7 +9,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
@@ -17,7 +17,7 @@ from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.store.store import Store
 
-STATES = {b"P": "pending", b"C": "completed", b"U": "unknown"}
+STATES: Final = {b"P": "pending", b"C": "completed", b"U": "unknown"}
 
 
 class KeyOpProblem(StrEnum):
@@ -30,7 +30,7 @@ class KeyOpProblem(StrEnum):
 
 
 # The problem of a refused key operation, by status, unless it names its own.
-_BY_STATUS = {
+_BY_STATUS: Final = {
     400: KeyOpProblem.BAD_VALUE,
     404: KeyOpProblem.NO_RECORD,
     409: KeyOpProblem.NOT_UNKNOWN,

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -20,8 +20,8 @@ from gateway.store.embedded import running_url
 from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
-NOT_FOUND = 1  # no record / not an unknown outcome
-UNREACHABLE = 3  # Redis did not answer
+NOT_FOUND: Final = 1  # no record / not an unknown outcome
+UNREACHABLE: Final = 3  # Redis did not answer
 
 
 def add_parser(commands: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
+from typing import Any, Final
 
 from gateway.blobs.base import BlobStore
 from gateway.config.policy import Route
@@ -15,7 +15,7 @@ from gateway.errors import BlobError
 from gateway.ops.keyops import describe
 from gateway.store.store import Store
 
-PREVIEW_MAX = 4096  # body bytes a lookup shows
+PREVIEW_MAX: Final = 4096  # body bytes a lookup shows
 
 
 def preview(body: bytes) -> dict[str, Any]:

@@ -6,12 +6,13 @@ a worker's restart, so that a replaced worker's counts are neither lost nor seen
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 # Families whose samples only grow (a histogram's buckets, count and sum included).
-_GROWING = ("counter", "histogram", "summary")
+_GROWING: Final = ("counter", "histogram", "summary")
 
 Series = tuple[str, tuple[tuple[str, str], ...]]  # sample name, sorted labels (no worker)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client.metrics_core import Metric
 
@@ -14,8 +14,8 @@ from gateway.ops.merge import samples
 from gateway.telemetry import metrics as m
 
 # The outcomes the overview counts per route, in the order the page shows them.
-OUTCOMES = (m.FORWARDED, m.REPLAYED, m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR)
-CIRCUIT_NAMES = {value: name for name, value in m.CIRCUIT_STATES.items()}
+OUTCOMES: Final = (m.FORWARDED, m.REPLAYED, m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR)
+CIRCUIT_NAMES: Final = {value: name for name, value in m.CIRCUIT_STATES.items()}
 
 
 def version() -> dict[str, str]:

@@ -5,6 +5,7 @@ to every worker (each knows its own calls and journal)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 import aiohttp
 import orjson
@@ -15,7 +16,7 @@ from gateway.ops.keyroutes import FORWARDED_FOR
 from gateway.ops.workerset import WORKERS, Worker
 
 # How long a key operation (Redis, a blob) passed on to a worker may take.
-FORWARD_TIMEOUT = 30.0
+FORWARD_TIMEOUT: Final = 30.0
 
 
 async def forward(request: web.Request) -> web.Response:
@@ -34,7 +35,7 @@ async def attention(request: web.Request) -> web.Response:
     read the same index in Redis (those entries are listed once)."""
     hub = request.app[WORKERS]
     workers = sorted(hub.workers.values(), key=lambda w: w.slot)
-    answers = [a for a in await asyncio.gather(*(_pass(request, w, b"") for w in workers)) if a]
+    answers = [a for a in await asyncio.gather(*[_pass(request, w, b"") for w in workers]) if a]
     if not answers:
         return _no_worker()
     refused = next((a for a in answers if a.status != 200), None)

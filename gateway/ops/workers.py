@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Final
 
 from aiohttp import web
 
@@ -28,10 +29,10 @@ from gateway.ops.hub import Hub
 log = logging.getLogger("gateway.ops.workers")
 
 # A child that dies sooner than this after its start counts as a failed start.
-STARTUP_GRACE = 5.0
-MAX_FAILED_STARTS = 3
+STARTUP_GRACE: Final = 5.0
+MAX_FAILED_STARTS: Final = 3
 # How often the supervisor looks for an exited worker.
-REAP_TICK = 0.1
+REAP_TICK: Final = 0.1
 
 
 def default_workers() -> int:

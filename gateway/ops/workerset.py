@@ -8,7 +8,7 @@ import contextlib
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import orjson
@@ -19,9 +19,9 @@ from gateway.http.certificates import Certificates
 from gateway.ops.merge import WorkerMetrics, parse
 
 # How long a worker may take to answer the supervisor: health, readiness and metrics.
-ASK_TIMEOUT = 2.0
+ASK_TIMEOUT: Final = 2.0
 # A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL).
-MAX_SOCKET_PATH = 100
+MAX_SOCKET_PATH: Final = 100
 
 
 @dataclass
@@ -71,7 +71,7 @@ class WorkerSet:
 
     async def refresh(self) -> None:
         """Read every worker's metrics now."""
-        await asyncio.gather(*(self._read_metrics(w) for w in list(self.workers.values())))
+        await asyncio.gather(*[self._read_metrics(w) for w in list(self.workers.values())])
 
     async def _read_metrics(self, worker: Worker) -> None:
         answer = await self.ask(worker, "/metrics")
@@ -100,7 +100,7 @@ class WorkerSet:
                 state.update(orjson.loads(answer[1]))
             return {**state, "up": True, "status": answer[0]}
 
-        return list(await asyncio.gather(*(one(slot) for slot in range(self.count))))
+        return list(await asyncio.gather(*[one(slot) for slot in range(self.count)]))
 
 
 def private_folder_for_sockets(state_dir: str) -> Path:
@@ -114,4 +114,4 @@ def private_folder_for_sockets(state_dir: str) -> Path:
     return folder
 
 
-WORKERS = web.AppKey("workers", WorkerSet)
+WORKERS: Final = web.AppKey("workers", WorkerSet)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Final
 
 from gateway.errors import StoreUnavailable
 from gateway.store.inspection import FAILURES
 from gateway.store.store import Store
 
-LIMIT = 1000  # entries kept per route
+LIMIT: Final = 1000  # entries kept per route
 
 
 def index_key(prefix: str, route: str) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
-_WORSE = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
+CLOSED: Final = "closed"
+OPEN: Final = "open"
+HALF_OPEN: Final = "half_open"
+_WORSE: Final = {CLOSED: 0, HALF_OPEN: 1, OPEN: 2}
 
 
 class Circuit(Protocol):
@@ -80,5 +82,5 @@ class NodeBreakers:
     @property
     def state(self) -> str:
         """The worst state of any node's breaker."""
-        states = [self._template.state, *(b.state for b in self._nodes.values())]
+        states = [self._template.state, *[b.state for b in self._nodes.values()]]
         return max(states, key=_WORSE.__getitem__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
@@ -36,9 +36,9 @@ from gateway.store.breaker import CircuitBreaker, NodeBreakers
 log = logging.getLogger(__name__)
 
 # Redirects one call follows before it gives up (a slot moves once; a failover once more).
-REDIRECTS = 5
+REDIRECTS: Final = 5
 # TRYAGAIN (a multi-key call during a migration; ours are single-key): wait this long.
-TRY_AGAIN_PAUSE = 0.05
+TRY_AGAIN_PAUSE: Final = 0.05
 
 
 class ClusterScripts:

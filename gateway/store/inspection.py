@@ -4,7 +4,7 @@ raw fields, a purge, whether Redis answers and how it evicts."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
@@ -13,7 +13,7 @@ from gateway.errors import StoreUnavailable
 
 # redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
 # a node's connections after an error while other calls are still connecting on them.
-FAILURES = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
+FAILURES: Final = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
 
 
 class Inspection:

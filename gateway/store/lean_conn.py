@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
@@ -23,9 +23,9 @@ from redis.exceptions import AuthenticationError, ConnectionError, InvalidRespon
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 # hiredis's "no whole reply yet": an object no reply can be.
-_NOT_ENOUGH = object()
+_NOT_ENOUGH: Final = object()
 # RESP3's out-of-band frames (a proxy's, or a RESP3 server's): never the reply to a command.
-_PUSH = hiredis.PushNotification
+_PUSH: Final = hiredis.PushNotification
 
 
 class Command:

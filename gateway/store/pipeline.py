@@ -9,7 +9,7 @@ gets its own reply or error, as if it had been made alone.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Final
 
 import hiredis
 from redis.asyncio import Redis
@@ -21,7 +21,7 @@ _Call = tuple[AsyncScript, str, tuple[Any, ...], "asyncio.Future[Any]"]
 
 # Batches in flight at once, each on a connection of its own. While they are all out, new
 # calls queue and leave together with the next batch: the busier, the larger the batches.
-LANES = 2
+LANES: Final = 2
 
 
 class Coalescer:

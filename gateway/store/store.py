@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
@@ -27,9 +27,9 @@ from gateway.store.pipeline import Coalescer
 
 T = TypeVar("T")
 
-_TIMEOUTS = (RedisTimeoutError, asyncio.TimeoutError)
+_TIMEOUTS: Final = (RedisTimeoutError, asyncio.TimeoutError)
 # Claim replies after which the request owns the key.
-_OWNED = (b"CLAIMED", b"UNSENT", b"TAKEN")
+_OWNED: Final = (b"CLAIMED", b"UNSENT", b"TAKEN")
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ class Store(Inspection):
         """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
         scripts = self._scripts_all
         try:
-            present = await self.client.script_exists(*(script.sha for script in scripts))
+            present = await self.client.script_exists(*[script.sha for script in scripts])
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
                     await self.client.script_load(script.script)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 # `log.info("request", extra={FIELDS: {...}})` attaches structured fields to a line.
-FIELDS = "fields"
+FIELDS: Final = "fields"
 
 
 class JsonFormatter(logging.Formatter):
@@ -80,4 +80,4 @@ class StartLines(logging.Filter):
 
 
 # The one of the process: `hold` when the gateway starts, `release` once it serves.
-START_LINES = StartLines()
+START_LINES: Final = StartLines()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -11,19 +11,20 @@ from gateway.store import breaker as b
 from gateway.telemetry.requestlog import current
 
 # Outcomes of a request, as counted in idem_requests_total{outcome}.
-FORWARDED = "forwarded"  # claimed and sent upstream
-REPLAYED = "replayed"  # answered from the record
-CONFLICT = "conflict"  # 409: in flight elsewhere
-MISMATCH = "mismatch"  # 422: same key, other payload
-REJECTED = "rejected"  # 400/413: bad request, nothing stored
-BYPASSED = "bypassed"  # Redis down and fail_mode: open
-UNPROTECTED = "unprotected"  # method or path not protected
-SHADOWED = "shadowed"  # shadow mode: forwarded untouched where enforce would not have
-ERROR = "error"  # 503 (Redis down, closed) or 502/504 from the upstream call
+FORWARDED: Final = "forwarded"  # claimed and sent upstream
+REPLAYED: Final = "replayed"  # answered from the record
+CONFLICT: Final = "conflict"  # 409: in flight elsewhere
+MISMATCH: Final = "mismatch"  # 422: same key, other payload
+REJECTED: Final = "rejected"  # 400/413: bad request, nothing stored
+BYPASSED: Final = "bypassed"  # Redis down and fail_mode: open
+UNPROTECTED: Final = "unprotected"  # method or path not protected
+SHADOWED: Final = "shadowed"  # shadow mode: forwarded untouched where enforce would not have
+ERROR: Final = "error"  # 503 (Redis down, closed) or 502/504 from the upstream call
 
 # idem_circuit_state values.
-CIRCUIT_STATES = {b.CLOSED: 0, b.HALF_OPEN: 1, b.OPEN: 2}
+CIRCUIT_STATES: Final = {b.CLOSED: 0, b.HALF_OPEN: 1, b.OPEN: 2}
 # Overhead buckets: the gateway's own time is sub-millisecond to a few ms.
+# Not Final: mypyc may read a Final tuple of floats as never set (tests/test_compilable.py).
 OVERHEAD_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Final
 
-REQUEST_ID = "X-Request-Id"
+REQUEST_ID: Final = "X-Request-Id"
 
 
 @dataclass(slots=True)

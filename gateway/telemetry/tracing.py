@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator, MutableMapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -38,25 +38,25 @@ from gateway.config.settings import TracingSettings
 from gateway.telemetry.requestlog import current
 
 # Span names of the steps inside a request (the server and client spans are named by method).
-CLAIM = "idempotency.claim"
-RECORD = "idempotency.record"
-REPLAY = "idempotency.replay"  # also http.handler.REPLAY_SPAN, which runs without the extra
+CLAIM: Final = "idempotency.claim"
+RECORD: Final = "idempotency.record"
+REPLAY: Final = "idempotency.replay"  # also http.handler.REPLAY_SPAN, which runs without the extra
 
 # Attributes beyond the HTTP semantic conventions.
-ROUTE = "idempotency.route"
-OUTCOME = "idempotency.outcome"  # forwarded, replayed, conflict, mismatch, rejected, ...
-KEY_DIGEST = "idempotency.key_digest"
-CLAIM_RESULT = "idempotency.claim.result"  # CLAIMED, IN_FLIGHT, MISMATCH, DONE
-STORED = "idempotency.stored"  # false: fenced off by a newer claim
-ERROR_TYPE = "error.type"
-STATUS_CODE = "http.response.status_code"
-CLIENT_CLOSED = 499  # the access log's status for a client that hung up first (nginx's)
+ROUTE: Final = "idempotency.route"
+OUTCOME: Final = "idempotency.outcome"  # forwarded, replayed, conflict, mismatch, rejected, ...
+KEY_DIGEST: Final = "idempotency.key_digest"
+CLAIM_RESULT: Final = "idempotency.claim.result"  # CLAIMED, IN_FLIGHT, MISMATCH, DONE
+STORED: Final = "idempotency.stored"  # false: fenced off by a newer claim
+ERROR_TYPE: Final = "error.type"
+STATUS_CODE: Final = "http.response.status_code"
+CLIENT_CLOSED: Final = 499  # the access log's status for a client that hung up first (nginx's)
 
 # Methods the semantic conventions name; any other is reported as _OTHER.
-KNOWN_METHODS = frozenset(
+KNOWN_METHODS: Final = frozenset(
     ("CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE")
 )
-_REDIS = {"db.system.name": "redis", "db.operation.name": "EVALSHA"}
+_REDIS: Final = {"db.system.name": "redis", "db.operation.name": "EVALSHA"}
 
 
 class Tracing:

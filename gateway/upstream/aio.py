@@ -8,6 +8,7 @@ import functools
 import ssl
 from collections.abc import AsyncIterable, Mapping
 from types import TracebackType
+from typing import Final
 
 import aiohttp
 from yarl import URL
@@ -20,7 +21,7 @@ from gateway.upstream.lean import TLS_SHUTDOWN_SECONDS
 
 # Failures that mean the request was never written: aiohttp never resends (see `session`).
 # A refused certificate or a failed handshake is a ClientConnectorError too.
-_UNSENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp.InvalidURL)
+_UNSENT: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp.InvalidURL)
 
 
 def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.ClientSession:

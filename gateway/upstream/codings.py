@@ -13,14 +13,19 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from types import TracebackType
+from typing import Final
 
 from gateway.upstream.base import Answer, UpstreamBroken
 
 # The most decoded bytes one read hands on: a small body that inflates hugely arrives in
 # pieces, at the reader's pace, never whole in memory.
-PIECE = 256 << 10
+PIECE: Final = 256 << 10
 
-_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
+_WBITS: Final = {
+    b"gzip": 16 + zlib.MAX_WBITS,
+    b"x-gzip": 16 + zlib.MAX_WBITS,
+    b"deflate": zlib.MAX_WBITS,
+}
 
 
 def coded(raw_headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

@@ -18,6 +18,7 @@ import collections
 import functools
 import ssl
 from collections.abc import Iterable
+from typing import Final
 from urllib.parse import urlsplit
 
 from gateway.config.tls import UpstreamTls
@@ -27,11 +28,11 @@ from gateway.upstream.lean_conn import Connection, LeanAnswer
 
 # Idle connections older than this are closed rather than used, as aiohttp does: the
 # older one is, the likelier the upstream is closing it just as a request goes out.
-KEEPALIVE_SECONDS = 15.0
+KEEPALIVE_SECONDS = 15.0  # not Final: tests shorten it (tests/test_upstream_client.py)
 # A closing TLS connection waits this long for the upstream's close_notify, not asyncio's
 # 30 s: an upstream that never answers one would pin a socket per request meanwhile.
-TLS_SHUTDOWN_SECONDS = 2.0
-_FIELD = "\r\n%s: %s".__mod__  # one header line of the request's head
+TLS_SHUTDOWN_SECONDS: Final = 2.0
+_FIELD: Final = "\r\n%s: %s".__mod__  # one header line of the request's head
 
 
 class UpstreamPool:

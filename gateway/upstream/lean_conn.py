@@ -9,7 +9,7 @@ import contextlib
 import ssl
 from collections.abc import Callable
 from types import TracebackType
-from typing import cast
+from typing import Final, cast
 
 import httptools
 
@@ -17,10 +17,11 @@ from gateway.core.headers import MAX_HEAD, header_text, unwritable_head
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout
 
 # Unread answer bytes past HIGH_WATER pause the socket until the reader is below LOW_WATER.
-HIGH_WATER = 256 * 1024
-LOW_WATER = 64 * 1024
-_JOIN_MAX = 64 * 1024  # bodies past this size are written after the head, not copied onto it
-_BODYLESS = frozenset({204, 304})  # statuses whose answers never carry a body (RFC 9110 6.4.1)
+HIGH_WATER: Final = 256 * 1024
+LOW_WATER: Final = 64 * 1024
+_JOIN_MAX: Final = 64 * 1024  # bodies past this size are written after the head, not copied onto it
+# Statuses whose answers never carry a body (RFC 9110 6.4.1).
+_BODYLESS: Final = frozenset({204, 304})
 
 
 class _Unsolicited(Exception):

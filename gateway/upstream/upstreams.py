@@ -74,7 +74,7 @@ class Upstreams:
     async def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
-        await asyncio.gather(*(session.close() for session in self._sessions.values()))
+        await asyncio.gather(*[session.close() for session in self._sessions.values()])
 
 
 def _in_hand(body: object) -> TypeGuard[bytes | None]:
