@@ -118,7 +118,7 @@ Fields = Mapping[str, tuple[str, ...]]
 def _sha256(texts: list[str], payload: bytes) -> str:
     """SHA-256 over each text and the payload, each one after its length."""
     h = hashlib.sha256()
-    for part in [*(t.encode("utf-8", "surrogateescape") for t in texts), payload]:
+    for part in [*[t.encode("utf-8", "surrogateescape") for t in texts], payload]:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from mypy_extensions import mypyc_attr
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import SSLConnection
@@ -30,6 +31,7 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
     """The Sentinel-managed master pool, waiting for a free connection like the others."""
 
 
+@mypyc_attr(native_class=False)  # redis-py's connections have __slots__
 class FollowsMaster(SentinelManagedConnection):
     """A connection to the master that Sentinel names, which follows it when it moves.
 
@@ -45,6 +47,7 @@ class FollowsMaster(SentinelManagedConnection):
         await super()._connect()
 
 
+@mypyc_attr(native_class=False)
 class FollowsMasterTLS(FollowsMaster, SentinelManagedSSLConnection):
     """The same over TLS."""
 
