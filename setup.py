@@ -35,6 +35,9 @@ PURE = {
     "gateway/blobs": "async generators (the blob readers, and a recorded body read back for a"
     " client behind: blobs/readback.py), which mypyc does not compile",
     "gateway/config": "pydantic models, which mypyc does not compile; read once at start",
+    "gateway/upstream/base.py": "the upstream errors must be Python classes (one is also a"
+    " TimeoutError), and compiled code tests isinstance against a Python class of a compiled"
+    " module by its exact type: a subclass's instance did not match",
     "gateway/http/incoming.py": "subclasses aiohttp's request parser",
     "gateway/http/server.py": "subclasses aiohttp's server protocol",
     "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",

@@ -97,6 +97,31 @@ def unmarked_subclasses_of_python_classes(source: str) -> list[str]:
     ]
 
 
+def _marked_classes(tree: ast.AST) -> set[str]:
+    return {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and _python_class(n)}
+
+
+def isinstance_of_python_classes(source: str) -> list[str]:
+    """`isinstance(x, C)` where C is a class marked `native_class=False` in a compiled module:
+    mypyc tests such a class by its exact type, so an instance of a subclass did not match
+    (an upstream reset counted as a fault of the gateway's own, logged with its traceback)."""
+    tree = ast.parse((ROOT / source).read_text())
+    marked = _marked_classes(tree).union(
+        *(_marked_classes(ast.parse((ROOT / each).read_text())) for each in _compiled())
+    )
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) in {"isinstance", "issubclass"}
+            and len(node.args) == 2
+        ):
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            named = {ast.unparse(kind).rpartition(".")[2] for kind in kinds}
+            found += [f"{source}:{node.lineno} {name}" for name in sorted(named & marked)]
+    return found
+
+
 # Module constants left without `Final`, each with why.
 _FLOAT_TUPLE = "a tuple of floats (see final_float_tuples)"
 NOT_FINAL = {
@@ -177,6 +202,10 @@ def test_every_subclass_of_a_python_class_is_marked_one_in_a_compiled_module() -
     assert [found for s in _compiled() for found in unmarked_subclasses_of_python_classes(s)] == []
 
 
+def test_no_compiled_module_tests_isinstance_of_a_python_class_of_its_own() -> None:
+    assert [found for s in _compiled() for found in isinstance_of_python_classes(s)] == []
+
+
 def test_module_constants_of_a_compiled_module_are_final() -> None:
     assert [found for s in _compiled() for found in constants_not_final(s)] == []
 
@@ -220,6 +249,11 @@ def test_the_final_check_leaves_type_variables_and_rebound_names_alone(tmp_path:
             unmarked_subclasses_of_python_classes,
             "@mypyc_attr(native_class=False)\nclass A(Exception):\n kind = 1\n"
             "class B(A):\n kind = 2\n",
+        ),
+        (
+            isinstance_of_python_classes,
+            "@mypyc_attr(native_class=False)\nclass A(Exception): ...\n"
+            "def f(e):\n return isinstance(e, (KeyError, A))\n",
         ),
         (constants_not_final, "LIMIT = 3\n"),
         (constants_not_final, "LIMIT: int = 3\n"),

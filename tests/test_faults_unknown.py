@@ -78,9 +78,11 @@ async def test_reset_mid_answer(
     stored: bytes | None,
     retry_status: int,
     calls: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The upstream sends a head and part of the body, then cuts. A recorded answer's end is
-    held back until it is stored, so the client gets a clean 502, not half an answer."""
+    held back until it is stored, so the client gets a clean 502, not half an answer; the
+    log says so in a line, with no traceback (a traceback is for the gateway's own faults)."""
     counting, _ = upstream
     client = await make_gateway(on_unknown_outcome=mode, lease="30s")
     first = await client.post("/reset", data=b"x", headers=KEY)
@@ -94,6 +96,7 @@ async def test_reset_mid_answer(
         assert retry.headers["Idempotency-Outcome"] == "unknown"
         assert retry.headers["Idempotent-Replayed"] == "true"
     assert counting.count("/reset") == calls
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
 
 
 @pytest.mark.parametrize("mode", ["release", "keep", "record"])

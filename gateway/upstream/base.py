@@ -13,36 +13,27 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Protocol
 
-from mypy_extensions import mypyc_attr
-
 from gateway.core.decision import Failure
 
 
-# Python classes on the compiled build too: UpstreamTimeout is also a TimeoutError (two builtin
-# bases), which no compiled class can be, and a Python class cannot derive from a compiled one.
-# Each is marked: compiled, a subclass left unmarked lost its own `failure`.
-@mypyc_attr(native_class=False)
 class UpstreamError(Exception):
     """Talking to the upstream failed; `failure` says whether the request may have run."""
 
     failure = Failure.BROKEN
 
 
-@mypyc_attr(native_class=False)
 class UpstreamUnsent(UpstreamError):
     """The request was never written: the upstream cannot have run it."""
 
     failure = Failure.UNSENT
 
 
-@mypyc_attr(native_class=False)
 class UpstreamBroken(UpstreamError):
     """The connection broke, or the answer was malformed, after the request was written."""
 
     failure = Failure.BROKEN
 
 
-@mypyc_attr(native_class=False)
 class UpstreamTimeout(UpstreamError, TimeoutError):
     """The answer's head, or its next body bytes, did not arrive in time."""
 
