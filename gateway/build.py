@@ -19,10 +19,11 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Awaitable, Sequence
+import types
+from collections.abc import Awaitable, Generator, Sequence
 from pathlib import Path
-from types import CoroutineType, ModuleType
-from typing import Any, Final, TypeVar
+from types import ModuleType
+from typing import Any, Final, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -104,24 +105,49 @@ def describe() -> str:
 
 
 def contain_compiled_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """On the compiled build, run each task's coroutine inside a pure Python one.
+    """On the compiled build, drive each task's coroutine from a pure Python one (`contained`).
 
     A compiled coroutine that awaits while it handles an exception (in an `except` or
-    `finally`, or an `async with` leaving on an error) leaves that exception as the thread's
-    handled exception, since mypyc keeps none per coroutine: the next task to run would chain
-    it to its own exceptions, and such chains grow without end. Under a pure Python coroutine
-    the exception stays in that coroutine's own state, which Python sets aside at each await.
+    `finally`, or an `async with` leaving on an error) leaves that exception as the handled
+    exception of whatever runs it: mypyc keeps none per coroutine. Run straight by a task,
+    that is the thread's own, and every other task would chain it to its own exceptions;
+    such chains grow without end. Pure coroutines are driven so too: they await compiled
+    ones (aiohttp's, the gateway's modules left pure), and an exception thrown into a task
+    (a cancellation, a timeout, a failed future) passes down the coroutines it awaits with
+    no pure frame's exception state set up on the way (CPython issue 108668).
     """
     if kind() == "compiled":
         loop.set_task_factory(_contained_task)
 
 
 async def contained(awaitable: Awaitable[T]) -> T:
-    """`awaitable`, awaited from a pure Python coroutine (see `contain_compiled_tasks`)."""
-    return await awaitable
+    """`awaitable`, run with Python's own exception state handling around it: whatever it
+    leaves as the handled exception stays in a generator of its own, which Python sets aside
+    at each await. A plain `await` would not do: an exception thrown into a coroutine (a
+    cancellation, a timeout, a failed future) reaches the awaited one without it."""
+    return await _driven(awaitable)
+
+
+@types.coroutine
+def _driven(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
+    # Each step is sent or thrown from this frame, so that the callee runs within it.
+    steps = awaitable.__await__()
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(sent) if thrown is None else steps.throw(thrown)
+        except StopIteration as done:
+            return cast(T, done.value)
+        thrown = None
+        try:
+            sent = yield step
+        except GeneratorExit:  # closed (a task collected unfinished): close the callee here
+            steps.close()
+            raise
+        except BaseException as exc:  # thrown in: thrown on once out of this handler
+            sent, thrown = None, exc
 
 
 def _contained_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
-    if not isinstance(coro, CoroutineType):  # a compiled coroutine (or any native one)
-        coro = contained(coro)
-    return asyncio.Task(coro, loop=loop, **options)
+    return asyncio.Task(contained(coro), loop=loop, **options)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import shutil
 import subprocess
+import sys
 import tempfile
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,39 @@ class _ContainedLoops(asyncio.DefaultEventLoopPolicy):
 
 if build.kind() == "compiled":  # pure: the default loops, unchanged
     asyncio.set_event_loop_policy(_ContainedLoops())
+
+
+def _set_handled_exception(exception: BaseException | None) -> None:
+    # Called from a hook (a plain function, no generator running), so that this sets the
+    # thread's own handled exception rather than a generator's.
+    ctypes.pythonapi.PyErr_SetHandledException(ctypes.py_object(exception))
+
+
+def _no_handled_exception_left(phase: str) -> None:
+    """Nothing a test ran may leave an exception as the thread's handled one (a compiled
+    coroutine run outside `build.contain_compiled_tasks` does): it would be chained to
+    every later exception. Reported once, then cleared so that later tests are not blamed."""
+    lingering = sys.exception()
+    if lingering is None:
+        return
+    _set_handled_exception(None)
+    where = "".join(traceback.format_exception(lingering)).rstrip()
+    pytest.fail(f"{phase} left {lingering!r} as the thread's handled exception:\n{where}")
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are set up / torn down
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _no_handled_exception_left("the setup")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    _no_handled_exception_left("the test")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _no_handled_exception_left("the teardown")
 
 
 @pytest.fixture(autouse=True)
