@@ -41,6 +41,13 @@ def sentinel() -> Iterator[SentinelServers]:
         servers.close()
 
 
+def raise_any(results: list[object]) -> None:
+    """What a client task raised, if any did."""
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
 class Traffic:
     """Clients that each send new keys one after another, retrying every key to a 201."""
 
@@ -117,9 +124,7 @@ async def test_failover_under_traffic_runs_no_key_twice(
     finally:
         traffic.stop.set()
         results = await asyncio.gather(*clients, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    raise_any(results)
 
     # A client has its answer once the body is sent; the record may still be on its way
     # (retried across the failover): wait for the gateway's forwarding tasks to finish.
@@ -172,9 +177,7 @@ async def test_a_master_demoted_by_a_failover_is_left_for_the_new_one(
     finally:
         traffic.stop.set()
         results = await asyncio.gather(*after, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
+    raise_any(results)
     ran = Counter(counting.calls[("/pay", key)] for key in traffic.done)
     assert ran == {1: len(traffic.done)}, f"upstream runs per key: {ran}"
 
