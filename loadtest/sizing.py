@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 GB = 1e9
 # Gateway: the one-process rows of `loadtest.run` for the compiled build in loadtest/RESULTS.md
-# (the higher of its two runs; the pure build's were 128-139 and 78-79).
-GATEWAY_NEW_US = 122.0
-GATEWAY_REPLAY_US = 68.0
+# (the higher of its two runs, at 66cea98; the pure build's were 128-133 and 79-80).
+GATEWAY_NEW_US = 116.0
+GATEWAY_REPLAY_US = 61.0
 # Redis 6.2, the calls as the gateway sends them to a Redis Cluster, one at a time per
 # connection: `python -m loadtest.script_cost --keys 100000 --concurrency 50`, the lowest of
 # two runs of two rounds (the least disturbed on a shared machine). Pipelined as the gateway
