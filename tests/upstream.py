@@ -53,12 +53,25 @@ class RawUpstream:
 
 @contextlib.asynccontextmanager
 async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
-    """`upstream` on a loopback port, and its origin URL."""
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    """`upstream` on a loopback port, and its origin URL. Its connections close with it:
+    since Python 3.12.1 `wait_closed` waits for them, and a gateway still running (torn down
+    after) keeps its idle ones open."""
+    connections: set[asyncio.StreamWriter] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.add(writer)
+        try:
+            await upstream.handle(reader, writer)
+        finally:
+            connections.discard(writer)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         server.close()
+        for writer in connections:
+            writer.close()
         await server.wait_closed()
 
 
