@@ -16,6 +16,8 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from .loopback import loopback_server
+
 
 async def read_raw_request(reader: asyncio.StreamReader) -> bytes:
     """One request off a raw HTTP/1.1 connection: its head, then its Content-Length body."""
@@ -53,26 +55,9 @@ class RawUpstream:
 
 @contextlib.asynccontextmanager
 async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
-    """`upstream` on a loopback port, and its origin URL. Its connections close with it:
-    since Python 3.12.1 `wait_closed` waits for them, and a gateway still running (torn down
-    after) keeps its idle ones open."""
-    connections: set[asyncio.StreamWriter] = set()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connections.add(writer)
-        try:
-            await upstream.handle(reader, writer)
-        finally:
-            connections.discard(writer)
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    try:
+    """`upstream` on a loopback port, and its origin URL."""
+    async with loopback_server(upstream.handle) as server:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        for writer in connections:
-            writer.close()
-        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager
