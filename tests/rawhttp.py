@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from .loopback import loopback_server
+
 CORPUS = Path(__file__).parent / "corpus" / "answers.yaml"
 PATTERN = bytes(range(256))
 
@@ -76,12 +78,8 @@ class CorpusUpstream:
 @asynccontextmanager
 async def corpus_upstream(entries: list[Entry]) -> AsyncIterator[tuple[CorpusUpstream, int]]:
     upstream = CorpusUpstream(entries)
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    try:
+    async with loopback_server(upstream.handle) as server:
         yield upstream, server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def exchange(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> bytes:

@@ -7,6 +7,8 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from .loopback import loopback_server
+
 Respond = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
 
 
@@ -53,13 +55,9 @@ async def scripted(
 ) -> AsyncIterator[tuple[Scripted, str]]:
     """The upstream and its origin: https:// when it is given a server-side `tls` context."""
     upstream = Scripted(respond)
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0, ssl=tls)
     scheme = "https" if tls is not None else "http"
-    try:
+    async with loopback_server(upstream.handle, tls) as server:
         yield upstream, f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 def answering(*chunks: bytes, keep: bool = True) -> Respond:

@@ -16,6 +16,8 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from .loopback import loopback_server
+
 
 async def read_raw_request(reader: asyncio.StreamReader) -> bytes:
     """One request off a raw HTTP/1.1 connection: its head, then its Content-Length body."""
@@ -54,12 +56,8 @@ class RawUpstream:
 @contextlib.asynccontextmanager
 async def serving(upstream: RawUpstream) -> AsyncIterator[str]:
     """`upstream` on a loopback port, and its origin URL."""
-    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
-    try:
+    async with loopback_server(upstream.handle) as server:
         yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 @contextlib.asynccontextmanager
