@@ -23,6 +23,7 @@ from gateway.upstream.lean import UpstreamPool, lean_enough
 from gateway.upstream.lean_conn import HIGH_WATER, MAX_HEAD
 
 from .conftest import GatewayFactory, gateway_settings
+from .loopback import loopback_server
 from .scripted import answering, scripted
 
 
@@ -310,14 +311,10 @@ async def test_an_endless_head_is_cut_before_it_fills_the_gateways_memory() -> N
             pass
         writer.close()
 
-    server = await asyncio.start_server(endless, "127.0.0.1", 0)
-    origin = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    try:
+    async with loopback_server(endless) as server:
+        origin = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         with pytest.raises(UpstreamBroken, match="head"):
             await read_all(UpstreamPool(origin, 8))
-    finally:
-        server.close()
-        await server.wait_closed()
     assert MAX_HEAD < sent < MAX_HEAD + (16 << 20)  # what the socket buffers held beyond
 
 
@@ -339,8 +336,7 @@ async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_un
         finally:
             writer.close()
 
-    server = await asyncio.start_server(early, "127.0.0.1", 0)
-    try:
+    async with loopback_server(early) as server:
         pool = UpstreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", 8)
         answer = await pool.request("POST", "/big", [], b"a" * (64 << 20), 1.0, 1.0)
         async with answer:
@@ -348,9 +344,6 @@ async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_un
         async with await pool.request("GET", "/next", [], None, 1.0, 1.0) as second:
             assert second.status == 201
         pool.close()
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def test_the_pool_shrinks_back_after_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ from gateway.upstream.lean import UpstreamPool
 from testkit.procs import GatewayProcess
 
 from .conftest import GatewayFactory
+from .loopback import loopback_server
 from .scripted import Scripted, answering, scripted
 from .test_faults_input import exchange
 from .test_reconcile import Orders, _reconcile
@@ -116,17 +117,13 @@ async def test_a_handshake_never_answered_is_unsent_at_the_connect_timeout(kind:
             writer.close()
             done.set()
 
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    origin = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    started = asyncio.get_running_loop().time()
-    try:
+    async with loopback_server(silent) as server:
+        origin = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        started = asyncio.get_running_loop().time()
         with pytest.raises(UpstreamError) as caught:
             await _call(kind, origin, UpstreamTls().context())
         elapsed = asyncio.get_running_loop().time() - started
         await asyncio.wait_for(done.wait(), 5)  # the client closed its end
-    finally:
-        server.close()
-        await server.wait_closed()
     assert failure_of(caught.value) is Failure.UNSENT
     assert 0.9 < elapsed < 1.9
     assert received[:1] == b"\x16" and b"POST" not in received  # a handshake record only
