@@ -5,6 +5,7 @@ show only in the compiled build, so each is refused here for every build."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import runpy
 from pathlib import Path
@@ -86,10 +87,9 @@ def _python_class(node: ast.ClassDef) -> bool:
 def unmarked_subclasses_of_python_classes(source: str) -> list[str]:
     """A class deriving from one marked `native_class=False` without that mark itself: mypyc
     compiles it as neither (its own class attributes were lost: the base's were read)."""
-    classes = [
-        n for n in ast.walk(ast.parse((ROOT / source).read_text())) if isinstance(n, ast.ClassDef)
-    ]
-    marked = {c.name for c in classes if _python_class(c)}
+    tree = ast.parse((ROOT / source).read_text())
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    marked = _marked_classes(tree)
     return [
         f"{source}:{c.lineno} {c.name}"
         for c in classes
@@ -101,14 +101,19 @@ def _marked_classes(tree: ast.AST) -> set[str]:
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and _python_class(n)}
 
 
+@functools.cache
+def _marked_in_compiled_modules() -> frozenset[str]:
+    return frozenset().union(
+        *(_marked_classes(ast.parse((ROOT / each).read_text())) for each in _compiled())
+    )
+
+
 def isinstance_of_python_classes(source: str) -> list[str]:
     """`isinstance(x, C)` where C is a class marked `native_class=False` in a compiled module:
     mypyc tests such a class by its exact type, so an instance of a subclass did not match
     (an upstream reset counted as a fault of the gateway's own, logged with its traceback)."""
     tree = ast.parse((ROOT / source).read_text())
-    marked = _marked_classes(tree).union(
-        *(_marked_classes(ast.parse((ROOT / each).read_text())) for each in _compiled())
-    )
+    marked = _marked_classes(tree) | _marked_in_compiled_modules()
     found = []
     for node in ast.walk(tree):
         if (
