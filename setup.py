@@ -2,7 +2,10 @@
 compiler are at hand, pure Python where they are not (the package's metadata is in
 pyproject.toml).
 
-- `pip install .`, a wheel and the container image: compiled. `IDEM_PURE=1` asks for pure.
+- `pip install .`, a wheel and the container image: compiled. `IDEM_PURE=1` asks for pure,
+  and so does a machine without a C compiler or Python's headers (one line says why). A
+  compile that fails stops the build, naming the way out (build_backend.py says what the
+  compile type-checks against).
 - An editable install (`pip install -e .`) stays pure, so that an edited `.py` is never
   shadowed by a compiled module beside it. `IDEM_COMPILE=1 python setup.py build_ext --inplace`
   (`make compiled`) compiles a checkout in place; `make pure` undoes it. Should a source change
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError
 
 ROOT = Path(__file__).resolve().parent
 MANIFEST = "_compiled.json"  # beside the compiled modules: each one's source hash
@@ -75,22 +79,42 @@ def source_hashes() -> dict[str, str]:
     }
 
 
-def why_pure(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
-    """None when this build compiles, else why it does not."""
+def toolchain_missing(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why a build here cannot compile (IDEM_PURE=1 asks it not to), or None when it can: a C
+    compiler and Python's headers. The build backend asks it before mypyc is installed."""
     if environ.get("IDEM_PURE") == "1":
         return "IDEM_PURE=1"
+    compiler = (environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h; the python3-dev package)"
+    return None
+
+
+def why_pure(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """None when this build compiles, else why it does not."""
     if environ.get("IDEM_COMPILE") != "1" and not BUILDS & set(argv[1:]):
         return "not a build command"  # egg_info, dist_info, editable_wheel (pip install -e)
+    missing = toolchain_missing(environ)
+    if missing is not None:
+        return missing
     try:
         import mypyc.build  # noqa: F401
     except ImportError:
         return "mypyc is not installed"
-    compiler = environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    if shutil.which(compiler.split()[0]) is None:
-        return f"no C compiler ({compiler.split()[0]})"
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return "no Python headers (Python.h; the python3-dev package)"
     return None
+
+
+def compile_failed(stage: str) -> SystemExit:
+    """A compile that fails stops the build: a wheel that silently fell back to pure Python
+    would not be the build that was tested, nor the one the image requires."""
+    print(
+        f"idem-gateway: the compiled build failed in {stage} (the lines above name the module);"
+        " `IDEM_PURE=1 pip install .` installs the gateway as pure Python",
+        file=sys.stderr,
+    )
+    return SystemExit(1)
 
 
 def extensions() -> list[object]:
@@ -101,14 +125,20 @@ def extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    return list(mypycify(compiled_sources(), opt_level="3", group_name=GROUP))
+    try:
+        return list(mypycify(compiled_sources(), opt_level="3", group_name=GROUP))
+    except SystemExit as failed:  # mypyc exits after printing the type errors it found
+        raise compile_failed("mypyc's type check") from failed
 
 
 class BuildExt(build_ext):
     """Writes the manifest of the compiled modules' source hashes beside them."""
 
     def run(self) -> None:
-        super().run()
+        try:
+            super().run()
+        except CCompilerError as failed:  # gcc refused a module, or the link
+            raise compile_failed("the C compile") from failed
         if not self.extensions:
             return
         package = ROOT / "gateway" if self.inplace else Path(self.build_lib) / "gateway"
