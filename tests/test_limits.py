@@ -5,12 +5,14 @@ connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import socket
 import time
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 
 from gateway.config.settings import Limits
@@ -193,6 +195,34 @@ def _answer_then_close(sock: socket.socket) -> bytes:
         pass
     sock.close()
     return received
+
+
+def _send_on_after_the_answer(port: int) -> bytes:
+    """Send a head past the header limits, wait until its answer begins, go on sending the
+    head (until the gateway closes its side), and return all that was answered."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /pay HTTP/1.1\r\nHost: gw\r\n" + b"X-H: v\r\n" * 20_000)
+        assert sock.recv(12, socket.MSG_PEEK), "closed without an answer"  # left to read
+        with contextlib.suppress(ConnectionError):  # closed, lingering or not
+            sock.sendall(b"X-H: v\r\n" * (1 << 19))  # 4 MiB: past any socket buffer
+        return _answer_then_close(sock)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+async def test_a_client_still_sending_a_refused_head_reads_its_400(
+    redis_url: str, tmp_path: Path, loop: str
+) -> None:
+    """A head refused while its client is still sending it: the gateway answers before it has
+    read the rest (at once on Python 3.12, where aiohttp starts its tasks eagerly), then
+    closes lingering, so that the client reads the 400 rather than a reset that drops it."""
+    async with serving(BigAnswers(10)) as origin:
+        gateway = start_gateway(origin, redis_url, tmp_path, {"keepalive_timeout": LONG}, loop=loop)
+        try:
+            reply = await asyncio.to_thread(_send_on_after_the_answer, gateway.port)
+        finally:
+            gateway.stop()
+    assert reply[8:13] == b" 400 ", reply[:100]
+    assert b'"code":"malformed-request"' in reply
 
 
 async def test_limits_are_bound_at_start(

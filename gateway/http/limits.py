@@ -57,6 +57,8 @@ BUSY: Final = _written_problem(
 NOT_READING: Final = math.inf
 BETWEEN: Final = sys.float_info.max
 _RESET: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, zero seconds: close() sends a reset
+# How long a connection closing on an error answer drains what its client still sends.
+LINGER: Final = 5.0  # nginx's lingering_timeout
 
 
 # File descriptors a gateway needs besides its client connections: Redis, upstream pools,
@@ -142,12 +144,43 @@ class Connections:
         if guarded is not None:
             guarded.request_ended()
 
+    def close_lingering(self, transport: asyncio.Transport) -> None:
+        """Close a connection whose error answer is written, letting the client read it."""
+        guarded = self._open.get(transport)
+        if guarded is None or not transport.can_write_eof():  # TLS: its close_notify
+            transport.close()
+        else:
+            guarded.linger()
+
 
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         writable = cast(asyncio.WriteTransport, transport)  # uvloop's are not subclasses
         writable.write(BUSY)
         writable.close()
+
+
+class _Draining(asyncio.Protocol):
+    """A lingering connection's protocol: its bytes are dropped; its end reaches aiohttp's."""
+
+    __slots__ = ("_closer", "_inner", "_transport")
+
+    def __init__(
+        self, inner: asyncio.Protocol, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._inner = inner
+        self._transport = transport
+        self._closer = loop.call_later(LINGER, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+    def eof_received(self) -> bool | None:
+        return False  # the client is done: the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closer.cancel()
+        self._inner.connection_lost(exc)
 
 
 class _Guarded(asyncio.Protocol):
@@ -215,6 +248,17 @@ class _Guarded(asyncio.Protocol):
 
     def request_ended(self) -> None:
         self.head_since = BETWEEN
+
+    def linger(self) -> None:
+        """Close as nginx's lingering close does. A client refused mid-request may still be
+        sending (the rest of an oversized head), and a close with its bytes unread resets
+        the connection: the client's kernel then drops the answer it had not read yet. So
+        the answer goes out followed by a FIN, what the client sends is read and dropped,
+        and the connection closes at its EOF or after LINGER seconds."""
+        assert self._transport is not None
+        self.head_since = NOT_READING  # no header timeout: LINGER bounds it
+        self._inner = _Draining(self._inner, self._transport, self._loop)
+        self._transport.write_eof()
 
     def slow(self) -> None:
         """The head did not arrive in time: nothing is owed to this client. Over TLS not even

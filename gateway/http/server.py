@@ -26,7 +26,7 @@ from aiohttp.web_urldispatcher import _default_expect_handler
 
 from gateway.http.access import request_id
 from gateway.http.app import CONNECTIONS, ENTRY
-from gateway.http.limits import fit_open_files
+from gateway.http.limits import Connections, fit_open_files
 from gateway.http.problems import problem
 from gateway.telemetry.requestlog import REQUEST_ID
 
@@ -48,7 +48,13 @@ INTERNAL = (
 class _ProblemHandler(RequestHandler):
     """aiohttp's protocol for one connection, whose own error answers are problem+json with
     a request id, as the gateway's are, and never repeat the request's bytes (aiohttp's
-    text answer quotes the line it refused)."""
+    text answer quotes the line it refused). The connection then closes lingering
+    (`Connections.close_lingering`), so that a client still sending reads its answer."""
+
+    def __init__(self, *args: Any, connections: Connections, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._connections = connections
+        self._refused = False
 
     def handle_error(
         self,
@@ -62,7 +68,18 @@ class _ProblemHandler(RequestHandler):
         # A request that reached the handler gets its own id back as the answer is prepared.
         answer.headers[REQUEST_ID] = request_id(request)
         answer.force_close()  # as aiohttp's: nothing more is read from this connection
+        self._refused = True
         return answer
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        finished = await super().finish_response(request, resp, start_time)
+        transport = self.transport
+        if self._refused and transport is not None:
+            self.transport = None  # closed here, not by aiohttp as its loop ends
+            self._connections.close_lingering(transport)
+        return finished
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         """A client that hung up mid-request is no server error: the access log has its line
@@ -103,7 +120,8 @@ class _GuardedSite(web.SockSite):
         kwargs = server._kwargs  # what aiohttp's own factory passes (`Server.__call__`)
         connections = self._app_runner.app[CONNECTIONS]
         protocols = connections.guard(
-            lambda: _ProblemHandler(server, loop=loop, **kwargs), tls=self._tls is not None
+            lambda: _ProblemHandler(server, connections=connections, loop=loop, **kwargs),
+            tls=self._tls is not None,
         )
         if self._tls is None:
             self._server = await loop.create_server(
