@@ -44,7 +44,7 @@ class FollowsMaster(SentinelManagedConnection):
     async def _connect(self) -> None:
         if self.connection_pool.is_master:  # each time, not only for a new connection
             self.host, self.port = await self.connection_pool.get_master_address()
-        await super()._connect()
+        await super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis 8.1
 
 
 @mypyc_attr(native_class=False)
