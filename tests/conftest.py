@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,11 +18,13 @@ import pytest
 import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from yarl import URL
 
 from gateway import build
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
+from gateway.http.server import start_site
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
@@ -165,6 +168,24 @@ def gateway_settings(
 GatewayFactory = Callable[..., Awaitable[TestClient]]
 
 
+class GatewayServer(TestServer):
+    """aiohttp's test server, serving as the gateway does (`gateway.http.server.start_site`):
+    each request straight to its handler, connections guarded by the limits, aiohttp's own
+    error answers as problem+json, closing lingering after them."""
+
+    async def start_server(self, loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
+        if self.runner:
+            return
+        self._loop = loop
+        self.runner = await self._make_runner(handler_cancellation=True)
+        await self.runner.setup()
+        sock = self.socket_factory(self.host, 0, socket.AF_INET)
+        self.port = sock.getsockname()[1]
+        await start_site(self.runner, sock, backlog=128)
+        self.scheme = "http"
+        self._root = URL(f"http://{self.host}:{self.port}")
+
+
 @pytest.fixture
 async def make_gateway(
     redis_url: str, upstream: tuple[CountingUpstream, str], tmp_path: Path
@@ -184,7 +205,7 @@ async def make_gateway(
             url or redis_url,
             Metrics(),
         )
-        client = TestClient(TestServer(app, host="127.0.0.1"))
+        client = TestClient(GatewayServer(app, host="127.0.0.1"))
         await client.start_server()
         clients.append(client)
         return client

@@ -182,6 +182,18 @@ def _direct(app: web.Application, server: web.Server) -> None:
     server.request_handler = serve
 
 
+async def start_site(
+    runner: web.AppRunner, sock: socket.socket, backlog: int, tls: ssl.SSLContext | None = None
+) -> web.SockSite:
+    """Serve the set-up `runner`'s application on the bound `sock` (its requests straight to
+    the handler, its connections guarded), as `run` does; the tests' gateways too."""
+    assert runner.server is not None
+    _direct(runner.app, runner.server)
+    site = _GuardedSite(runner, sock, backlog, tls)
+    await site.start()
+    return site
+
+
 async def _serve(
     app: web.Application,
     sock: socket.socket,
@@ -197,11 +209,8 @@ async def _serve(
         app, handle_signals=True, access_log=None, shutdown_timeout=shutdown_timeout
     )
     await runner.setup()
-    assert runner.server is not None
-    _direct(app, runner.server)
     try:
-        site = _GuardedSite(runner, sock, backlog, tls)
-        await site.start()
+        site = await start_site(runner, sock, backlog, tls)
         listening(site.name)
         while True:
             await asyncio.sleep(3600)
