@@ -25,8 +25,11 @@ down() { "${compose[@]}" down --volumes --remove-orphans >/dev/null 2>&1 || true
 trap down EXIT
 down  # a stack left over from an interrupted run
 
-# --network host: the build reaches the package index as this host does.
-docker build --network host --tag idem-gateway:local .
+# --network host: the build reaches the package index as this host does. IDEM_SMOKE_BUILT=1:
+# the image is built already (deploy/image.sh builds it on stand-in bases).
+if [ "${IDEM_SMOKE_BUILT:-0}" != 1 ]; then
+    docker build --network host --tag idem-gateway:local .
+fi
 "${compose[@]}" up --detach
 
 # Healthy once the image's HEALTHCHECK has passed against the admin listener.

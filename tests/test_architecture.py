@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+import gateway
+
+# The package the tests import: the checkout's, or the installed one CI tests (its sources
+# are in the wheel beside the compiled modules).
+PACKAGE = Path(gateway.__file__).resolve().parent
 
 # Each layer and the layers it may import (besides itself). `gateway` is the top level.
 _IO = {"core", "config", "errors", "store", "blobs", "upstream", "telemetry"}

@@ -21,10 +21,18 @@ from gateway import build
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_for_tests")  # no setup() call
 EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+PACKAGE = Path(gateway.__file__).resolve().parent
+# CI runs the suite once against the wheel it built, installed, from a copy of the tests
+# that holds no `gateway` package.
+INSTALLED = os.environ.get("IDEM_EXPECT_INSTALLED") == "1"
 
 
-def test_the_tests_import_the_checkouts_package_as_the_build_ci_names() -> None:
-    assert Path(gateway.__file__).resolve().parent == ROOT / "gateway"
+def test_the_tests_import_the_package_and_build_ci_names() -> None:
+    if INSTALLED:
+        assert not (ROOT / "gateway").exists(), "the checkout's package is beside the tests"
+        assert PACKAGE.parent.name == "site-packages", PACKAGE
+    else:
+        assert PACKAGE == ROOT / "gateway"
     expected = os.environ.get("IDEM_EXPECT_BUILD")
     if expected is not None:  # CI: compiled for one run, pure for the other
         assert build.kind() == expected
@@ -35,15 +43,14 @@ def test_a_compiled_build_runs_every_module_it_compiled() -> None:
     if build.kind() != "compiled":
         pytest.skip("the pure build: no compiled module to check (make compiled)")
     manifest = json.loads(build.MANIFEST.read_text())
-    assert sorted(manifest) == SETUP["compiled_sources"]()
+    sources = (p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py"))
+    assert sorted(manifest) == sorted(s for s in sources if not SETUP["pure"](s))
     modules = [importlib.import_module(s.removesuffix(".py").replace("/", ".")) for s in manifest]
     assert [m.__name__ for m in modules if not str(m.__file__).endswith(EXTENSIONS)] == []
 
 
 def test_a_changed_source_makes_the_whole_gateway_load_as_pure_python(tmp_path: Path) -> None:
-    shutil.copytree(
-        ROOT / "gateway", tmp_path / "gateway", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(PACKAGE, tmp_path / "gateway", ignore=shutil.ignore_patterns("__pycache__"))
     manifest = tmp_path / "gateway" / "_compiled.json"
     if not manifest.is_file():  # the pure build: a manifest as a compiled build writes it
         manifest.write_text(json.dumps(SETUP["source_hashes"]()))

@@ -16,11 +16,13 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, TypeAdapter
 from pydantic.fields import FieldInfo
 
+import gateway
 from gateway.config.policy import Policy, Route
 from gateway.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+PACKAGE = Path(gateway.__file__).resolve().parent  # the checkout's, or the installed one
 
 
 def _models_in(annotation: object) -> list[type[BaseModel]]:
@@ -140,8 +142,8 @@ def emitted_problems() -> dict[str, Emitted]:
     found: dict[str, Emitted] = {}
     enum_members: dict[str, str] = {}  # "KeyProblem.EMPTY" -> "empty-key"
     trees = {
-        path.relative_to(ROOT).as_posix(): ast.parse(path.read_text())
-        for path in (ROOT / "gateway").rglob("*.py")
+        path.relative_to(PACKAGE.parent).as_posix(): ast.parse(path.read_text())
+        for path in PACKAGE.rglob("*.py")
     }
 
     def add(slug: str, where: str, status: object = None, title: object = None) -> None:
