@@ -341,36 +341,49 @@ def test_check_accepts_a_good_pair_and_an_encrypted_key_with_its_password(
     assert check(tmp_path, tls, env) == ""
 
 
+REFUSED = {  # a listen.tls that cannot serve: the files it names, and what --check says
+    "unreadable": ({"cert": "missing.crt", "key": "key"}, "No such file"),
+    "mismatched": ({"cert": "cert", "key": "other_key"}, "key values mismatch"),
+    "encrypted": ({"cert": "cert", "key": "locked"}, "the key is encrypted"),
+    "wrong-password": (
+        {"cert": "cert", "key": "locked", "key_password_file": "wrong"},
+        "does not decrypt with the password",
+    ),
+    "expired": ({"cert": "old_cert", "key": "old_key"}, "expired on"),
+    "client-ca": ({"cert": "cert", "key": "key", "client_ca": "garbage"}, "client_ca"),
+    "no-client-ca": ({"cert": "cert", "key": "key", "client_auth": "optional"}, "needs client_ca"),
+    "two-passwords": (
+        {"cert": "cert", "key": "locked", "key_password_file": "wrong", "key_password_env": "X"},
+        "not both",
+    ),
+    "ciphers": ({"cert": "cert", "key": "key", "ciphers": "NO-SUCH-CIPHER"}, "no cipher matches"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
 def test_check_refuses_certificate_files_that_cannot_serve(
-    tmp_path: Path, server_ca: PrivateCa
+    tmp_path: Path, server_ca: PrivateCa, case: str
 ) -> None:
     cert, key = server_ca.leaf_files("good")
-    _, other_key = server_ca.leaf_files("other")
     yesterday = datetime.now(UTC) - timedelta(days=1)
     old_cert, old_key = server_ca.leaf_files("old", not_after=yesterday)
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
     wrong = tmp_path / "wrong-password"
     wrong.write_text("guess\n")
-    locked = encrypted_key(key, b"s3cret")
-    cases = {
-        "unreadable": ({"cert": str(tmp_path / "missing.crt"), "key": key}, "No such file"),
-        "mismatched": ({"cert": cert, "key": other_key}, "key values mismatch"),
-        "encrypted": ({"cert": cert, "key": locked}, "the key is encrypted"),
-        "wrong-password": (
-            {"cert": cert, "key": locked, "key_password_file": str(wrong)},
-            "does not decrypt with the password",
-        ),
-        "expired": ({"cert": old_cert, "key": old_key}, "expired on"),
-        "client-ca": ({"cert": cert, "key": key, "client_ca": str(garbage)}, "client_ca"),
-        "no-client-ca": ({"cert": cert, "key": key, "client_auth": "optional"}, "needs client_ca"),
-        "two-passwords": (
-            {"cert": cert, "key": locked, "key_password_file": str(wrong), "key_password_env": "X"},
-            "not both",
-        ),
-        "ciphers": ({"cert": cert, "key": key, "ciphers": "NO-SUCH-CIPHER"}, "no cipher matches"),
+    files = {
+        "cert": cert,
+        "key": key,
+        "other_key": server_ca.leaf_files("other")[1],
+        "old_cert": old_cert,
+        "old_key": old_key,
+        "locked": encrypted_key(key, b"s3cret"),
+        "garbage": str(garbage),
+        "wrong": str(wrong),
+        "missing.crt": str(tmp_path / "missing.crt"),
     }
-    for name, (tls, expected) in cases.items():
-        said = check(tmp_path, tls)
-        assert said.startswith("idem-gateway: invalid config ") and "listen.tls" in said, name
-        assert expected in said, (name, said)
+    named, expected = REFUSED[case]
+    tls = {field: files.get(value, value) for field, value in named.items()}
+    said = check(tmp_path, tls)
+    assert said.startswith("idem-gateway: invalid config ") and "listen.tls" in said
+    assert expected in said, said
