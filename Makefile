@@ -37,3 +37,10 @@ constraints:
 	mv deploy/constraints.new deploy/constraints.txt
 
 .PHONY: constraints
+
+# docs/console.png, the console README shows: a two-worker gateway's, from its browser test.
+console-png:
+	IDEM_CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(PY) -m pytest -n 0 \
+		tests/test_console.py -k test_a_multi_worker_gateway_shows_every_workers_traffic
+
+.PHONY: console-png
