@@ -96,8 +96,9 @@ with_packages() {  # the slim root with Debian packages added: with_packages ROO
     shift
     slim_root "$root"
     cp /etc/resolv.conf "$root/etc/resolv.conf"
-    chroot "$root" apt-get update -qq >/dev/null
-    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    chroot "$root" apt-get update -qq >>"$WORK/apt.log" 2>&1
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "$@" >>"$WORK/apt.log" 2>&1 || fail "apt-get failed ($WORK/apt.log)"
     rm -rf "$root/var/cache/apt/archives"/*.deb "$root/var/lib/apt/lists"/*
 }
 build_root() { with_packages "$1" gcc libc6-dev; }
@@ -119,7 +120,8 @@ say "built in $((SECONDS - started)) s"
 run() { local entry=$1; shift; docker run --rm --entrypoint "$entry" idem-gateway:local "$@"; }
 run idem-gateway --version | tee /dev/stderr | grep -q 'compiled (mypyc)' \
     || fail "the image's gateway is not the compiled build"
-run python -c '
+# As root, so that root's own caches are looked at too.
+docker run --rm --user 0 --entrypoint python idem-gateway:local -c '
 import importlib.util, os, pathlib, shutil, sys
 found = [n for n in ("gcc", "cc") if shutil.which(n)]
 found += [m for m in ("mypy", "mypyc", "setuptools") if importlib.util.find_spec(m)]

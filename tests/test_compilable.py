@@ -12,17 +12,23 @@ from pathlib import Path
 
 import pytest
 
+import gateway
+
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_for_tests")  # no setup() call
+# Where the sources of the package the tests import are: the checkout, or the site-packages
+# of the installed wheel CI tests (its sources are there beside the compiled modules).
+SOURCES = Path(gateway.__file__).resolve().parent.parent
 
 
 def _compiled() -> list[str]:
-    sources: list[str] = SETUP["compiled_sources"]()
-    return sources
+    """The modules the build compiles (setup.py's choice), as paths under SOURCES."""
+    paths = (p.relative_to(SOURCES).as_posix() for p in (SOURCES / "gateway").rglob("*.py"))
+    return sorted(path for path in paths if not SETUP["pure"](path))
 
 
 def _functions(source: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    tree = ast.parse((ROOT / source).read_text())
+    tree = ast.parse((SOURCES / source).read_text())
     return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
@@ -87,7 +93,7 @@ def _python_class(node: ast.ClassDef) -> bool:
 def unmarked_subclasses_of_python_classes(source: str) -> list[str]:
     """A class deriving from one marked `native_class=False` without that mark itself: mypyc
     compiles it as neither (its own class attributes were lost: the base's were read)."""
-    tree = ast.parse((ROOT / source).read_text())
+    tree = ast.parse((SOURCES / source).read_text())
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
     marked = _marked_classes(tree)
     return [
@@ -104,7 +110,7 @@ def _marked_classes(tree: ast.AST) -> set[str]:
 @functools.cache
 def _marked_in_compiled_modules() -> frozenset[str]:
     return frozenset().union(
-        *(_marked_classes(ast.parse((ROOT / each).read_text())) for each in _compiled())
+        *(_marked_classes(ast.parse((SOURCES / each).read_text())) for each in _compiled())
     )
 
 
@@ -112,7 +118,7 @@ def isinstance_of_python_classes(source: str) -> list[str]:
     """`isinstance(x, C)` where C is a class marked `native_class=False` in a compiled module:
     mypyc tests such a class by its exact type, so an instance of a subclass did not match
     (an upstream reset counted as a fault of the gateway's own, logged with its traceback)."""
-    tree = ast.parse((ROOT / source).read_text())
+    tree = ast.parse((SOURCES / source).read_text())
     marked = _marked_classes(tree) | _marked_in_compiled_modules()
     found = []
     for node in ast.walk(tree):
@@ -145,7 +151,7 @@ def constants_not_final(source: str) -> list[str]:
     Final constant directly (or inlines its value), any other module global through the
     module's dict at every use. Type variables are no constants; names a function rebinds
     (`global`), or the module assigns twice, are left alone, as NOT_FINAL's are."""
-    tree = ast.parse((ROOT / source).read_text())
+    tree = ast.parse((SOURCES / source).read_text())
     stores: dict[str, list[ast.stmt]] = {}
     for statement in tree.body:
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -174,7 +180,7 @@ def final_float_tuples(source: str) -> list[str]:
     """A `Final` tuple holding a float: compiled (by mypy 2.4.1's mypyc), reading it raises
     NameError "value for final name ... was not set": the C check that the value is set is
     inverted for a native tuple that starts with a float."""
-    tree = ast.parse((ROOT / source).read_text())
+    tree = ast.parse((SOURCES / source).read_text())
     return [
         f"{source}:{node.lineno}"
         for node in tree.body
@@ -187,7 +193,7 @@ def final_float_tuples(source: str) -> list[str]:
 
 def test_every_pure_module_named_exists() -> None:
     pure: dict[str, str] = SETUP["PURE"]
-    assert [name for name in pure if not (ROOT / name).exists()] == []
+    assert [name for name in pure if not (SOURCES / name).exists()] == []
     assert "gateway/http/handler.py" in _compiled()  # the request path is compiled
 
 
@@ -224,7 +230,7 @@ def test_every_constant_left_without_final_exists() -> None:
         f"{source} {name}"
         for source, names in NOT_FINAL.items()
         for name in names
-        if source not in _compiled() or f"\n{name} = " not in (ROOT / source).read_text()
+        if source not in _compiled() or f"\n{name} = " not in (SOURCES / source).read_text()
     ] == []
 
 
@@ -267,4 +273,4 @@ def test_the_final_check_leaves_type_variables_and_rebound_names_alone(tmp_path:
 )
 def test_the_checks_see_what_they_refuse(check: object, code: str, tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(code)
-    assert callable(check) and check(str(tmp_path / "m.py")) != []  # ROOT / an absolute path
+    assert callable(check) and check(str(tmp_path / "m.py")) != []  # SOURCES / an absolute path
