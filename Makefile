@@ -31,7 +31,7 @@ pure:
 PY312 ?= python3.12
 constraints:
 	rm -rf /tmp/idem-constraints && $(PY312) -m venv /tmp/idem-constraints
-	/tmp/idem-constraints/bin/pip install --quiet .
+	IDEM_PURE=1 /tmp/idem-constraints/bin/pip install --quiet .  # the pins, not the compile
 	{ sed -n '/^#/p' deploy/constraints.txt; \
 	  /tmp/idem-constraints/bin/pip freeze --exclude idem-gateway --exclude pip; } > deploy/constraints.new
 	mv deploy/constraints.new deploy/constraints.txt

@@ -29,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "cli": _IO | {"http", "ops", "build"},
     "lifeline": set(),
     "build": set(),  # which build runs: imported first, by the package itself
+    "lua": set(),  # the Redis scripts' package (lua/ in the checkout, gateway/lua installed)
     "demo_upstream": set(),
     "__main__": {"cli"},
     "__init__": {"build"},
