@@ -69,8 +69,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     else:
         os.environ["TMPDIR"] = _run.saved_tmpdir
     tempfile.tempdir = None
-    if _run.clean:
+    if _run.clean or _workers_left_nothing(config, _run):
         shutil.rmtree(_run.folder, ignore_errors=True)
+
+
+def _workers_left_nothing(config: pytest.Config, run: _Run) -> bool:
+    """Under pytest-xdist the tests run in worker processes, each a run of its own in a folder
+    inside this one, which it removes when clean: this process, which ran no test, removes
+    its own once none is left."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("dsession"):
+        return False  # a worker, or a run without workers
+    return not any(path.name.startswith("idem-tests-") for path in run.folder.iterdir())
 
 
 def _stray_processes(run: _Run) -> list[tuple[int, str]]:
