@@ -203,9 +203,11 @@ def check_key(
             told = f"{attempt.status} {attempt.outcome or attempt.code}".strip()
             verdict.violations.append(
                 Violation(
-                    4, name, f"answered {told} {attempt.start - first_ack:.3f}s after a 2xx "
+                    4,
+                    name,
+                    f"answered {told} {attempt.start - first_ack:.3f}s after a 2xx "
                     f"({attempt.attempt})",
-                )  # fmt: skip
+                )
             )
             break
     # Rule 7: a 422 only where another payload was sent with the key before it.
@@ -323,17 +325,21 @@ def check_liveness(verdict: Verdict, floor: Floor) -> None:
     if quiet and ok / quiet < floor.share_2xx:
         verdict.violations.append(
             Violation(
-                8, "-", f"{ok / quiet:.1%} of the {quiet:,} attempts with no fault on got a "
+                8,
+                "-",
+                f"{ok / quiet:.1%} of the {quiet:,} attempts with no fault on got a "
                 f"2xx (floor {floor.share_2xx:.0%})",
-            )  # fmt: skip
+            )
         )
     rate = verdict.executions / max(verdict.span, 1e-9)
     if rate < floor.rate:
         verdict.violations.append(
             Violation(
-                8, "-", f"{verdict.executions:,} executions in {verdict.span:.0f} s "
+                8,
+                "-",
+                f"{verdict.executions:,} executions in {verdict.span:.0f} s "
                 f"({rate:.1f}/s, floor {floor.rate:g}/s)",
-            )  # fmt: skip
+            )
         )
 
 

@@ -15,8 +15,11 @@ RULES = {
     1: "executions per key (<= 1; extra runs on release routes explained)",
     2: "every 2xx carries the key's one execution's body",
     3: "no answer of another key, tenant or payload",
-    4: "no acknowledged outcome lost (no run, no unknown after a 2xx)",
+    4: "no acknowledged outcome lost (no run after a 2xx; later answers for its payload the 2xx)",
     6: "no 500, no traceback, clean exits",
+    7: "the same payload never refused as another (422)",
+    8: "liveness: 2xx with no fault on, executions per second",
+    9: "the run trusted: clients exited 0, every history line read, every fault made",
 }
 
 
@@ -32,6 +35,10 @@ def table(result: Run) -> str:
         ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"),
         ("executions per key", ", ".join(f"{n}: {c:,}" for n, c in sorted(v.runs_per_key.items()))),
         ("availability", f"{v.availability:.2%} of attempts 2xx or 409/422/503"),
+        (
+            "2xx with no fault on",
+            f"{v.quiet_2xx[0] / max(1, v.quiet_2xx[1]):.2%} of {v.quiet_2xx[1]:,}",
+        ),
         ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
         ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
         ("keys held unknown", f"{v.held_unknown:,} (last answer 502 unknown: for an operator)"),
