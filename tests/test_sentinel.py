@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio.connection import SSLConnection
+from redis.exceptions import RedisError
 
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.client import FollowsMaster, make_client
 from gateway.store.pipeline import Coalescer
-from testkit.topologies import SERVICE, SentinelServers, wait_until
+from gateway.store.sentinel import SentinelMaster, moved_to
+from testkit.topologies import SERVICE, SentinelServers, client, wait_until
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca
@@ -197,3 +199,70 @@ def test_the_master_is_followed_over_tls_too(tmp_path: Path) -> None:
     assert plain.connection_pool.connection_class is FollowsMaster
     assert issubclass(tls.connection_pool.connection_class, FollowsMaster)
     assert issubclass(tls.connection_pool.connection_class, SSLConnection)
+
+
+def test_sentinel_announcements_name_the_new_master() -> None:
+    assert moved_to("+switch-master", f"{SERVICE} 127.0.0.1 7000 127.0.0.1 7001", SERVICE) == (
+        "127.0.0.1",
+        7001,
+    )
+    promoted = f"slave 127.0.0.1:7001 127.0.0.1 7001 @ {SERVICE} 127.0.0.1 7000"
+    assert moved_to("+promoted-slave", promoted, SERVICE) == ("127.0.0.1", 7001)
+    assert moved_to("+switch-master", "other 127.0.0.1 7000 127.0.0.1 7001", SERVICE) is None
+    assert moved_to("+sdown", promoted, SERVICE) is None
+
+
+async def test_a_write_after_a_promotion_never_lands_on_the_old_master(
+    sentinel: SentinelServers,
+) -> None:
+    """`SENTINEL FAILOVER` promotes the replica and leaves the old master a master with its
+    clients connected until Sentinel turns it into a replica (seconds later): a write sent
+    there meanwhile is acknowledged and then lost. Once Sentinel announces the switch, the
+    gateway's pooled connections are dropped, and the next writes go to the new master."""
+    settings = settings_from_dict(
+        {"redis": {"sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE}}}
+    )
+    redis = make_client(settings.redis, "")
+    assert isinstance(redis, SentinelMaster)
+    redis.follow()
+    try:
+        pool = redis.connection_pool
+        held = [await pool.get_connection() for _ in range(4)]  # several pooled connections
+        for connection in held:
+            await connection.send_command("PING")
+            await connection.read_response()
+        for connection in held:
+            await pool.release(connection)
+        old, new = sentinel.master, sentinel.replica
+
+        def accepted() -> bool:  # refused (NOGOODSLAVE) until Sentinel has a replica to promote
+            with client(sentinel.sentinel) as watcher:
+                try:
+                    watcher.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                except RedisError:
+                    return False
+            return True
+
+        await asyncio.to_thread(wait_until, accepted, 15, "SENTINEL FAILOVER accepted")
+        assert all(c.port == old.port and c.is_connected for c in held)
+
+        def switched() -> bool:
+            return sentinel.master_port() == new.port
+
+        await asyncio.to_thread(wait_until, switched, 15, "sentinel names the new master")
+        # The old master is still a master with its clients until Sentinel demotes it; the
+        # gateway heard the announcement too, and follows it with no connection opened.
+        give_up = asyncio.get_running_loop().time() + 2
+        while pool.master_address != ("127.0.0.1", new.port):
+            assert asyncio.get_running_loop().time() < give_up, "the announcement unheard"
+            await asyncio.sleep(0.02)
+        for n in range(20):
+            await redis.set(f"w{n}", "1")
+        with client(new) as each:
+            assert each.exists(*(f"w{n}" for n in range(20))) == 20
+        with client(old) as each:
+            assert each.exists(*(f"w{n}" for n in range(20))) == 0 or (
+                each.info("replication")["role"] == "slave"  # replicated from the new one
+            )
+    finally:
+        await redis.aclose()

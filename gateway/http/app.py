@@ -27,6 +27,7 @@ from gateway.http.tasks import TaskSet
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.journal import Journal
+from gateway.store.sentinel import SentinelMaster
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
@@ -64,8 +65,11 @@ def _resources(
         )
         redis = settings.redis
         new_store, new_upstreams = _clients(tracing)
+        client = make_client(redis, redis_url)
+        if isinstance(client, SentinelMaster):
+            client.follow()  # drops the old master's connections the moment it is replaced
         store = new_store(
-            make_client(redis, redis_url),
+            client,
             CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
             pipeline=redis.pipeline,
             lean=redis.lean,

@@ -1,0 +1,219 @@
+"""The master that Sentinel names, followed the moment it moves.
+
+A claim written to a master that has just been replaced is lost when that master is made a
+replica of the new one, and a retry then runs its key again. Open connections are where
+such writes came from: a master paused past `down-after-milliseconds`, restarted before
+Sentinel demoted it, or left up by `SENTINEL FAILOVER` goes on taking writes over every
+connection still open to it until Sentinel turns it into a replica (about 10 s in the
+verification runs). So the gateway
+
+- listens on every Sentinel's pub/sub for the service's `+promoted-slave` and
+  `+switch-master` and, the moment one is heard, drops every connection (idle and in use)
+  and holds to the announced master until the Sentinels it asks name it too;
+- asks every Sentinel when a connection opens and follows the highest `config-epoch` (one
+  that has not heard of the last failover still names the old master);
+- checks `ROLE` on every connection it opens and refuses a server that is not a master.
+
+What stays open is stated in docs/production.md: the time between a replica's promotion and
+the announcement reaching the gateway, during which a master left up still takes writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Final
+
+from mypy_extensions import mypyc_attr
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.sentinel import (
+    MasterNotFoundError,
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+# The channels that say the master moved: the promoted replica's address, then the switch.
+MOVED: Final = ("+promoted-slave", "+switch-master")
+LISTEN_RETRY: Final = 0.5  # seconds before a lost pub/sub connection is opened again
+PING_EVERY: Final = 5.0  # seconds: a silent Sentinel connection is checked this often
+
+Address = tuple[str, int]
+
+
+class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
+    """The Sentinel-managed master pool, waiting for a free connection like the others,
+    holding to the master last announced on pub/sub until the Sentinels name it too."""
+
+    announced: Address | None = None
+
+    async def get_master_address(self) -> Address:
+        named: Address = await self.sentinel_manager.discover_master(self.service_name)
+        if self.announced is not None and named != self.announced:
+            named = self.announced  # the Sentinels asked have not all caught up yet
+        else:
+            self.announced = None
+        if self.master_address != named:
+            self.master_address = named
+            await self.disconnect(inuse_connections=False)
+        return named
+
+
+class LatestEpoch(Sentinel):
+    """Asks every Sentinel for the master and follows the answer of the highest
+    `config-epoch`: a Sentinel that missed the last failover still names the old master,
+    which may be up as a master of its own with its old data."""
+
+    async def discover_master(self, service_name: str) -> Address:
+        answers = await asyncio.gather(
+            *(sentinel.sentinel_masters() for sentinel in self.sentinels), return_exceptions=True
+        )
+        best: dict[str, Any] | None = None
+        errors = []
+        for sentinel, masters in zip(self.sentinels, answers, strict=True):
+            if isinstance(masters, BaseException):
+                if not isinstance(masters, RedisError | OSError):
+                    raise masters
+                errors.append(f"{sentinel} - {masters!r}")
+                continue
+            state = masters.get(service_name) if isinstance(masters, dict) else None
+            if not state or not self.check_master_state(state, service_name):
+                continue
+            if best is None or state.get("config-epoch", 0) > best.get("config-epoch", 0):
+                best = state
+        if best is None:
+            raise MasterNotFoundError(f"No master found for {service_name!r}: {errors}")
+        return str(best["ip"]), int(best["port"])
+
+
+@mypyc_attr(native_class=False)  # redis-py's connections have __slots__
+class FollowsMaster(SentinelManagedConnection):
+    """A connection to the master that Sentinel names, which follows it when it moves.
+
+    A failover closes the clients of the demoted master. redis-py opens such a connection
+    again to the address it had (redis-py#3874) and asks Sentinel only for new connections,
+    so the gateway's connections went back to the demoted master, where every claim is
+    refused (READONLY), for as long as they stayed open. And a server named master a moment
+    ago may be a replica by the time the connection opens: `ROLE` says.
+    """
+
+    async def _connect(self) -> None:
+        if self.connection_pool.is_master:  # each time, not only for a new connection
+            self.host, self.port = await self.connection_pool.get_master_address()
+        await super()._connect()  # type: ignore[no-untyped-call,unused-ignore]
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health=check_health)
+        if not self.connection_pool.is_master:
+            return
+        await self.send_command("ROLE", check_health=False)
+        role = await self.read_response()
+        name = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
+        if name != "master":
+            pool = self.connection_pool
+            if pool.announced == (self.host, self.port):
+                pool.announced = None  # a failover that did not last: ask the Sentinels
+            await self.disconnect()
+            raise RedisConnectionError(f"{self.host}:{self.port} is a {name}, not the master")
+
+
+@mypyc_attr(native_class=False)
+class FollowsMasterTLS(FollowsMaster, SentinelManagedSSLConnection):
+    """The same over TLS."""
+
+
+class SentinelMaster(Redis):
+    """The master's client. `follow()` starts listening for failovers; closing it stops
+    that and closes the connections to the Sentinels."""
+
+    _listeners: list[asyncio.Task[None]] | None = None
+
+    def follow(self) -> None:
+        pool = self.connection_pool
+        assert isinstance(pool, SentinelBlockingPool)
+        self._listeners = [
+            asyncio.ensure_future(listen(pool, sentinel))
+            for sentinel in pool.sentinel_manager.sentinels
+        ]
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        for task in self._listeners or ():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        pool = self.connection_pool
+        assert isinstance(pool, SentinelConnectionPool)
+        manager = pool.sentinel_manager
+        await super().aclose(close_connection_pool)
+        for sentinel in manager.sentinels:
+            await sentinel.aclose()
+
+
+def moved_to(channel: str, data: str, service: str) -> Address | None:
+    """The new master's address in a `+promoted-slave` or `+switch-master` message about
+    `service`, else None.
+
+    +promoted-slave: `slave <name> <ip> <port> @ <master-name> <old-ip> <old-port>`
+    +switch-master:  `<master-name> <old-ip> <old-port> <new-ip> <new-port>`
+    """
+    words = data.split()
+    if channel == "+switch-master" and len(words) == 5 and words[0] == service:
+        return words[3], int(words[4])
+    if channel == "+promoted-slave" and len(words) == 8 and words[5] == service:
+        return words[2], int(words[3])
+    return None
+
+
+async def listen(pool: SentinelBlockingPool, sentinel: Redis) -> None:
+    """Follow one Sentinel's announcements for as long as the gateway runs."""
+    kwargs = {**sentinel.connection_pool.connection_kwargs, "socket_timeout": None}
+    kwargs.pop("connection_pool", None)
+    own = ConnectionPool(connection_class=sentinel.connection_pool.connection_class, **kwargs)
+    client = Redis(connection_pool=own)
+    try:
+        while True:
+            pubsub = client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(*MOVED)
+                await follow_announcements(pool, pubsub)
+            except (RedisError, OSError) as exc:
+                log.debug("sentinel pub/sub lost (%s); listening again", exc)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
+            await asyncio.sleep(LISTEN_RETRY)
+    finally:
+        await client.aclose()
+
+
+async def follow_announcements(pool: SentinelBlockingPool, pubsub: PubSub) -> None:
+    since_ping = 0.0
+    while True:
+        message = await pubsub.get_message(timeout=1.0)
+        if message is None:
+            since_ping += 1.0
+            if since_ping >= PING_EVERY:  # a dead Sentinel is found, not waited on forever
+                await pubsub.ping()
+                since_ping = 0.0
+            continue
+        channel, data = (
+            part.decode() if isinstance(part, bytes) else str(part)
+            for part in (message["channel"], message["data"])
+        )
+        new = moved_to(channel, data, pool.service_name)
+        if new is None or new == pool.announced:
+            continue
+        log.warning(
+            "sentinel: %s of %s announced at %s:%d; dropping every connection to the old master",
+            channel, pool.service_name, *new,
+        )  # fmt: skip
+        pool.announced = new
+        pool.master_address = new
+        await pool.disconnect(inuse_connections=True)
