@@ -47,6 +47,7 @@ def table(result: Run) -> str:
             ", ".join(f"{k}: {n}" for k, n in v.unknown_causes.most_common()),
         ),
         ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
+        ("seconds under 5% 2xx, per master fault", dark_seconds(result) or "no master fault"),
     ]
     for rule, name in RULES.items():
         rows.append((f"rule {rule}: {name}", f"{v.count(rule)} violation(s)"))
@@ -70,6 +71,29 @@ def table(result: Run) -> str:
         if len(v.violations) > 50:
             lines.append(f"| | | and {len(v.violations) - 50} more |")
     return "\n".join(lines)
+
+
+MASTER_FAULTS = ("redis-kill", "redis-stop", "redis-failover")
+AFTER = 5  # seconds after a fault's end still counted as its own
+
+
+def dark_seconds(result: Run) -> str:
+    """For each master fault in turn, the seconds from its start to AFTER seconds past its
+    end in which under 5% of the attempts got a 2xx (the time the service was as good as
+    down, which the 2xx-or-expected share hides)."""
+    v = result.verdict
+    counts = []
+    for fault in sorted(result.faults, key=lambda f: f.start):
+        if fault.kind not in MASTER_FAULTS:
+            continue
+        first, last = int(fault.start - v.began), int(fault.end - v.began) + AFTER
+        dark = sum(
+            1
+            for second in range(first, last + 1)
+            if (tally := v.per_second.get(second)) and tally[1] < 0.05 * tally[2]
+        )
+        counts.append(f"{fault.kind} {dark}")
+    return ", ".join(counts)
 
 
 def during_faults(result: Run) -> dict[str, tuple[int, float, str, str]]:
