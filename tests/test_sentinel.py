@@ -266,3 +266,25 @@ async def test_a_write_after_a_promotion_never_lands_on_the_old_master(
             )
     finally:
         await redis.aclose()
+
+
+async def test_a_master_that_writes_without_replicas_is_warned_of_at_start(
+    sentinel: SentinelServers,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = settings_from_dict(
+        {
+            "redis": {"sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE}},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": upstream[1]}],
+        }
+    )
+    warning = "the Sentinel master has min-replicas-to-write 0"
+    await make_gateway(settings=settings)
+    assert warning in caplog.text
+    caplog.clear()
+    with client(sentinel.master) as master:
+        master.config_set("min-replicas-to-write", 1)
+    await make_gateway(settings=settings)
+    assert warning not in caplog.text

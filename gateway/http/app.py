@@ -18,7 +18,7 @@ from gateway.config.state import private_folder
 from gateway.errors import ConfigError
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
-from gateway.http.eviction import refuse_evicting
+from gateway.http.eviction import refuse_evicting, warn_unfenced
 from gateway.http.handler import Gateway
 from gateway.http.limits import Connections
 from gateway.http.quiet import quiet_malformed_requests
@@ -93,6 +93,7 @@ def _resources(
         app[GATEWAY] = Gateway(services)
         try:
             await refuse_evicting(services)
+            await warn_unfenced(services)
             await replay_journal(services)  # before the first request is served
             yield
         finally:
