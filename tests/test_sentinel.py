@@ -21,7 +21,7 @@ from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.client import FollowsMaster, make_client
 from gateway.store.pipeline import Coalescer
-from gateway.store.sentinel import SentinelMaster, moved_to
+from gateway.store.sentinel import PROMOTING, SentinelMaster, moved_to
 from testkit.topologies import SERVICE, SentinelServers, client, wait_until
 
 from .conftest import GatewayFactory
@@ -208,6 +208,7 @@ def test_sentinel_announcements_name_the_new_master() -> None:
     )
     promoted = f"slave 127.0.0.1:7001 127.0.0.1 7001 @ {SERVICE} 127.0.0.1 7000"
     assert moved_to("+promoted-slave", promoted, SERVICE) == ("127.0.0.1", 7001)
+    assert moved_to(PROMOTING, promoted, SERVICE) == ("127.0.0.1", 7001)
     assert moved_to("+switch-master", "other 127.0.0.1 7000 127.0.0.1 7001", SERVICE) is None
     assert moved_to("+sdown", promoted, SERVICE) is None
 

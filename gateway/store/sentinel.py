@@ -7,15 +7,18 @@ Sentinel demoted it, or left up by `SENTINEL FAILOVER` goes on taking writes ove
 connection still open to it until Sentinel turns it into a replica (about 10 s in the
 verification runs). So the gateway
 
-- listens on every Sentinel's pub/sub for the service's `+promoted-slave` and
-  `+switch-master` and, the moment one is heard, drops every connection (idle and in use)
-  and holds to the announced master until the Sentinels it asks name it too;
+- listens on every Sentinel's pub/sub for the service's failover and, the moment the leader
+  says which replica it promotes (`+failover-state-send-slaveof-noone`, then
+  `+promoted-slave` and `+switch-master`), drops every connection (idle and in use) and
+  holds to that replica (refused by the check below until it is a master) until the
+  Sentinels it asks name it too, or for PIN_SECONDS;
 - asks every Sentinel when a connection opens and follows the highest `config-epoch` (one
   that has not heard of the last failover still names the old master);
 - checks `ROLE` on every connection it opens and refuses a server that is not a master.
 
-What stays open is stated in docs/production.md: the time between a replica's promotion and
-the announcement reaching the gateway, during which a master left up still takes writes.
+What stays open is stated in docs/production.md: a write the old master acknowledged that
+had not reached the replica when it was promoted (asynchronous replication), and one sent
+before the announcement reached the gateway.
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
-# The channels that say the master moved: the promoted replica's address, then the switch.
-MOVED: Final = ("+promoted-slave", "+switch-master")
+# The channels that say the master moves: the replica about to be promoted, its promotion,
+# the switch (each Sentinel publishes the last; only the leader the first two).
+PROMOTING: Final = "+failover-state-send-slaveof-noone"
+MOVED: Final = (PROMOTING, "+promoted-slave", "+switch-master")
+PIN_SECONDS: Final = 10.0  # how long an announced master is held to against the Sentinels
 LISTEN_RETRY: Final = 0.5  # seconds before a lost pub/sub connection is opened again
 PING_EVERY: Final = 5.0  # seconds: a silent Sentinel connection is checked this often
 
@@ -53,10 +59,19 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
     holding to the master last announced on pub/sub until the Sentinels name it too."""
 
     announced: Address | None = None
+    announced_until = 0.0  # loop time
+
+    def announce(self, address: Address) -> None:
+        self.announced = address
+        self.announced_until = asyncio.get_running_loop().time() + PIN_SECONDS
 
     async def get_master_address(self) -> Address:
         named: Address = await self.sentinel_manager.discover_master(self.service_name)
-        if self.announced is not None and named != self.announced:
+        pinned = self.announced is not None and (
+            asyncio.get_running_loop().time() < self.announced_until
+        )
+        if pinned and named != self.announced:
+            assert self.announced is not None
             named = self.announced  # the Sentinels asked have not all caught up yet
         else:
             self.announced = None
@@ -116,10 +131,7 @@ class FollowsMaster(SentinelManagedConnection):
         await self.send_command("ROLE", check_health=False)
         role = await self.read_response()
         name = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
-        if name != "master":
-            pool = self.connection_pool
-            if pool.announced == (self.host, self.port):
-                pool.announced = None  # a failover that did not last: ask the Sentinels
+        if name != "master":  # a replica being promoted, a master being demoted
             await self.disconnect()
             raise RedisConnectionError(f"{self.host}:{self.port} is a {name}, not the master")
 
@@ -157,16 +169,15 @@ class SentinelMaster(Redis):
 
 
 def moved_to(channel: str, data: str, service: str) -> Address | None:
-    """The new master's address in a `+promoted-slave` or `+switch-master` message about
-    `service`, else None.
+    """The new master's address in a message on one of MOVED about `service`, else None.
 
-    +promoted-slave: `slave <name> <ip> <port> @ <master-name> <old-ip> <old-port>`
-    +switch-master:  `<master-name> <old-ip> <old-port> <new-ip> <new-port>`
+    PROMOTING, +promoted-slave: `slave <name> <ip> <port> @ <master-name> <old-ip> <old-port>`
+    +switch-master:             `<master-name> <old-ip> <old-port> <new-ip> <new-port>`
     """
     words = data.split()
     if channel == "+switch-master" and len(words) == 5 and words[0] == service:
         return words[3], int(words[4])
-    if channel == "+promoted-slave" and len(words) == 8 and words[5] == service:
+    if channel in MOVED and len(words) == 8 and words[0] == "slave" and words[5] == service:
         return words[2], int(words[3])
     return None
 
@@ -214,6 +225,6 @@ async def follow_announcements(pool: SentinelBlockingPool, pubsub: PubSub) -> No
             "sentinel: %s of %s announced at %s:%d; dropping every connection to the old master",
             channel, pool.service_name, *new,
         )  # fmt: skip
-        pool.announced = new
+        pool.announce(new)
         pool.master_address = new
         await pool.disconnect(inuse_connections=True)
