@@ -8,6 +8,7 @@ this loaded two-core machine and flapped between the two nodes, losing data.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -258,7 +259,13 @@ async def test_a_write_after_a_promotion_never_lands_on_the_old_master(
             assert asyncio.get_running_loop().time() < give_up, "the announcement unheard"
             await asyncio.sleep(0.02)
         for n in range(20):
-            await redis.set(f"w{n}", "1")
+            while True:  # refused while the failover ends: retried, as a client retries a 503
+                try:
+                    await redis.set(f"w{n}", "1")
+                    break
+                except RedisError:
+                    assert asyncio.get_running_loop().time() < give_up + 5, "writes refused"
+                    await asyncio.sleep(0.02)
         with client(new) as each:
             assert each.exists(*(f"w{n}" for n in range(20))) == 20
         with client(old) as each:
@@ -289,3 +296,37 @@ async def test_a_master_that_writes_without_replicas_is_warned_of_at_start(
         master.config_set("min-replicas-to-write", 1)
     await make_gateway(settings=settings)
     assert warning not in caplog.text
+
+
+async def test_a_master_that_stops_answering_keeps_no_connection_to_take_writes_when_it_wakes(
+    sentinel: SentinelServers,
+) -> None:
+    """A master paused past `socket_timeout` may be failed over while it sleeps; woken, it
+    would take writes over every connection still open to it until Sentinel demotes it.
+    One timeout drops every pooled connection: each opens again through the Sentinels."""
+    settings = settings_from_dict(
+        {
+            "redis": {
+                "sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE},
+                "socket_timeout": "300ms",
+            }
+        }
+    )
+    redis = make_client(settings.redis, "")
+    pool = redis.connection_pool
+    try:
+        held = [await pool.get_connection() for _ in range(4)]
+        for connection in held:
+            await pool.release(connection)
+        assert all(connection.is_connected for connection in held)
+        assert sentinel.master.process is not None
+        sentinel.master.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisError):
+                await redis.set("during", "1")
+        finally:
+            sentinel.master.process.send_signal(signal.SIGCONT)
+        assert not any(connection.is_connected for connection in held)
+        await redis.set("after", "1")  # opened again, to the master Sentinel names
+    finally:
+        await redis.aclose()

@@ -14,7 +14,11 @@ verification runs). So the gateway
   Sentinels it asks name it too, or for PIN_SECONDS;
 - asks every Sentinel when a connection opens and follows the highest `config-epoch` (one
   that has not heard of the last failover still names the old master);
-- checks `ROLE` on every connection it opens and refuses a server that is not a master.
+- checks `ROLE` on every connection it opens and refuses a server that is not a master;
+- takes a master that did not answer within `socket_timeout` for one Sentinel may be
+  failing over (paused, cut off): every connection is dropped, and none opens again while
+  the Sentinels call it down or a failover of it is in progress. A paused master that
+  wakes after its replica was promoted finds no connection left to take writes over.
 
 What stays open is stated in docs/production.md: a write the old master acknowledged that
 had not reached the replica when it was promoted (asynchronous replication), and one sent
@@ -40,6 +44,7 @@ from redis.asyncio.sentinel import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +71,16 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
         self.announced_until = asyncio.get_running_loop().time() + PIN_SECONDS
 
     async def get_master_address(self) -> Address:
-        named: Address = await self.sentinel_manager.discover_master(self.service_name)
-        pinned = self.announced is not None and (
-            asyncio.get_running_loop().time() < self.announced_until
-        )
-        if pinned and named != self.announced:
-            assert self.announced is not None
-            named = self.announced  # the Sentinels asked have not all caught up yet
+        pinned = self.announced
+        if pinned is not None and asyncio.get_running_loop().time() < self.announced_until:
+            # The Sentinels asked may not all have caught up yet, or still fail it over.
+            with contextlib.suppress(MasterNotFoundError):
+                if await self.sentinel_manager.discover_master(self.service_name) == pinned:
+                    self.announced = None
+            named = pinned
         else:
             self.announced = None
+            named = await self.sentinel_manager.discover_master(self.service_name)
         if self.master_address != named:
             self.master_address = named
             await self.disconnect(inuse_connections=False)
@@ -84,7 +90,8 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
 class LatestEpoch(Sentinel):
     """Asks every Sentinel for the master and follows the answer of the highest
     `config-epoch`: a Sentinel that missed the last failover still names the old master,
-    which may be up as a master of its own with its old data."""
+    which may be up as a master of its own with its old data. While one Sentinel fails the
+    master over, there is none."""
 
     async def discover_master(self, service_name: str) -> Address:
         answers = await asyncio.gather(
@@ -99,6 +106,9 @@ class LatestEpoch(Sentinel):
                 errors.append(f"{sentinel} - {masters!r}")
                 continue
             state = masters.get(service_name) if isinstance(masters, dict) else None
+            if state and "failover_in_progress" in str(state.get("flags", "")):
+                # Its replica may be promoted any moment: no new connection to it.
+                raise MasterNotFoundError(f"a failover of {service_name!r} is in progress")
             if not state or not self.check_master_state(state, service_name):
                 continue
             if best is None or state.get("config-epoch", 0) > best.get("config-epoch", 0):
@@ -134,6 +144,14 @@ class FollowsMaster(SentinelManagedConnection):
         if name != "master":  # a replica being promoted, a master being demoted
             await self.disconnect()
             raise RedisConnectionError(f"{self.host}:{self.port} is a {name}, not the master")
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except RedisTimeoutError:
+            if self.connection_pool.is_master:  # the master may be paused, or cut off
+                await self.connection_pool.disconnect(inuse_connections=True)
+            raise
 
 
 @mypyc_attr(native_class=False)
