@@ -7,11 +7,12 @@ Sentinel demoted it, or left up by `SENTINEL FAILOVER` goes on taking writes ove
 connection still open to it until Sentinel turns it into a replica (about 10 s in the
 verification runs). So the gateway
 
-- listens on every Sentinel's pub/sub for the service's failover and, the moment the leader
-  says which replica it promotes (`+failover-state-send-slaveof-noone`, then
-  `+promoted-slave` and `+switch-master`), drops every connection (idle and in use) and
-  holds to that replica (refused by the check below until it is a master) until the
-  Sentinels it asks name it too, or for PIN_SECONDS;
+- listens on every Sentinel's pub/sub for the service's failover: the moment the leader
+  starts promoting a replica (`+failover-state-send-slaveof-noone`) it drops every
+  connection (idle and in use) and uses no master until the promotion is announced done
+  (`+promoted-slave`, `+switch-master`: a promotion that timed out may be followed by one
+  of another replica, whose writes would be lost), for at most HOLD_SECONDS; then it holds
+  to the promoted master until the Sentinels it asks name it too, for at most PIN_SECONDS;
 - asks every Sentinel when a connection opens and follows the highest `config-epoch` (one
   that has not heard of the last failover still names the old master);
 - checks `ROLE` on every connection it opens and refuses a server that is not a master;
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 PROMOTING: Final = "+failover-state-send-slaveof-noone"
 MOVED: Final = (PROMOTING, "+promoted-slave", "+switch-master")
 PIN_SECONDS: Final = 10.0  # how long an announced master is held to against the Sentinels
+# How long no master is used once a promotion starts, unless it is announced done before: a
+# promotion that times out is followed by another, maybe of another replica.
+HOLD_SECONDS: Final = 10.0
 LISTEN_RETRY: Final = 0.5  # seconds before a lost pub/sub connection is opened again
 PING_EVERY: Final = 5.0  # seconds: a silent Sentinel connection is checked this often
 
@@ -65,12 +69,19 @@ class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
 
     announced: Address | None = None
     announced_until = 0.0  # loop time
+    held_until = 0.0  # loop time: no master until then (a promotion under way)
 
     def announce(self, address: Address) -> None:
         self.announced = address
         self.announced_until = asyncio.get_running_loop().time() + PIN_SECONDS
+        self.held_until = 0.0
+
+    def hold(self) -> None:
+        self.held_until = asyncio.get_running_loop().time() + HOLD_SECONDS
 
     async def get_master_address(self) -> Address:
+        if asyncio.get_running_loop().time() < self.held_until:
+            raise MasterNotFoundError(f"a replica of {self.service_name!r} is being promoted")
         pinned = self.announced
         if pinned is not None and asyncio.get_running_loop().time() < self.announced_until:
             # The Sentinels asked may not all have caught up yet, or still fail it over.
@@ -237,12 +248,15 @@ async def follow_announcements(pool: SentinelBlockingPool, pubsub: PubSub) -> No
             for part in (message["channel"], message["data"])
         )
         new = moved_to(channel, data, pool.service_name)
-        if new is None or new == pool.announced:
+        if new is None or (channel != PROMOTING and new == pool.announced):
             continue
         log.warning(
-            "sentinel: %s of %s announced at %s:%d; dropping every connection to the old master",
+            "sentinel: %s of %s at %s:%d; dropping every connection to the old master",
             channel, pool.service_name, *new,
         )  # fmt: skip
-        pool.announce(new)
-        pool.master_address = new
+        if channel == PROMOTING:  # not a master yet, and the promotion may not finish
+            pool.hold()
+        else:
+            pool.announce(new)
+            pool.master_address = new
         await pool.disconnect(inuse_connections=True)
