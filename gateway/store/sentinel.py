@@ -156,13 +156,25 @@ class FollowsMaster(SentinelManagedConnection):
             await self.disconnect()
             raise RedisConnectionError(f"{self.host}:{self.port} is a {name}, not the master")
 
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,
+        *,
+        disconnect_on_error: float | None = True,  # redis-py's own annotation
+        push_request: bool | None = False,
+    ) -> Any:
         try:
-            return await super().read_response(*args, **kwargs)
-        except RedisTimeoutError:
+            return await super().read_response(
+                disable_decoding,
+                timeout,
+                disconnect_on_error=disconnect_on_error,
+                push_request=push_request,
+            )
+        except RedisTimeoutError as timed_out:
             if self.connection_pool.is_master:  # the master may be paused, or cut off
                 await self.connection_pool.disconnect(inuse_connections=True)
-            raise
+            raise timed_out
 
 
 @mypyc_attr(native_class=False)
