@@ -16,14 +16,14 @@ verification runs). So the gateway
 - asks every Sentinel when a connection opens and follows the highest `config-epoch` (one
   that has not heard of the last failover still names the old master);
 - checks `ROLE` on every connection it opens and refuses a server that is not a master;
-- takes a master that did not answer within `socket_timeout` for one Sentinel may be
-  failing over (paused, cut off): every connection is dropped, and none opens again while
-  the Sentinels call it down or a failover of it is in progress. A paused master that
-  wakes after its replica was promoted finds no connection left to take writes over.
+- treats a master that did not answer within `socket_timeout` as one that may be failing
+  over (paused, cut off): every connection is dropped, and none opens again while a
+  Sentinel fails it over. A paused master that wakes after its replica was promoted finds
+  no connection left to take writes over.
 
 What stays open is stated in docs/production.md: a write the old master acknowledged that
-had not reached the replica when it was promoted (asynchronous replication), and one sent
-before the announcement reached the gateway.
+had not reached the replica when it was promoted (asynchronous replication), and one in
+flight when the leader's word reached the gateway.
 """
 
 from __future__ import annotations
