@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,11 @@ class GatewayProcess:
     """
 
     def __init__(
-        self, config: dict[str, Any], workdir: Path, args: list[str] | None = None
+        self,
+        config: dict[str, Any],
+        workdir: Path,
+        args: list[str] | None = None,
+        entry: Sequence[str] = ("-m", "gateway"),
     ) -> None:
         self.port = config.setdefault("listen", {}).setdefault("port", free_port())
         config["listen"].setdefault("host", "127.0.0.1")
@@ -32,6 +37,7 @@ class GatewayProcess:
         self.log_path = workdir / f"gateway-{self.port}.log"
         # One process unless a test asks for --workers (the default is one per core).
         self.args = args if args and "--workers" in args else ["--workers", "1", *(args or [])]
+        self.entry = list(entry)  # what python runs: the gateway, or a wrapper of it
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,7 +59,7 @@ class GatewayProcess:
     def _launch(self) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "--config", str(self.config_path), *self.args],
+                [sys.executable, *self.entry, "--config", str(self.config_path), *self.args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip

@@ -8,6 +8,7 @@ this loaded two-core machine and flapped between the two nodes, losing data.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +16,14 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio.connection import SSLConnection
+from redis.exceptions import RedisError
 
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.client import FollowsMaster, make_client
 from gateway.store.pipeline import Coalescer
-from testkit.topologies import SERVICE, SentinelServers, wait_until
+from gateway.store.sentinel import PROMOTING, SentinelMaster, moved_to
+from testkit.topologies import SERVICE, SentinelServers, client, wait_until
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca
@@ -197,3 +200,133 @@ def test_the_master_is_followed_over_tls_too(tmp_path: Path) -> None:
     assert plain.connection_pool.connection_class is FollowsMaster
     assert issubclass(tls.connection_pool.connection_class, FollowsMaster)
     assert issubclass(tls.connection_pool.connection_class, SSLConnection)
+
+
+def test_sentinel_announcements_name_the_new_master() -> None:
+    assert moved_to("+switch-master", f"{SERVICE} 127.0.0.1 7000 127.0.0.1 7001", SERVICE) == (
+        "127.0.0.1",
+        7001,
+    )
+    promoted = f"slave 127.0.0.1:7001 127.0.0.1 7001 @ {SERVICE} 127.0.0.1 7000"
+    assert moved_to("+promoted-slave", promoted, SERVICE) == ("127.0.0.1", 7001)
+    assert moved_to(PROMOTING, promoted, SERVICE) == ("127.0.0.1", 7001)
+    assert moved_to("+switch-master", "other 127.0.0.1 7000 127.0.0.1 7001", SERVICE) is None
+    assert moved_to("+sdown", promoted, SERVICE) is None
+
+
+async def test_a_write_after_a_promotion_never_lands_on_the_old_master(
+    sentinel: SentinelServers,
+) -> None:
+    """`SENTINEL FAILOVER` promotes the replica and leaves the old master a master with its
+    clients connected until Sentinel turns it into a replica (seconds later): a write sent
+    there meanwhile is acknowledged and then lost. Once Sentinel announces the switch, the
+    gateway's pooled connections are dropped, and the next writes go to the new master."""
+    settings = settings_from_dict(
+        {"redis": {"sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE}}}
+    )
+    redis = make_client(settings.redis, "")
+    assert isinstance(redis, SentinelMaster)
+    redis.follow()
+    try:
+        pool = redis.connection_pool
+        held = [await pool.get_connection() for _ in range(4)]  # several pooled connections
+        for connection in held:
+            await connection.send_command("PING")
+            await connection.read_response()
+        for connection in held:
+            await pool.release(connection)
+        old, new = sentinel.master, sentinel.replica
+
+        def accepted() -> bool:  # refused (NOGOODSLAVE) until Sentinel has a replica to promote
+            with client(sentinel.sentinel) as watcher:
+                try:
+                    watcher.execute_command("SENTINEL", "FAILOVER", SERVICE)
+                except RedisError:
+                    return False
+            return True
+
+        await asyncio.to_thread(wait_until, accepted, 15, "SENTINEL FAILOVER accepted")
+        assert all(c.port == old.port and c.is_connected for c in held)
+
+        def switched() -> bool:
+            return sentinel.master_port() == new.port
+
+        await asyncio.to_thread(wait_until, switched, 15, "sentinel names the new master")
+        # The old master is still a master with its clients until Sentinel demotes it; the
+        # gateway heard the announcement too, and follows it with no connection opened.
+        give_up = asyncio.get_running_loop().time() + 2
+        while pool.master_address != ("127.0.0.1", new.port):
+            assert asyncio.get_running_loop().time() < give_up, "the announcement unheard"
+            await asyncio.sleep(0.02)
+        for n in range(20):
+            while True:  # refused while the failover ends: retried, as a client retries a 503
+                try:
+                    await redis.set(f"w{n}", "1")
+                    break
+                except RedisError:
+                    assert asyncio.get_running_loop().time() < give_up + 5, "writes refused"
+                    await asyncio.sleep(0.02)
+        with client(new) as each:
+            assert each.exists(*(f"w{n}" for n in range(20))) == 20
+        with client(old) as each:
+            assert each.exists(*(f"w{n}" for n in range(20))) == 0 or (
+                each.info("replication")["role"] == "slave"  # replicated from the new one
+            )
+    finally:
+        await redis.aclose()
+
+
+async def test_a_master_that_writes_without_replicas_is_warned_of_at_start(
+    sentinel: SentinelServers,
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = settings_from_dict(
+        {
+            "redis": {"sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE}},
+            "routes": [{"name": "api", "path_prefix": "/", "upstream": upstream[1]}],
+        }
+    )
+    warning = "the Sentinel master has min-replicas-to-write 0"
+    await make_gateway(settings=settings)
+    assert warning in caplog.text
+    caplog.clear()
+    with client(sentinel.master) as master:
+        master.config_set("min-replicas-to-write", 1)
+    await make_gateway(settings=settings)
+    assert warning not in caplog.text
+
+
+async def test_a_master_that_stops_answering_keeps_no_connection_to_take_writes_when_it_wakes(
+    sentinel: SentinelServers,
+) -> None:
+    """A master paused past `socket_timeout` may be failed over while it sleeps; woken, it
+    would take writes over every connection still open to it until Sentinel demotes it.
+    One timeout drops every pooled connection: each opens again through the Sentinels."""
+    settings = settings_from_dict(
+        {
+            "redis": {
+                "sentinel": {"nodes": [sentinel.sentinel_node], "service": SERVICE},
+                "socket_timeout": "300ms",
+            }
+        }
+    )
+    redis = make_client(settings.redis, "")
+    pool = redis.connection_pool
+    try:
+        held = [await pool.get_connection() for _ in range(4)]
+        for connection in held:
+            await pool.release(connection)
+        assert all(connection.is_connected for connection in held)
+        assert sentinel.master.process is not None
+        sentinel.master.process.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisError):
+                await redis.set("during", "1")
+        finally:
+            sentinel.master.process.send_signal(signal.SIGCONT)
+        assert not any(connection.is_connected for connection in held)
+        await redis.set("after", "1")  # opened again, to the master Sentinel names
+    finally:
+        await redis.aclose()

@@ -3,7 +3,7 @@ is reported, and what the policy allows is not."""
 
 from __future__ import annotations
 
-from loadtest.verify.checker import Verdict, check
+from loadtest.verify.checker import Floor, Verdict, check
 from loadtest.verify.history import CUT, Attempt, Execution, Fault
 
 POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release"}
@@ -182,4 +182,67 @@ def test_an_unknown_outcome_after_a_2xx_is_a_lost_acknowledged_outcome() -> None
     history = [attempt(1), attempt(2, 502, start=12, end=12.1, outcome="unknown")]
     verdict = check(history, [execution(1)], [], POLICIES)
     assert rules(verdict) == [4]
-    assert "answered unknown" in verdict.violations[0].what
+    assert "answered 502 unknown" in verdict.violations[0].what
+
+
+def test_a_replay_that_is_no_longer_the_2xx_is_a_lost_acknowledged_outcome() -> None:
+    history = [attempt(1), attempt(2, 502, start=12, end=12.1)]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [4]
+    assert "answered 502" in verdict.violations[0].what
+
+
+def test_a_409_or_503_after_a_2xx_only_says_later_while_it_is_stored_or_redis_is_down() -> None:
+    soon = [attempt(1), attempt(2, 409, start=11, end=11.1)]
+    assert check(soon, [execution(1)], [], POLICIES).violations == []
+    down = [attempt(1), attempt(2, 503, start=30, end=30.1)]
+    redis_down = [Fault("redis-kill", "redis :7000", 29.0, 29.5)]
+    assert check(down, [execution(1)], redis_down, POLICIES).violations == []
+    for status in (409, 503):
+        late = [attempt(1), attempt(2, status, start=30, end=30.1)]
+        assert rules(check(late, [execution(1)], [], POLICIES)) == [4]
+
+
+def test_another_payload_after_a_2xx_may_be_refused() -> None:
+    history = [attempt(1), attempt(2, 422, start=12, end=12.1, payload="p2")]
+    assert check(history, [execution(1)], [], POLICIES).violations == []
+
+
+def test_the_same_payload_refused_as_another_is_reported() -> None:
+    history = [attempt(1, 422), attempt(2, 422, start=11, end=11.1)]
+    verdict = check(history, [], [], POLICIES)
+    assert rules(verdict) == [7]
+    assert "the same payload refused as another" in verdict.violations[0].what
+
+
+def test_a_shared_key_answered_with_another_tenants_execution_is_reported() -> None:
+    history = [attempt(1), attempt(2, tenant="t1", start=11, end=11.1)]  # the same payload
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [3]
+
+
+def test_the_liveness_floor_fails_a_run_that_forwards_nothing() -> None:
+    refused = [attempt(n, 503, key=f"k{n}", start=10 + n, end=10.1 + n) for n in range(20)]
+    verdict = check(refused, [], [], POLICIES, floor=Floor(share_2xx=0.5, rate=1.0))
+    assert rules(verdict) == [8, 8]
+    assert verdict.availability == 1.0  # what rule 5 alone would have called fine
+    served = [attempt(n, key=f"k{n}", execution=f"x{n}", body=f"b{n}", start=10 + n,
+                      end=10.1 + n) for n in range(20)]  # fmt: skip
+    ran = [execution(n, key=f"k{n}", caused_by=f"a{n}", at=10.05 + n) for n in range(20)]
+    assert check(served, ran, [], POLICIES, floor=Floor(share_2xx=0.5, rate=1.0)).violations == []
+
+
+def test_the_floor_counts_only_attempts_with_no_fault_on() -> None:
+    refused = [attempt(n, 503, key=f"k{n}", start=10 + n, end=10.1 + n) for n in range(10)]
+    served = [attempt(n, key=f"k{n}", execution=f"x{n}", body=f"b{n}", start=30 + n,
+                      end=30.1 + n) for n in range(10, 20)]  # fmt: skip
+    ran = [execution(n, key=f"k{n}", caused_by=f"a{n}", at=30.05 + n) for n in range(10, 20)]
+    down = [Fault("redis-kill", "redis :7000", 9.0, 19.5)]
+    verdict = check([*refused, *served], ran, down, POLICIES, floor=Floor(0.9, 0.1))
+    assert verdict.quiet_2xx == (10, 10)
+    assert verdict.violations == []
+
+
+def test_what_the_harness_found_wrong_with_the_run_is_rule_9() -> None:
+    verdict = check([attempt(1)], [execution(1)], [], POLICIES, untrusted=["client 0 exit 1"])
+    assert rules(verdict) == [9]

@@ -18,7 +18,7 @@ from gateway.config.state import private_folder
 from gateway.errors import ConfigError
 from gateway.http.access import add_request_id, observed
 from gateway.http.context import Live, Services
-from gateway.http.eviction import refuse_evicting
+from gateway.http.eviction import refuse_evicting, warn_unfenced
 from gateway.http.handler import Gateway
 from gateway.http.limits import Connections
 from gateway.http.quiet import quiet_malformed_requests
@@ -27,6 +27,7 @@ from gateway.http.tasks import TaskSet
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.journal import Journal
+from gateway.store.sentinel import SentinelMaster
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
@@ -64,8 +65,11 @@ def _resources(
         )
         redis = settings.redis
         new_store, new_upstreams = _clients(tracing)
+        client = make_client(redis, redis_url)
+        if isinstance(client, SentinelMaster):
+            client.follow()  # drops the old master's connections the moment it is replaced
         store = new_store(
-            make_client(redis, redis_url),
+            client,
             CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
             pipeline=redis.pipeline,
             lean=redis.lean,
@@ -89,6 +93,7 @@ def _resources(
         app[GATEWAY] = Gateway(services)
         try:
             await refuse_evicting(services)
+            await warn_unfenced(services)
             await replay_journal(services)  # before the first request is served
             yield
         finally:

@@ -1,6 +1,10 @@
 """The eviction guard: a Redis whose `maxmemory-policy` may drop keys loses records and leases,
 and the keys they held run again. Such a Redis is refused at start, unless the operator
-accepts the risk (`redis.accept_eviction`), and reported by /readyz and a metric."""
+accepts the risk (`redis.accept_eviction`), and reported by /readyz and a metric.
+
+And the failover guard: a Sentinel master that takes writes with no replica connected (its
+`min-replicas-to-write` is 0) goes on taking them once it has been replaced, until Sentinel
+demotes it, and those writes are lost: a warning at start (docs/production.md)."""
 
 from __future__ import annotations
 
@@ -49,3 +53,18 @@ async def refuse_evicting(s: Services) -> None:
         f"redis: maxmemory-policy {policies} may evict idempotency records and leases, and "
         "their keys would run again; set it to noeviction (or redis.accept_eviction: true)"
     )
+
+
+async def warn_unfenced(s: Services) -> None:
+    """At start, with Sentinel: a warning unless the master refuses writes without a replica."""
+    if s.settings.redis.sentinel is None:
+        return
+    found = await s.store.min_replicas()
+    if found is None:
+        log.warning("redis: min-replicas-to-write unknown (CONFIG refused); failover unchecked")
+    elif found[0] < 1:
+        log.warning(
+            "redis: the Sentinel master has min-replicas-to-write 0: once replaced it takes "
+            "writes until Sentinel demotes it, and they are lost (set min-replicas-to-write 1 "
+            "and min-replicas-max-lag 10 on every server)"
+        )

@@ -9,59 +9,22 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from mypy_extensions import mypyc_attr
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import SSLConnection
-from redis.asyncio.sentinel import (
-    Sentinel,
-    SentinelConnectionPool,
-    SentinelManagedConnection,
-    SentinelManagedSSLConnection,
-)
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from gateway.config.settings import RedisSettings
+from gateway.store.sentinel import (
+    FollowsMaster,
+    FollowsMasterTLS,
+    LatestEpoch,
+    SentinelBlockingPool,
+    SentinelMaster,
+)
 
 RedisClient = Redis | RedisCluster
-
-
-class SentinelBlockingPool(SentinelConnectionPool, BlockingConnectionPool):
-    """The Sentinel-managed master pool, waiting for a free connection like the others."""
-
-
-@mypyc_attr(native_class=False)  # redis-py's connections have __slots__
-class FollowsMaster(SentinelManagedConnection):
-    """A connection to the master that Sentinel names, which follows it when it moves.
-
-    A failover closes the clients of the demoted master. redis-py opens such a connection
-    again to the address it had (redis-py#3874) and asks Sentinel only for new connections,
-    so the gateway's connections went back to the demoted master, where every claim is
-    refused (READONLY), for as long as they stayed open.
-    """
-
-    async def _connect(self) -> None:
-        if self.connection_pool.is_master:  # each time, not only for a new connection
-            self.host, self.port = await self.connection_pool.get_master_address()
-        await super()._connect()  # type: ignore[no-untyped-call]  # untyped in redis 8.1
-
-
-@mypyc_attr(native_class=False)
-class FollowsMasterTLS(FollowsMaster, SentinelManagedSSLConnection):
-    """The same over TLS."""
-
-
-class SentinelMaster(Redis):
-    """The master's client; closing it also closes the connections to the sentinels."""
-
-    async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        pool = self.connection_pool
-        assert isinstance(pool, SentinelConnectionPool)
-        manager = pool.sentinel_manager
-        await super().aclose(close_connection_pool)
-        for sentinel in manager.sentinels:
-            await sentinel.aclose()
 
 
 def _host_port(node: str) -> tuple[str, int]:
@@ -119,7 +82,8 @@ def make_client(settings: RedisSettings, url: str) -> RedisClient:
 
 
 def _sentinel_master(settings: RedisSettings) -> Redis:
-    """A client of the master that Sentinel names; it asks again after a failover."""
+    """A client of the master that Sentinel names; it follows a failover once its
+    `follow()` runs (gateway/store/sentinel.py)."""
     sentinel = settings.sentinel
     assert sentinel is not None
     tls = tls_options(settings)
@@ -132,7 +96,7 @@ def _sentinel_master(settings: RedisSettings) -> Redis:
         sentinel_options["ssl"] = True
     if sentinel.password is not None:
         sentinel_options["password"] = sentinel.password
-    manager = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
+    manager = LatestEpoch(  # type: ignore[no-untyped-call,unused-ignore]
         [_host_port(node) for node in sentinel.nodes],
         sentinel_kwargs=sentinel_options,
         **_common(settings),

@@ -54,6 +54,15 @@ class Inspection:
             return None
         return {str(reply.get("maxmemory-policy", ""))}
 
+    async def min_replicas(self) -> tuple[int, int] | None:
+        """The master's `min-replicas-to-write` and `min-replicas-max-lag`; None when Redis
+        does not say."""
+        try:
+            reply: Any = await self.client.config_get("min-replicas-*")
+            return int(reply["min-replicas-to-write"]), int(reply["min-replicas-max-lag"])
+        except (*FAILURES, KeyError, ValueError):
+            return None
+
     async def unusable(self) -> str | None:
         """Why Redis does not answer a PING (refused, a wrong password, no such db), or None."""
         try:

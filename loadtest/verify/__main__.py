@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from loadtest.verify.broken import BREAKAGES, CONTROLS
+from loadtest.verify.checker import Floor
 from loadtest.verify.harness import Plan, judge, run
 from loadtest.verify.nemesis import ALL_KINDS, default_kinds
 from loadtest.verify.report import print_table, write_report
@@ -48,6 +50,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--mark-sent", action="store_true", help="mark_sent: true on every route")
     parser.add_argument("--access-log", action="store_true", help="gateways log every request")
+    parser.add_argument(
+        "--floor-2xx", type=float, default=Floor.share_2xx,
+        help="rule 8: least share of 2xx among attempts with no fault on",
+    )  # fmt: skip
+    parser.add_argument(
+        "--floor-rate", type=float, default=Floor.rate,
+        help="rule 8: least executions per second over the run",
+    )  # fmt: skip
+    parser.add_argument(
+        "--broken", choices=sorted([*BREAKAGES, *CONTROLS]),
+        help="run gateways broken on purpose in this way (the checker must fail the run)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=int(time.time()) % 10_000)
     parser.add_argument("--out", type=Path, help="write report.md and availability.png here")
     parser.add_argument("--keep", action="store_true", help="keep the run's folder")
@@ -91,11 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         lease=args.lease, claim_replicas=args.claim_replicas, owner_lost=args.owner_lost,
         mark_sent=args.mark_sent,
         log_level="info" if args.access_log else "warning",
+        faults_given=args.faults is not None, floor_2xx=args.floor_2xx,
+        floor_rate=args.floor_rate, broken=args.broken,
     )  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))
     print(
         f"verify: {plan.gateways} gateways, {plan.client_procs}x{plan.concurrency} clients, "
-        f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}",
+        f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}"
+        + (f", gateways broken: {plan.broken}" if plan.broken else ""),
         flush=True,
     )
     try:

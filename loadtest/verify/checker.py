@@ -1,14 +1,22 @@
-"""The checker: reads the client history and the execution log and applies six rules.
+"""The checker: reads the client history and the execution log and applies nine rules.
 
 1. executions per key (route, tenant, key): at most one; on a `release` route each extra
    one must be explained (its owner gateway was killed or paused; the gateway answered an
    unknown outcome; the upstream reset or hung after executing), never "unexplained";
 2. every 2xx for a key carries the same body, that of an execution of the key;
 3. no 2xx from another key's, tenant's or payload's execution;
-4. no execution of a key after a client got a 2xx for it, and no "unknown outcome" answer
-   for it either (no acknowledged outcome lost);
+4. no acknowledged outcome lost: after a client got a 2xx for a key, no execution of it
+   starts, and every later answer for the same payload is that 2xx (rule 2 holds its body);
+   only "not now" answers are excepted: a 503 while Redis is down, a 409 while the outcome
+   is being stored (within a grace after the 2xx, or while a fault is on);
 5. availability: the share of attempts answered 2xx or an expected 409/422/503, per second;
-6. no 500 to any client, no traceback and no 500 in any gateway's log, clean exits.
+6. no 500 to any client, no traceback and no 500 in any gateway's log, clean exits;
+7. the same payload is never refused as another: a 422 only where another payload was sent
+   with the key before it;
+8. liveness: with no fault on, most attempts are answered 2xx, and executions run at a
+   minimum rate (a gateway that forwards nothing fails, however "available");
+9. the run itself can be trusted: every client process exited 0, every history line was
+   read, and every fault asked for was made.
 """
 
 from __future__ import annotations
@@ -26,6 +34,18 @@ EXPECTED = frozenset({409, 422, 503})  # answers a real client retries or expect
 OWNER_FAULTS = ("gateway-kill", "gateway-stop")
 FAILOVER_FAULTS = ("redis-kill", "redis-stop", "redis-failover", "redis-migrate")
 STATUS_500 = re.compile(r'"status": ?500\b|\bstatus=500\b')
+NOT_NOW = frozenset({409, 503})  # after a 2xx: "come back later", no other outcome
+AFTER_FAULT = 2.0  # seconds after a fault during which its effects still count as "on"
+
+
+@dataclass(frozen=True)
+class Floor:
+    """Rule 8's floor: with no fault on (nor for AFTER_FAULT seconds after one), at least
+    `share_2xx` of the attempts answered 2xx, and `rate` executions per second in all."""
+
+    share_2xx: float = 0.5
+    rate: float = 5.0
+    grace: float = 4.0  # rule 4: seconds after a key's first 2xx that a 409 may still come
 
 
 @dataclass
@@ -49,6 +69,7 @@ class Verdict:
     per_second: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     began: float = 0.0
     span: float = 0.0  # from the first attempt's start to the last one's end
+    quiet_2xx: tuple[int, int] = (0, 0)  # attempts with no fault on: 2xx, all
     held_unknown: int = 0  # keys whose last answer was an unknown outcome (for an operator)
     unknown_causes: Counter[str] = field(default_factory=Counter)
 
@@ -73,10 +94,13 @@ def check(
     logs: Iterable[str] = (),
     exit_codes: Sequence[int] = (),
     owner_lost: dict[str, str] | None = None,
+    floor: Floor | None = None,
+    untrusted: Sequence[str] = (),
 ) -> Verdict:
     """`policies`: each route's policy for an unknown outcome (record, reconcile, release);
     `owner_lost`: for a key whose owner died (the gateway's `on_owner_lost`), the same
-    unless given."""
+    unless given; `floor`: rule 8's, checked only if given (a handmade history is short);
+    `untrusted`: what the harness found wrong with the run itself (rule 9)."""
     accepts = {
         route: (policy == "release", (owner_lost or policies).get(route, policy) == "release")
         for route, policy in policies.items()
@@ -102,9 +126,12 @@ def check(
             verdict.held_unknown += 1
             verdict.unknown_causes[unknown_cause(ran, asked.get(key, []), faults)] += 1
         verdict.runs_per_key[len(ran)] += 1
-        check_key(verdict, key, ran, asked.get(key, []), by_id, faults, accepts)
-    availability(verdict, attempts)
+        check_key(verdict, key, ran, asked.get(key, []), by_id, faults, accepts, floor or Floor())
+    availability(verdict, attempts, faults)
     check_logs(verdict, logs, exit_codes)
+    if floor is not None:
+        check_liveness(verdict, floor)
+    verdict.violations += [Violation(9, "-", what) for what in untrusted]
     return verdict
 
 
@@ -116,6 +143,7 @@ def check_key(
     by_id: dict[str, Execution],
     faults: Sequence[Fault],
     accepts: dict[str, tuple[bool, bool]],
+    floor: Floor,
 ) -> None:
     name = "/".join(key)
     # Rule 1: executions per key.
@@ -155,8 +183,9 @@ def check_key(
             verdict.violations.append(
                 Violation(2, name, f"a 2xx ({attempt.attempt}) differs from its execution")
             )
-    # Rule 4: nothing runs, and no answer says "unknown", after a client was told it ran.
-    if acked and ran:
+    # Rule 4: nothing runs, and every later answer for the payload is the 2xx, once a
+    # client was told it ran.
+    if acked:
         first_ack = min(a.end for a in acked)
         late = [e for e in ran if e.time > first_ack]
         if late:
@@ -165,12 +194,43 @@ def check_key(
             verdict.violations.append(
                 Violation(4, name, f"ran again {after:.3f}s after a 2xx ({why})")
             )
-        forgot = [a for a in asked if a.start > first_ack and a.outcome == "unknown"]
-        if forgot:
-            after = forgot[0].start - first_ack
+        paid = {a.payload for a in acked}
+        for attempt in sorted(asked, key=lambda a: a.start):
+            if attempt.start <= first_ack or attempt.payload not in paid or attempt.status <= 0:
+                continue
+            if 200 <= attempt.status < 300 or not_now(attempt, first_ack, faults, floor):
+                continue
+            told = f"{attempt.status} {attempt.outcome or attempt.code}".strip()
             verdict.violations.append(
-                Violation(4, name, f"answered unknown {after:.3f}s after a 2xx")
+                Violation(
+                    4,
+                    name,
+                    f"answered {told} {attempt.start - first_ack:.3f}s after a 2xx "
+                    f"({attempt.attempt})",
+                )
             )
+            break
+    # Rule 7: a 422 only where another payload was sent with the key before it.
+    for attempt in asked:
+        if attempt.status == 422 and not any(
+            other.payload != attempt.payload and other.start < attempt.end for other in asked
+        ):
+            verdict.violations.append(
+                Violation(7, name, f"the same payload refused as another ({attempt.attempt})")
+            )
+            break
+
+
+def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: Floor) -> bool:
+    """A 409 or 503 after a 2xx that only says "later": a 503 while Redis is down, a 409
+    while the outcome is being stored (journaled while Redis refuses it, say)."""
+    if attempt.status not in NOT_NOW or attempt.outcome == "unknown":
+        return False
+    if attempt.start - first_ack <= floor.grace:
+        return True
+    return any(
+        fault.start <= attempt.end and fault.end + AFTER_FAULT >= attempt.start for fault in faults
+    )
 
 
 def explain(
@@ -234,9 +294,17 @@ def hits(fault: Fault, attempt: Attempt) -> bool:
     return True
 
 
-def availability(verdict: Verdict, attempts: Sequence[Attempt]) -> None:
+def availability(
+    verdict: Verdict, attempts: Sequence[Attempt], faults: Sequence[Fault] = ()
+) -> None:
     if not attempts:
         return
+    quiet = [
+        a
+        for a in attempts
+        if not any(f.start <= a.end and f.end + AFTER_FAULT >= a.start for f in faults)
+    ]
+    verdict.quiet_2xx = (sum(1 for a in quiet if 200 <= a.status < 300), len(quiet))
     began = min(a.start for a in attempts)
     verdict.began = began
     verdict.span = max(a.end for a in attempts) - began
@@ -250,6 +318,29 @@ def availability(verdict: Verdict, attempts: Sequence[Attempt]) -> None:
         elif attempt.status in EXPECTED:
             second[0] += 1
     verdict.per_second = {s: (g, ok, n) for s, (g, ok, n) in sorted(tally.items())}
+
+
+def check_liveness(verdict: Verdict, floor: Floor) -> None:
+    ok, quiet = verdict.quiet_2xx
+    if quiet and ok / quiet < floor.share_2xx:
+        verdict.violations.append(
+            Violation(
+                8,
+                "-",
+                f"{ok / quiet:.1%} of the {quiet:,} attempts with no fault on got a "
+                f"2xx (floor {floor.share_2xx:.0%})",
+            )
+        )
+    rate = verdict.executions / max(verdict.span, 1e-9)
+    if rate < floor.rate:
+        verdict.violations.append(
+            Violation(
+                8,
+                "-",
+                f"{verdict.executions:,} executions in {verdict.span:.0f} s "
+                f"({rate:.1f}/s, floor {floor.rate:g}/s)",
+            )
+        )
 
 
 def check_logs(verdict: Verdict, logs: Iterable[str], exit_codes: Sequence[int]) -> None:

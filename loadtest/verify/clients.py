@@ -2,11 +2,12 @@
 
     python -m loadtest.verify.clients --gateways URL,URL --routes a,b --seconds S --out FILE
 
-Each operation picks a route, a tenant and a fresh key (now and then one that another tenant
-uses too), sends it to a random gateway and retries on 409, 503, 502/504, a cut connection
-or its own timeout, with exponential backoff and full jitter, each retry to a random
-gateway. Some operations send two copies at once to two gateways; after a 2xx some send the
-key again (a replay) or send it with another payload (which must get 422). A 502 that says
+Each operation picks a route, a tenant and a fresh key (now and then another tenant's recent
+key with the very same payload: each tenant must get its own answer), sends it to a random
+gateway and retries on 409, 503, 502/504, a cut connection or its own timeout, with
+exponential backoff and full jitter, each retry to a random gateway. Some operations send
+two copies at once to two gateways; after a 2xx some send the key again (a replay) or send
+it with another payload (which must get 422). A 502 that says
 `Idempotency-Outcome: unknown` stops the retries: the key waits for an operator.
 """
 
@@ -40,7 +41,7 @@ class Knobs:
     duplicates: float = 0.1  # share of operations sent twice at once
     replays: float = 0.1  # share of successful operations sent again
     reuses: float = 0.03  # share of successful operations sent again with another payload
-    shared_keys: float = 0.03  # share of keys another tenant uses as well
+    shared_keys: float = 0.03  # share of operations that send another tenant's key and payload
 
 
 class Client:
@@ -62,7 +63,7 @@ class Client:
         self.rng = random.Random(seed)
         self.ops = itertools.count(1)
         self.attempt_ids = itertools.count(1)
-        self.recent_keys: list[str] = []
+        self.recent: list[tuple[str, str, bytes]] = []  # (tenant, key, payload)
         self.sent = 0
 
     async def run(self, deadline: float, concurrency: int) -> None:
@@ -77,12 +78,14 @@ class Client:
         op = f"o{self.seed}-{next(self.ops)}"
         route = rng.choice(self.routes)
         tenant = f"t{rng.randrange(knobs.tenants)}"
-        if self.recent_keys and rng.random() < knobs.shared_keys:
-            key = rng.choice(self.recent_keys)  # likely another tenant's key too
+        if self.recent and knobs.tenants > 1 and rng.random() < knobs.shared_keys:
+            # Another tenant's key and payload, byte for byte: only the scope tells them apart.
+            owner, key, payload = rng.choice(self.recent)
+            tenant = f"t{rng.choice([n for n in range(knobs.tenants) if f't{n}' != owner])}"
         else:
             key = f"k{self.seed}-{op[1:]}"
-            self.recent_keys = [*self.recent_keys[-99:], key]
-        payload = orjson.dumps({"amount": rng.randrange(1, 10_000), "op": op})
+            payload = orjson.dumps({"amount": rng.randrange(1, 10_000), "op": op})
+            self.recent = [*self.recent[-99:], (tenant, key, payload)]
         if rng.random() < knobs.duplicates:
             done = await asyncio.gather(
                 self.with_retries(op, "dup", route, tenant, key, payload),

@@ -62,22 +62,40 @@ class Fault(NamedTuple):
     end: float
 
 
-def read_attempts(path: Path) -> Iterator[Attempt]:
+def read_attempts(path: Path, unreadable: list[str] | None = None) -> Iterator[Attempt]:
+    """The attempts in `path`; a line that cannot be read is put in `unreadable` (a run's
+    writers end cleanly, so any such line means a history the checker cannot trust)."""
     with open(path) as lines:
-        for line in lines:
+        for number, line in enumerate(lines, 1):
             f = line.rstrip("\n").split("\t")
-            if len(f) != 15:
-                continue  # a line cut by the end of a killed writer
-            yield Attempt(
-                f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]), float(f[9]),
-                int(f[10]), f[11], f[12], f[13], f[14],
-            )  # fmt: skip
-
-
-def read_executions(path: Path) -> Iterator[Execution]:
-    with open(path) as lines:
-        for line in lines:
-            f = line.rstrip("\n").split("\t")
-            if len(f) != 9:
+            try:
+                if len(f) != 15:
+                    raise ValueError(f"{len(f)} fields")
+                attempt = Attempt(
+                    f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]),
+                    float(f[9]), int(f[10]), f[11], f[12], f[13], f[14],
+                )  # fmt: skip
+            except ValueError as exc:
+                _unreadable(unreadable, path, number, exc)
                 continue
-            yield Execution(f[0], f[1], f[2], f[3], f[4], f[5], float(f[6]), f[7], f[8])
+            yield attempt
+
+
+def read_executions(path: Path, unreadable: list[str] | None = None) -> Iterator[Execution]:
+    """The executions in `path`; unreadable lines as for `read_attempts`."""
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            f = line.rstrip("\n").split("\t")
+            try:
+                if len(f) != 9:
+                    raise ValueError(f"{len(f)} fields")
+                execution = Execution(f[0], f[1], f[2], f[3], f[4], f[5], float(f[6]), f[7], f[8])
+            except ValueError as exc:
+                _unreadable(unreadable, path, number, exc)
+                continue
+            yield execution
+
+
+def _unreadable(found: list[str] | None, path: Path, number: int, exc: ValueError) -> None:
+    if found is not None:
+        found.append(f"{path.name} line {number} unreadable ({exc})")

@@ -15,8 +15,11 @@ RULES = {
     1: "executions per key (<= 1; extra runs on release routes explained)",
     2: "every 2xx carries the key's one execution's body",
     3: "no answer of another key, tenant or payload",
-    4: "no acknowledged outcome lost (no run, no unknown after a 2xx)",
+    4: "no acknowledged outcome lost (no run after a 2xx; later answers for its payload the 2xx)",
     6: "no 500, no traceback, clean exits",
+    7: "the same payload never refused as another (422)",
+    8: "liveness: 2xx with no fault on, executions per second",
+    9: "the run trusted: clients exited 0, every history line read, every fault made",
 }
 
 
@@ -32,6 +35,10 @@ def table(result: Run) -> str:
         ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"),
         ("executions per key", ", ".join(f"{n}: {c:,}" for n, c in sorted(v.runs_per_key.items()))),
         ("availability", f"{v.availability:.2%} of attempts 2xx or 409/422/503"),
+        (
+            "2xx with no fault on",
+            f"{v.quiet_2xx[0] / max(1, v.quiet_2xx[1]):.2%} of {v.quiet_2xx[1]:,}",
+        ),
         ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
         ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
         ("keys held unknown", f"{v.held_unknown:,} (last answer 502 unknown: for an operator)"),
@@ -40,6 +47,7 @@ def table(result: Run) -> str:
             ", ".join(f"{k}: {n}" for k, n in v.unknown_causes.most_common()),
         ),
         ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
+        ("seconds under 5% 2xx, per master fault", dark_seconds(result) or "no master fault"),
     ]
     for rule, name in RULES.items():
         rows.append((f"rule {rule}: {name}", f"{v.count(rule)} violation(s)"))
@@ -63,6 +71,29 @@ def table(result: Run) -> str:
         if len(v.violations) > 50:
             lines.append(f"| | | and {len(v.violations) - 50} more |")
     return "\n".join(lines)
+
+
+MASTER_FAULTS = ("redis-kill", "redis-stop", "redis-failover")
+AFTER = 5  # seconds after a fault's end still counted as its own
+
+
+def dark_seconds(result: Run) -> str:
+    """For each master fault in turn, the seconds from its start to AFTER seconds past its
+    end in which under 5% of the attempts got a 2xx (the time the service was as good as
+    down, which the 2xx-or-expected share hides)."""
+    v = result.verdict
+    counts = []
+    for fault in sorted(result.faults, key=lambda f: f.start):
+        if fault.kind not in MASTER_FAULTS:
+            continue
+        first, last = int(fault.start - v.began), int(fault.end - v.began) + AFTER
+        dark = sum(
+            1
+            for second in range(first, last + 1)
+            if (tally := v.per_second.get(second)) and tally[1] < 0.05 * tally[2]
+        )
+        counts.append(f"{fault.kind} {dark}")
+    return ", ".join(counts)
 
 
 def during_faults(result: Run) -> dict[str, tuple[int, float, str, str]]:

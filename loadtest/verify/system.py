@@ -87,9 +87,17 @@ class Proxy:
 
 class System:
     def __init__(
-        self, workdir: Path, topology: Topology, policy: Policy, gateways: int, seed: int
+        self,
+        workdir: Path,
+        topology: Topology,
+        policy: Policy,
+        gateways: int,
+        seed: int,
+        broken: str | None = None,
     ) -> None:
         self.workdir = workdir
+        # Gateways broken on purpose run through `loadtest.verify.broken`.
+        self.entry = ("-m", "loadtest.verify.broken", broken) if broken else ("-m", "gateway")
         self.topology = topology
         self.policy = policy
         self.n_gateways = gateways
@@ -120,7 +128,7 @@ class System:
             upstream_port = self.upstream_proxy.port if index == 0 else port
             proxied = self.redis_proxy.port if index == 0 and self.redis_proxy else None
             config = self.gateway_config(f"http://127.0.0.1:{upstream_port}", proxied)
-            self.gateways.append(GatewayProcess(config, self.workdir))
+            self.gateways.append(GatewayProcess(config, self.workdir, entry=self.entry))
         for gateway in self.gateways:
             gateway.start()
 

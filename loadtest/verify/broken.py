@@ -1,0 +1,264 @@
+"""Gateways broken on purpose, to prove that the checker can fail a run.
+
+    python -m loadtest.verify.broken BREAKAGE --config FILE [gateway options]
+
+runs the real gateway with one function replaced, so that it breaks the promise in one
+realistic way. `python -m loadtest.verify --broken BREAKAGE` runs every gateway so; each
+breakage names the rules whose violation must fail the run, and the faults (if any) under
+which it shows. `python -m loadtest.verify.blind` runs them all.
+
+The replacements reach the gateway's modules through their attributes: they need the
+pure-Python gateway (a module compiled with mypyc calls its neighbours directly), and refuse
+to run on a compiled one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Breakage:
+    what: str
+    rules: tuple[int, ...]  # any of these reported fails it as it should
+    faults: str  # the `--faults` under which it shows ("none": it needs none)
+    patch: Callable[[], None]
+    routes: str = "reconcile,record,release"
+    # Rule 8's 2xx floor: the checker does not know of a process's own stalls, which make
+    # most answers late; the executions' rate still counts.
+    floor_2xx: float | None = None
+
+
+def replace(module_name: str, name: str, make: Callable[[Any], Any]) -> None:
+    """Replace `module.name` with `make(original)`; a name that went away fails loudly."""
+    module = importlib.import_module(module_name)
+    if not hasattr(module, name):
+        raise SystemExit(f"broken: {module_name}.{name} is gone: the breakage needs updating")
+    setattr(module, name, make(getattr(module, name)))
+
+
+def replay_502() -> None:
+    """Every replay is a 502: stored answers unreadable."""
+    from gateway.http.problems import problem
+
+    async def unreadable(*args: Any, **kwargs: Any) -> Any:
+        return problem(502, "record-corrupt", "Recorded answer corrupt", "cannot be read")
+
+    replace("gateway.http.handler", "replay", lambda _: unreadable)
+
+
+def retry_422() -> None:
+    """The fingerprint differs between gateway processes: a retry that lands on another
+    gateway is refused as another payload."""
+    salt = secrets.token_hex(8)
+
+    def salted(real: Callable[..., str]) -> Callable[..., str]:
+        return lambda *args: hashlib.sha256((salt + real(*args)).encode()).hexdigest()
+
+    replace("gateway.http.claiming", "fingerprint", salted)
+
+
+def tenant_blind() -> None:
+    """The tenant is left out of the record key: tenants share each other's records."""
+    replace("gateway.http.handler", "tenant_id", lambda real: lambda scope: real([]))
+
+
+def forwards_nothing() -> None:
+    """Every claimed key is given back and answered 503: nothing reaches the upstream."""
+    from gateway.http.problems import problem
+
+    async def refuse(s: Any, c: Any) -> Any:
+        await s.store.release(c.key, c.token)
+        return problem(503, "redis-unavailable", "Redis unavailable", "try again later")
+
+    replace("gateway.http.handler", "forward", lambda _: refuse)
+
+
+def runs_twice() -> None:
+    """A completed key runs again instead of being replayed."""
+    from gateway.core.claims import Claim
+    from gateway.core.decision import Action
+
+    def again(real: Callable[..., Any]) -> Callable[..., Any]:
+        def decide(result: Any, *args: Any, **kwargs: Any) -> Any:
+            return Action.FORWARD if result.outcome is Claim.DONE else real(result, *args, **kwargs)
+
+        return decide
+
+    replace("gateway.http.claiming", "on_claim", again)
+
+
+def skips_fingerprint() -> None:
+    """The fingerprint is not checked: another payload under a key gets its answer."""
+    replace("gateway.http.claiming", "fingerprint", lambda _: lambda *args: "0" * 64)
+
+
+def another_body() -> None:
+    """A replay serves the record of the key replayed before it."""
+    from gateway.core.claims import Claim
+    from gateway.store.store import Store
+
+    real = Store.claim
+    last: list[Any] = []
+
+    async def swapped(self: Store, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, *args, **kwargs)
+        if result.outcome is not Claim.DONE or result.record is None or result.record.unknown:
+            return result
+        last.append(result)
+        return last.pop(0) if len(last) > 1 else result
+
+    Store.claim = swapped  # type: ignore[method-assign]
+
+
+def drops_record() -> None:
+    """The outcome is never stored: the key is released as if it had failed."""
+    from gateway.store.store import Store
+
+    async def dropped(self: Store, key: str, token: str, *args: Any, **kwargs: Any) -> bool:
+        await self.release(key, token)
+        return True
+
+    Store.complete = dropped  # type: ignore[method-assign]
+
+
+class Stalls:
+    """The process stalls (SIGSTOP, woken by a child of its own `lease + 1.5` s later, as a
+    supervisor or swapping would), at most `times` times, `every` seconds apart."""
+
+    def __init__(self, every: float = 3.0, times: int = 1) -> None:
+        self.every = every
+        self.left = times
+        self.last = time.monotonic() - every + 1.5  # the first one 1.5 s after the start
+
+    def maybe(self, lease: float) -> None:
+        if self.left <= 0 or time.monotonic() - self.last < self.every:
+            return
+        self.left -= 1
+        self.last = time.monotonic()
+        pid = os.getpid()
+        subprocess.Popen(["sh", "-c", f"sleep {lease + 1.5}; kill -CONT {pid}"])
+        os.kill(pid, signal.SIGSTOP)
+
+
+def stalled_owner() -> None:
+    """The owner does not check its lease before sending, and the process stalls between
+    its claim and its send for longer than the lease: it sends late, after a retry took the
+    key over."""
+    stalls = Stalls()
+
+    def unchecked(real: Callable[[float, float], bool]) -> Callable[[float, float], bool]:
+        def may_send(elapsed: float, lease: float) -> bool:
+            stalls.maybe(lease)
+            return True
+
+        return may_send
+
+    replace("gateway.http.forward", "may_still_send", unchecked)
+
+
+def stall_after_send() -> None:
+    """The process stalls after its request went out, before it stores the answer (lease
+    and all): a retry finds the lease over. Not a breakage: the control for the next."""
+    stalls = Stalls()
+
+    def stalled(real: Callable[..., Any]) -> Callable[..., Any]:
+        def decide(status: int, route: Any) -> Any:
+            stalls.maybe(route.lease)
+            return real(status, route)
+
+        return decide
+
+    replace("gateway.http.forward", "on_answer", stalled)
+
+
+def expired_lease_free() -> None:
+    """A key whose owner stopped renewing its lease is taken for a free one and run as new,
+    whether or not its request may have gone out; owners stall after sending, as above."""
+    from gateway.core.claims import Claim
+    from gateway.core.decision import Action
+
+    replace("gateway.http.claiming", "hold_lost", lambda _: lambda *args: False)
+
+    def as_new(real: Callable[..., Any]) -> Callable[..., Any]:
+        def decide(result: Any, *args: Any, **kwargs: Any) -> Any:
+            return (
+                Action.FORWARD if result.outcome is Claim.TAKEN else real(result, *args, **kwargs)
+            )
+
+        return decide
+
+    replace("gateway.http.claiming", "on_claim", as_new)
+    stall_after_send()
+
+
+BREAKAGES: dict[str, Breakage] = {
+    "replay-502": Breakage("every replay answered 502", (4,), "none", replay_502),
+    "retry-422": Breakage("identical retries refused with 422", (7,), "none", retry_422),
+    "tenant-blind": Breakage("the tenant left out of the record key", (3,), "none", tenant_blind),
+    "forwards-nothing": Breakage("forwards nothing", (8,), "none", forwards_nothing),
+    "runs-twice": Breakage("runs a completed key again", (1, 4), "none", runs_twice),
+    "skips-fingerprint": Breakage("skips the fingerprint check", (3,), "none", skips_fingerprint),
+    "another-body": Breakage("serves another key's body", (2, 3), "none", another_body),
+    "drops-record": Breakage("drops the record", (1, 4), "none", drops_record),
+    "stalled-owner": Breakage(
+        "a stalled owner sends late", (1, 4), "none", stalled_owner, floor_2xx=0.0
+    ),
+    # A `release` route runs a lost owner's key again by its policy, and the checker cannot
+    # see a stall of the process: record and reconcile routes, which never may.
+    "expired-lease-free": Breakage(
+        "an expired lease taken as a free key",
+        (1, 4),
+        "none",
+        expired_lease_free,
+        "reconcile,record",
+        floor_2xx=0.0,
+    ),
+}
+# The same stalls on the unbroken gateway, which must pass: the breakage above is caught
+# for what it breaks, not for the stalls.
+CONTROLS: dict[str, Breakage] = {
+    "stall-after-send": Breakage(
+        "owners stall after sending (the gateway unbroken)",
+        (),
+        "none",
+        stall_after_send,
+        "reconcile,record",
+        floor_2xx=0.0,
+    ),
+}
+
+
+def compiled() -> bool:
+    import gateway.http.handler
+
+    return not (gateway.http.handler.__file__ or "").endswith(".py")
+
+
+def main() -> int:
+    known = {**BREAKAGES, **CONTROLS}
+    if len(sys.argv) < 2 or sys.argv[1] not in known:
+        print(f"usage: broken {{{','.join(known)}}} GATEWAY_OPTIONS", file=sys.stderr)
+        return 2
+    if compiled():
+        print("broken: the gateway is compiled; its modules cannot be replaced", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `python -m gateway` does
+    known[sys.argv[1]].patch()
+    from gateway.cli import main as gateway_main
+
+    return gateway_main(sys.argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
