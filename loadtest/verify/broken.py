@@ -8,8 +8,9 @@ breakage names the rules whose violation must fail the run, and the faults (if a
 which it shows. `python -m loadtest.verify.blind` runs them all.
 
 The replacements reach the gateway's modules through their attributes: they need the
-pure-Python gateway (a module compiled with mypyc calls its neighbours directly), and refuse
-to run on a compiled one.
+pure-Python gateway (a module compiled with mypyc calls its neighbours directly), so on a
+compiled build the gateway runs again with `IDEM_PURE=1`, which loads its modules from their
+sources.
 """
 
 from __future__ import annotations
@@ -251,8 +252,14 @@ def main() -> int:
         print(f"usage: broken {{{','.join(known)}}} GATEWAY_OPTIONS", file=sys.stderr)
         return 2
     if compiled():
-        print("broken: the gateway is compiled; its modules cannot be replaced", file=sys.stderr)
-        return 2
+        if os.environ.get("IDEM_PURE") == "1":
+            print(
+                "broken: the gateway is compiled; its modules cannot be replaced", file=sys.stderr
+            )
+            return 2
+        # A compiled build loads its modules from their sources with IDEM_PURE=1 (build.py).
+        argv = [sys.executable, "-m", "loadtest.verify.broken", *sys.argv[1:]]
+        os.execve(sys.executable, argv, {**os.environ, "IDEM_PURE": "1"})
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `python -m gateway` does
     known[sys.argv[1]].patch()
     from gateway.cli import main as gateway_main
