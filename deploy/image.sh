@@ -118,8 +118,8 @@ docker build --network host --file "$WORK/Dockerfile" --tag idem-gateway:local .
 say "built in $((SECONDS - started)) s"
 
 run() { local entry=$1; shift; docker run --rm --entrypoint "$entry" idem-gateway:local "$@"; }
-run idem-gateway --version | tee /dev/stderr | grep -q 'compiled (mypyc)' \
-    || fail "the image's gateway is not the compiled build"
+said=$(run idem-gateway --version) && echo "$said"
+grep -q 'compiled (mypyc)' <<<"$said" || fail "the image's gateway is not the compiled build"
 # As root, so that root's own caches are looked at too.
 docker run --rm --user 0 --entrypoint python idem-gateway:local -c '
 import importlib.util, os, pathlib, shutil, sys
