@@ -35,7 +35,8 @@ for name in sys.argv[1:]:
     except m.PackageNotFoundError:
         deps[name] = "absent"
 print(json.dumps({"build": build.kind(), "python": platform.python_version(),
-                  "gateway": build.describe(), "dependencies": deps}))
+                  "gateway": build.describe(), "dependencies": deps,
+                  "interpreter": sys.version.replace(chr(10), " ")}))
 """
 
 
@@ -47,6 +48,8 @@ class Interpreter:
     python: str  # "3.12.1"
     gateway: str  # build.describe(): the version and the build, in words
     dependencies: dict[str, str]
+    # sys.version: the build of Python (date, compiler), whose own instructions are counted
+    interpreter: str = ""
 
     @property
     def key(self) -> str:
@@ -120,6 +123,7 @@ def record(
         "python": interpreter.python,
         "gateway": interpreter.gateway,
         "dependencies": interpreter.dependencies,
+        "interpreter": interpreter.interpreter,
         "why": why,
     }
     path.write_text(json.dumps(baselines, indent=2, sort_keys=True) + "\n")
@@ -176,6 +180,11 @@ def report(
         lines.append(
             "dependencies differ from the baseline's (their code is counted too): "
             + ", ".join(f"{name} {was} -> {now}" for name, (was, now) in sorted(moved.items()))
+        )
+    if baseline.get("interpreter", interpreter.interpreter) != interpreter.interpreter:
+        lines.append(
+            f"another build of Python than the baseline's ({baseline['interpreter']}):"
+            " its own instructions are counted too"
         )
     if not all(v.passes(tolerance) for v in verdicts):
         lines.append(

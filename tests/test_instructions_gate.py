@@ -14,7 +14,9 @@ from loadtest import instructions_gate as gate
 from loadtest.instructions import child_env, main
 
 COUNTS = {"new-key": 850_000.0, "replay": 540_000.0, "pass-through": 400_000.0}
-PURE = gate.Interpreter("pure", "3.11.7", "0.1.0, pure Python", {"aiohttp": "3.14.5"})
+PURE = gate.Interpreter(
+    "pure", "3.11.7", "0.1.0, pure Python", {"aiohttp": "3.14.5"}, "3.11.7 [GCC 12.2.0]"
+)
 
 
 def recorded(tmp_path: Path) -> Path:
@@ -43,11 +45,19 @@ def test_the_report_names_the_scenario_the_figures_and_the_tolerance(tmp_path: P
     assert not any("FAIL" in line for line in lines if line.startswith("new-key"))
 
 
-def test_the_report_names_dependencies_that_moved_since_the_baseline(tmp_path: Path) -> None:
+def test_the_report_names_dependencies_and_a_python_build_that_differ_from_the_baseline(
+    tmp_path: Path,
+) -> None:
     baseline = gate.baseline_for(PURE, recorded(tmp_path))
     newer = gate.Interpreter("pure", "3.11.7", "0.1.0, pure Python", {"aiohttp": "3.15.0"})
     lines = gate.report(gate.judge(COUNTS, baseline), newer, baseline)
     assert any("aiohttp 3.14.5 -> 3.15.0" in line for line in lines)
+    rebuilt = gate.Interpreter(
+        "pure", "3.11.7", "0.1.0, pure Python", {"aiohttp": "3.14.5"}, "3.11.7 [Clang 16]"
+    )
+    lines = gate.report(gate.judge(COUNTS, baseline), rebuilt, baseline)
+    assert any("another build of Python" in line for line in lines)
+    assert not any("dependencies differ" in line for line in lines)
 
 
 def test_a_baseline_of_other_scenarios_cannot_judge(tmp_path: Path) -> None:
@@ -74,6 +84,7 @@ def test_the_probe_reads_the_build_and_python_of_the_interpreter_measured(
     assert found.build == build.kind()
     assert found.python == ".".join(map(str, sys.version_info[:3]))
     assert found.key == f"{build.kind()}-{sys.version_info[0]}.{sys.version_info[1]}"
+    assert found.interpreter == sys.version.replace("\n", " ")
 
 
 @pytest.mark.skipif(
