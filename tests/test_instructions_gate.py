@@ -77,6 +77,14 @@ def test_each_build_and_python_minor_has_its_own_baseline(tmp_path: Path) -> Non
         gate.baseline_for(other, path)
 
 
+def test_the_committed_baselines_cover_the_builds_ci_measures() -> None:
+    baselines = gate.load()
+    assert {"pure-3.11", "compiled-3.12"} <= set(baselines)
+    for entry in baselines.values():
+        assert set(entry["instructions_per_request"]) == {"new-key", "replay", "pass-through"}
+        assert entry["commit"] and entry["why"] and entry["python"]
+
+
 def test_the_probe_reads_the_build_and_python_of_the_interpreter_measured(
     tmp_path: Path,
 ) -> None:
