@@ -7,14 +7,14 @@ tree first on PYTHONPATH) under `valgrind --tool=callgrind`, instrumented only o
 listens. Each round sends `--requests` new keys, as many replays of 20 keys and as many
 unprotected `GET`s (pass-through) over 8 keep-alive connections, the first 50 unmeasured,
 and reads the instructions the process ran meanwhile (user space only: the kernel's share of
-a request is not counted). Two runs of one tree agree within about 1%; CPU seconds on a busy
+a request is not counted). Two runs of one tree agree within about 0.5%; CPU seconds on a busy
 machine vary by 5 to 15%. Valgrind runs the gateway some 50 times slower, so a round of 400
 requests takes a few seconds.
 
 `--gate` measures the gateway that `--python` (default: this interpreter) imports, as it is
 installed (a compiled wheel, or the checkout's source for an editable install), and holds
 each scenario's count to the baseline of its build and Python minor version
-(loadtest/instructions_gate.py); `--record --why "..."` takes that baseline.
+(loadtest/instructions_gate.py); `--record WHY` takes that baseline.
 """
 
 from __future__ import annotations
@@ -197,13 +197,13 @@ def compare_trees(trees: dict[str, str], requests: int, rounds: int) -> None:
 
 def run_gate(python: str, baselines: Path, requests: int, rounds: int, why: str | None) -> int:
     """Measure the gateway `python` runs; record its baseline (`why` given) or judge it."""
-    if shutil.which("valgrind") is None:
-        raise gate.GateError("valgrind is not installed (Debian: apt-get install valgrind)")
     env = child_env(None)
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-instr-")))
         interpreter = gate.probe(python, env, workdir)
         baseline = None if why is not None else gate.baseline_for(interpreter, baselines)
+        if shutil.which("valgrind") is None:
+            raise gate.GateError("valgrind is not installed (Debian: apt-get install valgrind)")
         print(f"measuring {interpreter.gateway} on Python {interpreter.python} ({python})")
         redis = start_redis(stack)
         upstream = start_upstream(stack, workdir)
@@ -235,7 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             trees = dict(item.split("=", 1) for item in args.tree)
             compare_trees(trees, args.requests, args.rounds)
             return 0
-        return run_gate(args.python, args.baselines, args.requests, args.rounds, args.record)
+        # Absolute, as the gateway runs elsewhere; not resolved: a venv's python is a symlink.
+        python = os.path.abspath(args.python) if os.sep in args.python else args.python
+        return run_gate(python, args.baselines, args.requests, args.rounds, args.record)
     except gate.GateError as exc:
         print(f"instructions gate: {exc}", file=sys.stderr)
         return 2

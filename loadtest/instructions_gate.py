@@ -14,6 +14,7 @@ with the commit, Python, dependencies and reason it was taken with.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ class GateError(Exception):
 
 def probe(python: str, env: dict[str, str], cwd: Path) -> Interpreter:
     """Ask `python` (run as the gateway will be: same environment, same folder) what it runs."""
+    if shutil.which(python) is None:
+        raise GateError(f"{python}: no such interpreter")
     done = subprocess.run(
         [python, "-c", PROBE, *DEPENDENCIES],
         env=env,

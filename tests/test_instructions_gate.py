@@ -113,3 +113,14 @@ def test_the_gate_without_a_baseline_for_this_build_exits_2_with_one_line(
     assert main(["--gate", "--baselines", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("instructions gate: ")
+
+
+def test_the_gate_takes_a_python_relative_to_where_it_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(sys.executable).parent)
+    none = str(tmp_path / "none.json")
+    assert main(["--gate", "--python", f"./{Path(sys.executable).name}", "--baselines", none]) == 2
+    assert "no instructions baseline for" in capsys.readouterr().err
+    assert main(["--gate", "--python", "./no-such-python", "--baselines", none]) == 2
+    assert "no such interpreter" in capsys.readouterr().err
