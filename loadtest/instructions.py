@@ -4,11 +4,17 @@ noisy machine does not move.
 `python -m loadtest.instructions --tree before=/path/to/old/checkout --tree after=.` starts on
 loopback a counting upstream and a redis-server, then each tree's gateway (one process, the
 tree first on PYTHONPATH) under `valgrind --tool=callgrind`, instrumented only once it
-listens. Each round sends `--requests` new keys (then as many replays of 20 keys) over 8
-keep-alive connections, the first 50 unmeasured, and reads the instructions the process ran
-meanwhile (user space only: the kernel's share of a request is not counted). Two runs of
-one tree agree within about 1%; CPU seconds on a busy machine vary by 5 to 15%. Valgrind
-runs the gateway some 50 times slower, so a round of 400 requests takes a few seconds.
+listens. Each round sends `--requests` new keys, as many replays of 20 keys and as many
+unprotected `GET`s (pass-through) over 8 keep-alive connections, the first 50 unmeasured,
+and reads the instructions the process ran meanwhile (user space only: the kernel's share of
+a request is not counted). Two runs of one tree agree within about 0.5%; CPU seconds on a busy
+machine vary by 5 to 15%. Valgrind runs the gateway some 50 times slower, so a round of 400
+requests takes a few seconds.
+
+`--gate` measures the gateway that `--python` (default: this interpreter) imports, as it is
+installed (a compiled wheel, or the checkout's source for an editable install), and holds
+each scenario's count to the baseline of its build and Python minor version
+(loadtest/instructions_gate.py); `--record WHY` takes that baseline.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -28,27 +34,37 @@ import yaml
 
 from testkit.ports import free_port, wait_for_port
 
+from . import instructions_gate as gate
 from .procs import start_redis, start_upstream
 from .run import gateway_config
 
 BODY = b'{"amount":100,"currency":"EUR"}'
 WARM = 50  # requests before each count: connections open, caches filled
 REPLAYED_KEYS = 20
+PASS_THROUGH = b"GET /get HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # no route protects it
+EXPECTED = {"new-key": 201, "replay": 201, "pass-through": 200}  # each scenario's status
+# Under valgrind on a busy machine a Redis reply can take longer than the default 1 s to be
+# read: a 503 then. Timeouts are not on the measured path, so they cost no instruction.
+SLOW_REDIS = {"socket_timeout": "30s", "pool_timeout": "30s", "connect_timeout": "10s"}
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
 
 
-async def drive(port: int, keys: list[str], connections: int = 8) -> dict[int, int]:
-    """POST /pay once per key, over `connections` keep-alive connections: the statuses."""
+def payment(key: str) -> bytes:
+    """A POST /pay with `key` as its Idempotency-Key: the protected route's request."""
+    head = b"POST /pay HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: %s\r\n" % key.encode()
+    head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    return head + BODY
+
+
+async def drive(port: int, requests: list[bytes], connections: int = 8) -> dict[int, int]:
+    """Send each request once, over `connections` keep-alive connections: the statuses."""
     codes: dict[int, int] = {}
-    todo = list(reversed(keys))
+    todo = list(reversed(requests))
 
     async def one() -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         while todo:
-            key = todo.pop().encode()
-            head = b"POST /pay HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: %s\r\n" % key
-            head += b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY)
-            writer.write(head + BODY)
+            writer.write(todo.pop())
             answer = await reader.readuntil(b"\r\n\r\n")
             length = _LENGTH.search(answer)
             if length:
@@ -59,6 +75,19 @@ async def drive(port: int, keys: list[str], connections: int = 8) -> dict[int, i
 
     await asyncio.gather(*(one() for _ in range(connections)))
     return codes
+
+
+def scenario_requests(scenario: str, name: str, round_: int, count: int) -> list[bytes]:
+    """One round of `scenario` for gateway `name`: fresh keys, its replayed keys, plain GETs."""
+    if scenario == "new-key":
+        return [payment(f"{name}-{round_}-{i:05d}") for i in range(count)]
+    if scenario == "replay":
+        return [payment(replayed_key(name, i % REPLAYED_KEYS)) for i in range(count)]
+    return [PASS_THROUGH] * count
+
+
+def replayed_key(name: str, i: int) -> str:
+    return f"{name}-replayed-{i:02d}"
 
 
 def total_instructions(dump: Path) -> int:
@@ -73,84 +102,145 @@ def _control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
+def child_env(pythonpath: str | None) -> dict[str, str]:
+    """The gateway's environment: `pythonpath` first on its path, or none at all (so that it
+    imports the gateway installed for its interpreter); string hashes seeded alike each run."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONHASHSEED"] = "0"
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(Path(pythonpath).resolve())
+    return env
+
+
 def measure(
     name: str,
-    tree: str,
+    python: str,
+    env: dict[str, str],
     redis_url: str,
     upstream_url: str,
     workdir: Path,
     requests: int,
     rounds: int,
 ) -> dict[str, list[float]]:
-    """Instructions per request of one tree's gateway, by scenario, one value per round."""
+    """Instructions per request of one gateway, by scenario, one value per round. It runs in
+    `workdir`: `python -m` puts that folder first on the path, so no checkout is imported
+    unless `env` names it."""
     port = free_port()
     config = workdir / f"gateway-{name}.yaml"
     raw = gateway_config(port, upstream_url, redis_url, "uvloop", True, free_port())
+    raw["redis"].update(SLOW_REDIS)
     config.write_text(yaml.safe_dump(raw))
     out = workdir / f"callgrind-{name}"
     command = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-        sys.executable, "-m", "gateway", "--config", str(config), "--workers", "1",
+        python, "-m", "gateway", "--config", str(config), "--workers", "1",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     with open(workdir / f"gateway-{name}.log", "wb") as log:
         process = subprocess.Popen(command, env=env, cwd=workdir, stdout=log, stderr=log)
-    per: dict[str, list[float]] = {"new-key": [], "replay": []}
+    per: dict[str, list[float]] = {scenario: [] for scenario in EXPECTED}
     try:
         wait_for_port(port, process, timeout=300)
         _control("-i", "on", str(process.pid))
-        fixed = [f"{name}-fixed-{i}" for i in range(REPLAYED_KEYS)]
-        asyncio.run(drive(port, fixed, 1))
+        replayed = [payment(replayed_key(name, i)) for i in range(REPLAYED_KEYS)]
+        asyncio.run(drive(port, replayed, 1))
         for round_ in range(rounds):
-            tag = f"{name}-{round_}-{time.monotonic_ns()}"
-            for scenario, keys in (
-                ("new-key", [f"{tag}-{i}" for i in range(requests)]),
-                ("replay", [fixed[i % REPLAYED_KEYS] for i in range(requests)]),
-            ):
-                asyncio.run(drive(port, keys[:WARM]))
+            for scenario, expected in EXPECTED.items():
+                batch = scenario_requests(scenario, name, round_, requests)
+                asyncio.run(drive(port, batch[:WARM]))
                 _control("-z", str(process.pid))
-                codes = asyncio.run(drive(port, keys[WARM:]))
-                if set(codes) != {201}:
-                    raise RuntimeError(f"gateway {name} answered {codes} in {scenario}")
+                codes = asyncio.run(drive(port, batch[WARM:]))
+                if set(codes) != {expected}:
+                    raise gate.GateError(
+                        f"gateway {name} answered {codes} in {scenario}, not only {expected};"
+                        f" its log ends: {_tail(workdir / f'gateway-{name}.log')}"
+                    )
                 _control("-d", str(process.pid))
                 dumps = sorted(workdir.glob(f"{out.name}*"), key=lambda p: p.stat().st_mtime)
                 count = total_instructions(dumps[-1]) / (requests - WARM)
                 per[scenario].append(count)
-                print(f"round {round_ + 1} {scenario:8} {name:10} {count / 1000:7.1f} k instr/req")
+                print(f"round {round_ + 1} {scenario:12} {name:10} {count / 1000:7.1f} k instr/req")
     finally:
         process.terminate()
         process.wait(60)
     return per
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
-    parser.add_argument("--requests", type=int, default=400, help="per round and scenario")
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args(argv)
-    trees = dict(item.split("=", 1) for item in args.tree)
+def _tail(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return " | ".join(lines[-3:]) or "(empty)"
+
+
+def compare_trees(trees: dict[str, str], requests: int, rounds: int) -> None:
+    """Each tree's counts side by side, as ratios to the first tree's."""
     counts: dict[str, dict[str, list[float]]] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-instr-")))
         redis = start_redis(stack)
         upstream = start_upstream(stack, workdir)
         for name, path in trees.items():
+            env = child_env(path)
             counts[name] = measure(
-                name, path, redis.url, upstream.url, workdir, args.requests, args.rounds
+                name, sys.executable, env, redis.url, upstream.url, workdir, requests, rounds
             )
     first = next(iter(trees))
-    print(f"\n{'scenario':9} {'tree':10} {'min k':>8} {'max k':>8} {'vs ' + first:>12}")
-    for scenario in ("new-key", "replay"):
+    print(f"\n{'scenario':12} {'tree':10} {'min k':>8} {'max k':>8} {'vs ' + first:>12}")
+    for scenario in EXPECTED:
         base = min(counts[first][scenario])
         for name in trees:
             values = counts[name][scenario]
             ratio = min(values) / base
             print(
-                f"{scenario:9} {name:10} {min(values) / 1000:8.1f} {max(values) / 1000:8.1f} "
+                f"{scenario:12} {name:10} {min(values) / 1000:8.1f} {max(values) / 1000:8.1f} "
                 f"{ratio:11.3f}x"
             )
-    return 0
+
+
+def run_gate(python: str, baselines: Path, requests: int, rounds: int, why: str | None) -> int:
+    """Measure the gateway `python` runs; record its baseline (`why` given) or judge it."""
+    env = child_env(None)
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-instr-")))
+        interpreter = gate.probe(python, env, workdir)
+        baseline = None if why is not None else gate.baseline_for(interpreter, baselines)
+        if shutil.which("valgrind") is None:
+            raise gate.GateError("valgrind is not installed (Debian: apt-get install valgrind)")
+        print(f"measuring {interpreter.gateway} on Python {interpreter.python} ({python})")
+        redis = start_redis(stack)
+        upstream = start_upstream(stack, workdir)
+        per = measure("gate", python, env, redis.url, upstream.url, workdir, requests, rounds)
+    counts = {scenario: min(values) for scenario, values in per.items()}
+    if baseline is None:
+        assert why is not None
+        gate.record(interpreter, counts, gate.commit(), why, baselines)
+        print(f"baseline {interpreter.key} written to {baselines}")
+        return 0
+    verdicts = gate.judge(counts, baseline)
+    print("\n".join(gate.report(verdicts, interpreter, baseline)))
+    return 0 if all(v.passes() for v in verdicts) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--tree", action="append", metavar="NAME=PATH")
+    what.add_argument("--gate", action="store_true", help="hold the counts to the baseline")
+    what.add_argument("--record", metavar="WHY", help="take the baseline, for the reason given")
+    parser.add_argument("--python", default=sys.executable, help="the interpreter measured")
+    parser.add_argument("--baselines", type=Path, default=gate.BASELINES, help="the baseline file")
+    parser.add_argument("--requests", type=int, default=400, help="per round and scenario")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    try:
+        if args.tree:
+            trees = dict(item.split("=", 1) for item in args.tree)
+            compare_trees(trees, args.requests, args.rounds)
+            return 0
+        # Absolute, as the gateway runs elsewhere; not resolved: a venv's python is a symlink.
+        python = os.path.abspath(args.python) if os.sep in args.python else args.python
+        return run_gate(python, args.baselines, args.requests, args.rounds, args.record)
+    except gate.GateError as exc:
+        print(f"instructions gate: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

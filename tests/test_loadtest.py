@@ -15,7 +15,7 @@ import redis
 import yaml
 
 from loadtest import floors
-from loadtest.instructions import drive, total_instructions
+from loadtest.instructions import drive, payment, total_instructions
 from loadtest.run import find_duplicates, gateway_config
 from testkit.ports import free_port, wait_for_port
 
@@ -225,6 +225,6 @@ async def test_instructions_drives_one_post_per_key_and_counts_the_statuses(
 ) -> None:
     counting, url = upstream
     keys = [f"k{i}" for i in range(10)]
-    codes = await drive(int(url.rsplit(":", 1)[1]), keys, connections=3)
+    codes = await drive(int(url.rsplit(":", 1)[1]), [payment(key) for key in keys], connections=3)
     assert codes == {201: 10}
     assert all(counting.count("/pay", key) == 1 for key in keys)

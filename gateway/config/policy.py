@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -17,7 +18,7 @@ from pydantic.json_schema import WithJsonSchema
 
 from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, Origin, Size
-from gateway.core.decision import records
+from gateway.core.decision import hold_lost, records
 from gateway.core.headers import HOP_BY_HOP, REWRITTEN
 from gateway.core.scope import CLIENT_CERT, CLIENT_CERT_PARTS, client_cert_part
 
@@ -201,7 +202,8 @@ class Policy(_Model):
                 raise ValueError(f"{name!r} is not a header name or one of {known}")
         return value
 
-    @property
+    # The derived values below are read on every request: computed once (the model is frozen).
+    @cached_property
     def client_cert_scope(self) -> bool:
         """Whether the scope reads the client's TLS certificate (it needs mutual TLS)."""
         return any(client_cert_part(name) is not None for name in self.scope)
@@ -213,12 +215,17 @@ class Policy(_Model):
             raise ValueError(f"{value!r} is not a JSON Pointer (it must start with /)")
         return value
 
-    @property
+    @cached_property
     def owner_lost(self) -> str:
         """What a lost owner's key becomes: `on_owner_lost`, else `on_unknown_outcome`."""
         return self.on_owner_lost or self.on_unknown_outcome
 
-    @property
+    @cached_property
+    def holds_lost_keys(self) -> bool:
+        """Whether a claim leaves a lost owner's key as it is (409) rather than taking it over."""
+        return hold_lost(self, self.reconcile is not None)
+
+    @cached_property
     def key_header_names(self) -> tuple[str, ...]:
         """Every header that may carry the key, key_header first."""
         return tuple(dict.fromkeys((self.key_header, *self.key_headers)))

@@ -75,18 +75,22 @@ def records(rules: tuple[str, ...], status: int) -> bool:
 def on_claim(result: ClaimResult, policy: Policy, may_wait: bool, waited: bool = False) -> Action:
     """What to do with the answer of the claim script; `waited` after waiting for another
     request with the key (`on_in_flight: wait`)."""
-    if result.outcome is Claim.CLAIMED or result.outcome is Claim.UNSENT:
+    outcome = result.outcome  # the two answers of nearly every request first: new, replay
+    if outcome is Claim.CLAIMED:
         return Action.UNRECORDED if waited else Action.FORWARD
-    if result.outcome is Claim.TAKEN:  # a waiting duplicate lets it go: only a retry settles
+    if outcome is Claim.DONE:
+        assert result.record is not None
+        return Action.REPLAY_UNKNOWN if result.record.unknown else Action.REPLAY
+    if outcome is Claim.UNSENT:
+        return Action.UNRECORDED if waited else Action.FORWARD
+    if outcome is Claim.TAKEN:  # a waiting duplicate lets it go: only a retry settles
         return Action.OWNER_LOST if waited else Action.TAKE_OVER
-    if result.outcome is Claim.LOST:
+    if outcome is Claim.LOST:
         return Action.OWNER_LOST
-    if result.outcome is Claim.MISMATCH:
+    if outcome is Claim.MISMATCH:
         return Action.MISMATCH
-    if result.outcome is Claim.IN_FLIGHT:
-        return Action.WAIT if policy.on_in_flight == "wait" and may_wait else Action.CONFLICT
-    assert result.record is not None
-    return Action.REPLAY_UNKNOWN if result.record.unknown else Action.REPLAY
+    assert outcome is Claim.IN_FLIGHT
+    return Action.WAIT if policy.on_in_flight == "wait" and may_wait else Action.CONFLICT
 
 
 def on_answer(status: int, policy: Policy) -> Settle:

@@ -10,7 +10,7 @@ from typing import Final
 
 from gateway.config.policy import Route
 from gateway.core.claims import Claim, ClaimResult
-from gateway.core.decision import Action, hold_lost, on_claim
+from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.errors import StoreUnavailable
 from gateway.store.store import Store
@@ -73,7 +73,7 @@ def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitab
         token,
         route.lease,
         route.retention,
-        take_lost=not hold_lost(route, route.reconcile is not None),
+        take_lost=not route.holds_lost_keys,
         mark_sent=route.mark_sent,
     )
 

@@ -111,15 +111,25 @@ def key_of(request: web.Request, route: Route, body: bytes | None) -> str | None
 def scope_of(request: web.Request, route: Route) -> list[str]:
     """The route's scope values as the upstream will receive them, or as the client's TLS
     certificate shows them; BadScope otherwise."""
+    if route.client_cert_scope:
+        return scope_values(
+            lambda name: _cert_or_header(request, name),
+            route.scope,
+            route.key_header_names,
+            route.require_scope,
+        )
     headers = request.headers
+    return scope_values(
+        lambda name: headers.getall(name, []),
+        route.scope,
+        route.key_header_names,
+        route.require_scope,
+    )
 
-    def getall(name: str) -> list[str]:
-        part = client_cert_part(name) if route.client_cert_scope else None
-        if part is not None:
-            return client_cert_values(request, part)
-        return headers.getall(name, [])
 
-    return scope_values(getall, route.scope, route.key_header_names, route.require_scope)
+def _cert_or_header(request: web.Request, name: str) -> list[str]:
+    part = client_cert_part(name)
+    return request.headers.getall(name, []) if part is None else client_cert_values(request, part)
 
 
 NO_FIELDS: Fields = {}
