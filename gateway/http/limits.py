@@ -259,6 +259,8 @@ class _Guarded(asyncio.Protocol):
         self.head_since = NOT_READING  # no header timeout: LINGER bounds it
         self._inner = _Draining(self._inner, self._transport, self._loop)
         self._transport.write_eof()
+        if not self._transport.is_reading():  # aiohttp paused it: its queue of heads was full
+            self._transport.resume_reading()
 
     def slow(self) -> None:
         """The head did not arrive in time: nothing is owed to this client. Over TLS not even
