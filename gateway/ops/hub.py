@@ -67,6 +67,9 @@ class Hub:
     def exited(self, slot: int) -> None:
         self.loop.call_soon_threadsafe(self.set.exited, slot)
 
+    def failed_start(self) -> None:
+        self.loop.call_soon_threadsafe(self.set.failed_start)
+
     def stopping(self) -> None:
         self.set.draining = True  # a plain flag: /readyz answers 503 from now on
 
@@ -119,6 +122,8 @@ class Hub:
         log.info("admin listener on %s://%s:%d for %d workers", scheme, host, port, self.count)
         self._served.set()
         tasks = [asyncio.create_task(self._refreshing())]
+        if self.tls is not None:
+            tasks.append(asyncio.create_task(self.tls.watch_expiry()))
         if self.tls is not None and self.tls.settings.watch_interval is not None:
             tasks.append(asyncio.create_task(self.tls.watch(self.tls.settings.watch_interval)))
         try:
@@ -154,15 +159,20 @@ class Hub:
 
 
 def supervisor_families(
-    count: int, up: int, restarts: int, admin_expires: float | None = None
+    count: int, up: int, restarts: int, failed: int = 0, admin_expires: float | None = None
 ) -> list[Metric]:
-    """The supervisor's own series: workers configured and answering, restarts, and the
-    expiry of the admin listener's certificate (admin.tls), which it shows."""
+    """The supervisor's own series: workers configured and answering, restarts, failed
+    starts, and the expiry of the admin listener's certificate (admin.tls), which it shows."""
     families: list[Metric] = [
         GaugeMetricFamily("idem_workers", "Worker processes configured", count),
         GaugeMetricFamily("idem_workers_up", "Worker processes answering", up),
         CounterMetricFamily(
             "idem_worker_restarts", "Workers started again after one exited", restarts
+        ),
+        CounterMetricFamily(
+            "idem_worker_failed_starts",
+            "Workers that exited during their start (tried again, with a growing pause)",
+            failed,
         ),
     ]
     if admin_expires is not None:
@@ -183,7 +193,8 @@ class _Supervisor(Collector):
     def collect(self) -> Iterator[Metric]:
         tls = self.hub.tls
         expires = tls.expires if tls is not None else None
-        yield from supervisor_families(self.hub.count, self.up, self.hub.restarts, expires)
+        hub = self.hub
+        yield from supervisor_families(hub.count, self.up, hub.restarts, hub.failed_starts, expires)
 
 
 class _Merged(Collector):
