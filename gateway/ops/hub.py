@@ -28,6 +28,7 @@ from gateway import build
 from gateway.config.settings import Admin
 from gateway.http.certificates import Certificates
 from gateway.ops.console import add_pages
+from gateway.ops.merge import one_each
 from gateway.ops.overview import overview
 from gateway.ops.passon import attention, forward
 from gateway.ops.workerset import WORKERS, WorkerSet
@@ -186,23 +187,17 @@ def supervisor_families(
     return families
 
 
-class _Supervisor(Collector):
+class _Exposition(Collector):
+    """The workers' families merged and the supervisor's own, each family said once."""
+
     def __init__(self, hub: WorkerSet, up: int) -> None:
         self.hub, self.up = hub, up
 
     def collect(self) -> Iterator[Metric]:
-        tls = self.hub.tls
-        expires = tls.expires if tls is not None else None
         hub = self.hub
-        yield from supervisor_families(hub.count, self.up, hub.restarts, hub.failed_starts, expires)
-
-
-class _Merged(Collector):
-    def __init__(self, hub: WorkerSet) -> None:
-        self.hub = hub
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.hub.metrics.families()
+        expires = hub.tls.expires if hub.tls is not None else None
+        own = supervisor_families(hub.count, self.up, hub.restarts, hub.failed_starts, expires)
+        yield from one_each(hub.metrics.families(), own)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -233,9 +228,8 @@ async def _metrics(request: web.Request) -> web.Response:
     hub = request.app[WORKERS]
     await hub.refresh()
     registry = CollectorRegistry()
-    registry.register(_Merged(hub))
     up = sum(1 for w in await hub.states("/healthz") if w["up"])
-    registry.register(_Supervisor(hub, up))
+    registry.register(_Exposition(hub, up))
     return web.Response(
         body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
