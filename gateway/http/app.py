@@ -133,7 +133,7 @@ def create_app(
     app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
-    app[CONNECTIONS] = Connections(settings.limits, metrics)
+    app[CONNECTIONS] = Connections(settings.limits, metrics.connection_cut)
     metrics.watch_connections(lambda: len(app[CONNECTIONS]))
     app.on_response_prepare.append(add_request_id)
     if tracing is None and settings.tracing.enabled:

@@ -22,9 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
-from gateway.http.app import METRICS, SERVICES
+from gateway.http.app import LIVE, METRICS, SERVICES
 from gateway.http.certificates import attach_tls
 from gateway.http.eviction import eviction_risk
+from gateway.ops.adminsite import guarded_app, serve
 from gateway.ops.console import add_pages
 from gateway.ops.keyroutes import PRIVATE, PUBLIC, TOKEN, add_key_routes
 from gateway.ops.listener import ListenError, bind, bind_private
@@ -87,7 +88,7 @@ def create_admin_app(
 ) -> web.Application:
     """The admin application of the gateway `public`; `private`: served to the supervisor
     of `--workers N` on the worker's own socket."""
-    app = web.Application()
+    app = guarded_app(public[LIVE].settings.limits)
     app[PUBLIC] = public
     app[STATE] = state
     app[PRIVATE] = private
@@ -133,7 +134,7 @@ def attach_admin(
                 yield
                 return
             sock = admin_socket(settings, public_address)
-            await web.SockSite(runner, sock, ssl_context=tls).start()
+            await serve(runner, sock, tls)
             state.port = int(sock.getsockname()[1])
             log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
             yield

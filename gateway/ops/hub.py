@@ -25,8 +25,9 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from gateway import build
-from gateway.config.settings import Admin
+from gateway.config.settings import Admin, Limits
 from gateway.http.certificates import Certificates
+from gateway.ops.adminsite import guarded_app, serve
 from gateway.ops.console import add_pages
 from gateway.ops.merge import one_each
 from gateway.ops.overview import overview
@@ -46,8 +47,9 @@ class Hub:
     """The supervisor's admin listener; `started` and `exited` are called from the
     supervisor's thread as it starts and reaps workers."""
 
-    def __init__(self, settings: Admin, count: int, state_dir: str) -> None:
+    def __init__(self, settings: Admin, limits: Limits, count: int, state_dir: str) -> None:
         self.settings = settings
+        self.limits = limits  # the public listener's, which the admin listener keeps to
         self.count = count
         # admin.tls: the supervisor's listener is the one that shows the certificate.
         self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
@@ -112,7 +114,7 @@ class Hub:
         try:
             await runner.setup()
             context = self.tls.context if self.tls is not None else None
-            await web.SockSite(runner, sock, ssl_context=context).start()
+            await serve(runner, sock, context)
         except BaseException as exc:  # told to the supervisor's thread, which says it
             self._failure = exc
             self._served.set()
@@ -138,7 +140,7 @@ class Hub:
             await self.set.close()
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = guarded_app(self.limits)
         app[WORKERS] = self.set
         app.router.add_get("/healthz", _healthz)
         app.router.add_get("/readyz", _readyz)

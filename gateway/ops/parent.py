@@ -37,7 +37,7 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         serving = Serving(settings.state_dir, config, settings)
         host, port = sock.getsockname()[:2]
         if settings.admin is not None:  # one admin address, the parent's, for every worker
-            hub = Hub(settings.admin, workers, settings.state_dir)
+            hub = Hub(settings.admin, settings.limits, workers, settings.state_dir)
             hub.start(admin_socket(settings.admin, public_address=(host, port)))
         start_listening(sock, listen.backlog)  # once it listens, so does the admin listener
 
