@@ -78,7 +78,11 @@ def unauthorized(request: web.Request) -> web.Response | None:
         )
     # Bytes not UTF-8 come as surrogates: compared as they came, never a 500.
     given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-    if not hmac.compare_digest(given, f"Bearer {token}".encode()):
+    scheme, _, credentials = given.partition(b" ")
+    # The scheme is case-insensitive (RFC 9110 11.1): `bearer` is `Bearer`.
+    bearer = scheme.lower() == b"bearer"
+    if not hmac.compare_digest(credentials.lstrip(b" ") if bearer else b"", token.encode()):
+        _audit_refusal(request, "wrong token" if given else "no token")
         return problem(
             401,
             "unauthorized",
@@ -135,11 +139,22 @@ async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
 def _audit(request: web.Request, action: str, route: str, rkey: str) -> None:
     """One line per change an operator makes: what, which record (its key holds digests
     only), from where; the line's time says when."""
+    fields = {"action": action, "route": route, "record": rkey, "remote": _remote(request)}
+    audit_log.warning("admin: %s", action, extra={FIELDS: fields})
+
+
+def _audit_refusal(request: web.Request, why: str) -> None:
+    """A request refused for its token: what it asked for and from where, never what it
+    gave."""
+    fields = {"action": "refused", "why": why, "path": request.path, "remote": _remote(request)}
+    audit_log.warning("admin: refused, %s", why, extra={FIELDS: fields})
+
+
+def _remote(request: web.Request) -> str | None:
     remote = request.remote
     if request.app.get(PRIVATE):  # asked through the supervisor, which names the operator
         remote = request.headers.get(FORWARDED_FOR, remote)
-    fields = {"action": action, "route": route, "record": rkey, "remote": remote}
-    audit_log.warning("admin: %s", action, extra={FIELDS: fields})
+    return remote
 
 
 async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
