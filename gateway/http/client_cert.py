@@ -44,8 +44,8 @@ OPENSSL_NAMES: Final[dict[x509.ObjectIdentifier, str]] = {
 
 def client_cert_values(request: web.BaseRequest, part: str) -> list[str]:
     """The named part of the client's certificate as one value ([] without a certificate):
-    the subject as an RFC 4514 string with OpenSSL's attribute names, or the SANs of one type joined by commas, in the
-    certificate's order."""
+    the subject as an RFC 4514 string with OpenSSL's attribute names, or the SANs of one
+    type joined by commas, in the certificate's order."""
     transport = request.transport
     tls = transport.get_extra_info("ssl_object") if transport is not None else None
     if not isinstance(tls, ssl.SSLObject | ssl.SSLSocket):
