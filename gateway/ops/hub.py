@@ -29,6 +29,7 @@ from gateway.config.settings import Admin, Limits
 from gateway.http.certificates import Certificates
 from gateway.ops.adminsite import guarded_app, serve
 from gateway.ops.console import add_pages
+from gateway.ops.history import HISTORY, History, history_page, keep
 from gateway.ops.merge import one_each
 from gateway.ops.overview import overview
 from gateway.ops.passon import attention, forward
@@ -54,6 +55,7 @@ class Hub:
         # admin.tls: the supervisor's listener is the one that shows the certificate.
         self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
         self.set = WorkerSet(count, state_dir, self.tls)
+        self.history = History()  # the console's last minutes, of every worker
         self.loop = asyncio.new_event_loop()
         build.contain_compiled_tasks(self.loop)
         self._admin_thread: threading.Thread | None = None
@@ -124,7 +126,8 @@ class Hub:
         scheme = "http" if self.tls is None else "https"
         log.info("admin listener on %s://%s:%d for %d workers", scheme, host, port, self.count)
         self._served.set()
-        tasks = [asyncio.create_task(self._refreshing())]
+        history = keep(self.history, self.set.metrics.families)
+        tasks = [asyncio.create_task(self._refreshing()), asyncio.create_task(history)]
         if self.tls is not None:
             tasks.append(asyncio.create_task(self.tls.watch_expiry()))
         if self.tls is not None and self.tls.settings.watch_interval is not None:
@@ -142,11 +145,13 @@ class Hub:
     def app(self) -> web.Application:
         app = guarded_app(self.limits)
         app[WORKERS] = self.set
+        app[HISTORY] = self.history
         app.router.add_get("/healthz", _healthz)
         app.router.add_get("/readyz", _readyz)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/console/api/overview", _overview)
         app.router.add_get("/console/api/attention", attention)
+        app.router.add_get("/console/api/history", history_page)
         app.router.add_post("/keys/{op}", forward)
         app.router.add_route("*", "/console/api/{name}", forward)
         add_pages(app)
