@@ -97,8 +97,9 @@ class Supervisor:
         self.failures: dict[int, int] = {}  # slot -> failed starts in a row
         self.due: dict[int, float] = {}  # slot -> when its next start is tried
 
-    def _spawn(self, slot: int) -> _Child:
-        """Start the worker of `slot`; it says on a pipe once it serves (`_heard`)."""
+    def _spawn(self, slot: int, said: bool = True) -> _Child:
+        """Start the worker of `slot`; it says on a pipe once it serves (`_heard`). `said`:
+        its start is logged now (the first worker's once it serves)."""
         read_end, write_end = os.pipe()
         command = [*self.command, "--ready-fd", str(write_end)]
         if self.serving is not None:
@@ -122,6 +123,8 @@ class Supervisor:
             self.hub.started(slot, process.pid)
         if self.stopping:  # the stop came while it started, too late to be forwarded to it
             process.send_signal(signal.SIGTERM)
+        elif said:
+            log.info("worker pid %d started", process.pid)
         return child
 
     def _heard(self, child: _Child) -> None:
@@ -132,18 +135,18 @@ class Supervisor:
         os.close(child.ready)
         child.ready = None
         if child.serves:
-            log.info("worker pid %d started", child.process.pid)
             self.failures.pop(child.slot, None)
 
     def _first_serves(self) -> int | None:
         """Start one worker alone and wait until it serves: None. A config it refuses at
         start (a blob store, an evicting Redis, an admin port) it says in one line and exits
         2 or 3: that code, before N workers each say it N times over and are restarted."""
-        child = self._spawn(0)
+        child = self._spawn(0, said=False)
         while child.ready is not None:
             if select.select([child.ready], [], [], REAP_TICK)[0]:
                 self._heard(child)  # signal handlers run meanwhile
         if child.serves:
+            log.info("worker pid %d started", child.process.pid)
             return None
         code = child.process.wait()
         del self.children[child.process.pid]
