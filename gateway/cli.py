@@ -18,18 +18,21 @@ from typing import Final, NoReturn
 from gateway import build
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
+from gateway.config.server_tls import ServerTls
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
 from gateway.http.certificates import attach_tls
 from gateway.ops import keyscli
-from gateway.ops.admin import admin_socket, attach_admin
+from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.hub import MAX_WORKERS, Hub
-from gateway.ops.listener import ListenError, bind, start_listening
+from gateway.ops.hub import MAX_WORKERS
+from gateway.ops.listener import ListenError, bind
+from gateway.ops.parent import supervise
 from gateway.ops.reload import reload_on_sighup
-from gateway.ops.workers import Supervisor, count_requests, default_workers, worker_command
+from gateway.ops.serving import worker_settings
+from gateway.ops.workers import count_requests, default_workers
 from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
 from gateway.telemetry.logs import START_LINES
@@ -60,12 +63,14 @@ def serve(
     listen_fd: int | None = None,
     ready_fd: int | None = None,
     admin_channel: str | None = None,
+    first_tls: ServerTls | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
 
     SIGHUP reloads `config_path`. A worker (`--workers N`) serves the socket its parent
-    bound (`listen_fd`), uses the Redis its parent resolved and serves its admin application
-    to its parent only, on the unix socket `admin_channel`.
+    bound (`listen_fd`), uses the Redis its parent resolved, starts with the copies of the
+    listener's files its parent keeps (`first_tls`) and serves its admin application to its
+    parent only, on the unix socket `admin_channel`.
     """
     listen = settings.listen
     worker = listen_fd is not None
@@ -105,7 +110,7 @@ def serve(
         app = create_app(settings, url)
         tls = None
         if listen.tls is not None:
-            tls = attach_tls(app, "listen", listen.tls, app[METRICS]).context
+            tls = attach_tls(app, "listen", listen.tls, app[METRICS], first_tls).context
         scheme = "http" if tls is None else "https"
         if settings.admin is not None:
             attach_admin(app, settings.admin, admin_channel, public_address=(host, port))
@@ -126,43 +131,6 @@ def serve(
             raise ListenError(f"cannot listen on {host}:{port}: the address is in use") from None
     finally:
         sock.close()
-        if embedded is not None:
-            embedded.close()
-
-
-def supervise(settings: Settings, config: str | None, workers: int) -> int:
-    """Run `workers` gateway processes on the one socket bound here, sharing one embedded
-    Redis if needed."""
-    listen = settings.listen
-    sock = bind(listen.host, listen.port, listen.reuse_port)
-    sock.set_inheritable(True)
-    embedded: EmbeddedRedis | None = None
-    url: str | None = None  # the workers' Redis when the parent starts it
-    if settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis(Path(settings.state_dir))
-        embedded.start()
-        url = embedded.url
-    hub: Hub | None = None
-    try:
-        host, port = sock.getsockname()[:2]
-        if settings.admin is not None:  # one admin address, the parent's, for every worker
-            hub = Hub(settings.admin, workers, settings.state_dir)
-            hub.start(admin_socket(settings.admin, public_address=(host, port)))
-        start_listening(sock, listen.backlog)  # once it listens, so does the admin listener
-
-        def serving() -> None:  # said once the first worker serves: a refused start is one line
-            START_LINES.release()
-            if embedded is not None:
-                log.info("embedded redis-server started for %d workers at %s", workers, url)
-            scheme = "http" if listen.tls is None else "https"
-            log.info("idem-gateway: %d workers on %s://%s:%d", workers, scheme, host, port)
-
-        command = worker_command(config, url, sock.fileno())
-        return Supervisor(command, workers, (sock.fileno(),), hub).run(serving)
-    finally:
-        sock.close()
-        if hub is not None:
-            hub.stop()
         if embedded is not None:
             embedded.close()
 
@@ -210,6 +178,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
+    parser.add_argument("--serving", help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
@@ -223,8 +192,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return say(schema_text())
 
     path = args.check or args.config
+    first_tls: ServerTls | None = None
     try:
-        settings = load_settings(path) if path else Settings()
+        if args.serving:  # a worker: what its siblings serve with, kept by the supervisor
+            settings, first_tls = worker_settings(args.serving)
+        else:
+            settings = load_settings(path) if path else Settings()
     except ConfigError as exc:
         message = one_line(str(exc))
         if not path:  # no file: the environment's fault (IDEM_STATE_DIR)
@@ -254,7 +227,10 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
-        serve(settings, path, args.redis_url, args.listen_fd, args.ready_fd, args.admin_socket)
+        serve(
+            settings, path, args.redis_url, args.listen_fd, args.ready_fd, args.admin_socket,
+            first_tls,
+        )  # fmt: skip
     except ListenError as refused:
         print(f"idem-gateway: {refused}", file=sys.stderr)
         return EXIT_LISTEN

@@ -221,8 +221,13 @@ async def test_key_operations_through_the_one_address_name_the_operator(
         lines = [line for line in gateway.log().splitlines() if '"gateway.audit"' in line]
         return [orjson.loads(line) for line in lines]
 
-    await until(audited, "no audit line")
-    (line,) = audited()
+    await until(lambda: len(audited()) == 2, "no audit lines")
+    refused, line = audited()  # the purge without the token, then the purge
+    assert (refused["action"], refused["why"], refused["remote"]) == (
+        "refused",
+        "no token",
+        "127.0.0.1",
+    )
     assert line["action"] == "purge" and line["route"] == "api"
     assert line["remote"] == "127.0.0.1"
     assert "op-0" not in line["record"]  # digests only

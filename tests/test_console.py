@@ -86,13 +86,15 @@ class ConsoleUpstream:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/pay", self.pay)
+        app.router.add_post("/open", self.pay)
+        app.router.add_post("/shadow", self.pay)
         app.router.add_post("/xss", self.xss)
         app.router.add_post("/reset", self.reset)
         return app
 
 
 Gateway = tuple[GatewayProcess, str, ConsoleUpstream]
-StartGateway = Callable[[int], Awaitable[Gateway]]
+StartGateway = Callable[..., Awaitable[Gateway]]
 
 
 @pytest.fixture
@@ -102,10 +104,11 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
     upstream = ConsoleUpstream()
     async with serving_app(upstream.app()) as origin:
 
-        async def start(workers: int) -> Gateway:
+        async def start(workers: int, redis: str | None = None) -> Gateway:
+            """`redis`: a Redis of the test's own, to stop (the session's by default)."""
             admin_port = free_port()
             config = {
-                "redis": {"url": redis_url},
+                "redis": {"url": redis or redis_url, "breaker": {"failures": 1000}},
                 "admin": {"port": admin_port, "token": TOKEN},
                 "routes": [
                     {"name": "payments", "path_prefix": "/pay", "upstream": origin},
@@ -115,6 +118,18 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
                         "path_prefix": "/reset",
                         "upstream": origin,
                         "on_unknown_outcome": "record",
+                    },
+                    {
+                        "name": "lenient",
+                        "path_prefix": "/open",
+                        "upstream": origin,
+                        "fail_mode": "open",
+                    },
+                    {
+                        "name": "trial",
+                        "path_prefix": "/shadow",
+                        "upstream": origin,
+                        "mode": "shadow",
                     },
                 ],
             }
@@ -180,6 +195,14 @@ class Console:
 
     def cell(self, route: str, outcome: str) -> Any:
         return self.page.locator(f'tr[data-route="{route}"] td[data-outcome="{outcome}"]')
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where a test's screenshots go: IDEM_SCREENSHOTS, else its temporary folder."""
+    folder = Path(os.environ.get("IDEM_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture
@@ -285,8 +308,12 @@ async def test_a_key_purged_in_the_page_runs_again(
     status, headers, _ = await send(gateway, "/pay", "purge-me")
     assert headers.get("Idempotent-Replayed") == "true" and upstream.calls["/pay"] == 1
     await console.page.click("#purge")
+    await expect(console.page.locator("#confirm-text")).to_contain_text("“purge-me”")
     await console.confirm()
-    await expect(console.page.locator("#action-result")).to_have_text("Purged.")
+    result = console.page.locator("#action-result")
+    await expect(result).to_be_visible()
+    await expect(result).to_contain_text("Purged key “purge-me” (route payments)")
+    await expect(console.page.locator("#lookup-error")).to_be_hidden()
     status, headers, _ = await send(gateway, "/pay", "purge-me")
     assert status == 201 and "Idempotent-Replayed" not in headers
     assert upstream.calls["/pay"] == 2
@@ -348,7 +375,7 @@ async def test_without_the_token_no_key_data_reaches_the_page(
 
 
 async def test_a_multi_worker_gateway_shows_every_workers_traffic(
-    start_gateway: StartGateway, console: Console, tmp_path: Path
+    start_gateway: StartGateway, console: Console, shots: Path
 ) -> None:
     gateway, admin, _ = await start_gateway(2)
     await console.open(admin, TOKEN)
@@ -381,6 +408,6 @@ async def test_a_multi_worker_gateway_shows_every_workers_traffic(
     await expect(attention).to_contain_text("unknown outcome", timeout=WAIT_MS)
     await console.look_up("payments", "w-3")
     await expect(console.page.locator("#record")).to_be_visible(timeout=WAIT_MS)
-    shot = os.environ.get(SCREENSHOT) or str(tmp_path / "console.png")
+    shot = os.environ.get(SCREENSHOT) or str(shots / "console.png")
     await console.page.screenshot(path=shot, full_page=True)
     assert console.errors == []

@@ -67,8 +67,10 @@ class Loaded:
     expires: float
 
 
-def server_context(tls: ServerTls) -> Loaded:
-    """The context a listener serves with; ValueError naming the field that cannot be used."""
+def server_context(tls: ServerTls, expired_ok: bool = False) -> Loaded:
+    """The context a listener serves with; ValueError naming the field that cannot be used.
+    `expired_ok`: files the gateway already serves with, loaded again by a worker that
+    replaces one that died, are served as its siblings serve them, expired or not."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = VERSIONS[tls.min_version]
     context.set_alpn_protocols(ALPN)
@@ -90,7 +92,7 @@ def server_context(tls: ServerTls) -> Loaded:
             why = "the key does not decrypt with the password given"
         raise ValueError(f"{pair} cannot be loaded: {why}") from None
     expires = _expiry(tls.cert)
-    if expires <= time.time():
+    if expires <= time.time() and not expired_ok:
         when = datetime.fromtimestamp(expires).astimezone().isoformat(timespec="seconds")
         raise ValueError(f"cert {tls.cert!r} expired on {when}")
     if tls.client_ca is not None:

@@ -106,8 +106,12 @@ class Record:
         # Written before such heads were refused: no client could be sent it.
         if unwritable_text(reason or "", headers):
             raise ValueError("a control byte in the recorded head")
+        status = raw["st"]
+        # A status no HTTP/1.1 status line can carry (a record tampered with, or damaged).
+        if type(status) is not int or not 100 <= status <= 599:
+            raise ValueError(f"the recorded status {status!r} is not an HTTP status")
         return Record(  # not cls(): compiled, a direct call of the native class
-            status=raw["st"],
+            status=status,
             headers=headers,
             size=raw["n"],
             sha256=raw["d"],

@@ -138,8 +138,9 @@ def create_app(
     app[LIVE] = Live(settings)
     app[METRICS] = metrics
     app[TASKS] = TaskSet()
-    app[CONNECTIONS] = Connections(settings.limits, metrics)
+    app[CONNECTIONS] = Connections(settings.limits, metrics.connection_cut)
     metrics.watch_connections(lambda: len(app[CONNECTIONS]))
+    metrics.watch_routes(lambda: [(r.name, r.mode, r.fail_mode) for r in app[LIVE].settings.routes])
     app.on_response_prepare.append(add_request_id)
     if tracing is None and settings.tracing.enabled:
         from gateway.telemetry.tracing import Tracing

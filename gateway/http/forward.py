@@ -82,6 +82,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     beat.start()
     s.watch.calling(c.key, route.name)
     outcome = m.FORWARDED
+    timed = False  # the upstream's time observed
     try:
         upstream = await s.upstreams.send(
             route.upstream, request.method, target(request), headers, c.body, route.timeouts
@@ -131,6 +132,7 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
                     elif chunk:
                         await feed.put(chunk)  # no record to feed it from later
                 s.metrics.upstream(route.name, time.monotonic() - started)
+                timed = True
                 if recording:
                     recorded = await recorder.finish()
                     if not headers_kept:
@@ -174,6 +176,8 @@ async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
     except Exception as exc:
         if not isinstance(exc, UpstreamError):
             log.exception("route %s: forwarding failed", route.name)
+        elif not timed:  # a timeout or reset: the wait was the upstream's, not the gateway's
+            s.metrics.upstream(route.name, time.monotonic() - started)
         kind = failure_of(exc)
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from functools import partial
 from typing import Final
 
 from aiohttp import hdrs, web
@@ -150,16 +151,24 @@ class Gateway:
         body: bytes | None = None,
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
+        return await self._passed(request, name, origin, policy, None, body)
+
+    async def _passed(
+        self,
+        request: web.Request,
+        name: str,
+        origin: str,
+        policy: Policy,
+        extra: dict[str, str] | None,
+        body: bytes | None,
+    ) -> web.StreamResponse:
+        """Forwarded untouched, the upstream's time counted for route `name`; a body still
+        streaming in (`body` None) is held to the limits."""
         return await pass_through(
-            request,
-            self.s.upstreams,
-            origin,
-            policy.timeouts,
-            None,
-            body,
-            policy.preserve_host,
+            request, self.s.upstreams, origin, policy.timeouts, extra, body, policy.preserve_host,
             limits=self.s.settings.limits,
-        )
+            upstream_time=partial(self.s.metrics.upstream, name),
+        )  # fmt: skip
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
@@ -263,15 +272,7 @@ class Gateway:
                 self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
             # shadow changes no answer
             marked = {route.degraded_header: "true"} if route.mode == "enforce" else None
-            return await pass_through(
-                request,
-                self.s.upstreams,
-                route.upstream,
-                route.timeouts,
-                marked,
-                body,
-                route.preserve_host,
-            )
+            return await self._passed(request, route.name, route.upstream, route, marked, body)
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.s.metrics.request(route.name, request.method, m.ERROR)
         return problem(
@@ -288,13 +289,4 @@ class Gateway:
         """Shadow mode: count what enforce would have answered, and forward untouched."""
         self.s.metrics.would(route.name, would)
         self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return await pass_through(
-            request,
-            self.s.upstreams,
-            route.upstream,
-            route.timeouts,
-            None,
-            body,
-            route.preserve_host,
-            limits=self.s.settings.limits,
-        )
+        return await self._passed(request, route.name, route.upstream, route, None, body)

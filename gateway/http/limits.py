@@ -31,7 +31,6 @@ from typing import Final, cast
 
 from gateway.config.settings import Limits
 from gateway.http.problems import PROBLEM_TYPE, problem_body
-from gateway.telemetry.metrics import Metrics
 
 
 def _written_problem(status: int, slug: str, title: str, detail: str) -> bytes:
@@ -87,9 +86,9 @@ def fit_open_files(limits: Limits) -> str | None:
 class Connections:
     """The open client connections of one server, and what each may hold."""
 
-    def __init__(self, limits: Limits, metrics: Metrics) -> None:
+    def __init__(self, limits: Limits, cut: Callable[[str], None]) -> None:
         self.limits = limits
-        self.metrics = metrics
+        self.cut = cut  # counts a connection closed by a limit, by reason
         self._open: dict[asyncio.BaseTransport, _Guarded] = {}
         # Counted when the protocol is made: the loop may accept several connections before
         # the first of them is "made".
@@ -120,7 +119,7 @@ class Connections:
 
         def make() -> asyncio.Protocol:
             if self.count >= self.limits.max_connections:
-                self.metrics.connection_cut("max-connections")
+                self.cut("max-connections")
                 return _Refused()
             if not tls:
                 self.count += 1
@@ -266,7 +265,7 @@ class _Guarded(asyncio.Protocol):
         """The head did not arrive in time: nothing is owed to this client. Over TLS not even
         a close_notify, whose answer it could keep the socket waiting for."""
         self.head_since = NOT_READING
-        self._connections.metrics.connection_cut("header-timeout")
+        self._connections.cut("header-timeout")
         if self._transport is None:
             return
         if self._transport.get_extra_info("sslcontext") is not None:
@@ -277,7 +276,7 @@ class _Guarded(asyncio.Protocol):
     def _stalled(self) -> None:
         """The client took nothing for too long: what is buffered for it will not go out."""
         self._writes = None
-        self._connections.metrics.connection_cut("write-timeout")
+        self._connections.cut("write-timeout")
         if self._transport is not None:
             # A reset, not a FIN queued behind bytes the client will never take: the kernel
             # drops them at once, and the client learns that the answer was cut.

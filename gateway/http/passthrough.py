@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterable, Mapping
+import time
+from collections.abc import AsyncIterable, Callable, Mapping
 from typing import Final, cast
 
 from aiohttp import web
@@ -33,10 +34,12 @@ async def pass_through(
     body: bytes | None = None,
     preserve_host: bool = False,
     limits: Limits | None = None,
+    upstream_time: Callable[[float], None] | None = None,
 ) -> web.StreamResponse:
     """Forward a request untouched, streaming the body both ways (or sending `body`, when
     the caller has read it already); a body that streams in is cut when it pauses longer
-    than `limits` allow."""
+    than `limits` allow. `upstream_time` is told the seconds the upstream took, a timeout
+    or a reset included, so that they are not counted as the gateway's own."""
     headers = forward_headers(request, preserve_host)
     response: web.StreamResponse | None = None
     sent: bytes | AsyncIterable[bytes] | None = body
@@ -52,6 +55,7 @@ async def pass_through(
             sent = timed = TimedBody(request, limits.request_body_gap_timeout, math.inf)
     elif body is None and request.method not in _NO_BODY_EXPECTED:
         sent = b""  # Content-Length: 0, as aiohttp sends for such a method
+    started = time.monotonic()
     try:
         upstream = await upstreams.send(
             origin, request.method, target(request), headers, sent, timeouts
@@ -74,11 +78,15 @@ async def pass_through(
                 if not await write_quietly(response, chunk):
                     break
                 chunk = await upstream.read_chunk(limit)
+            if upstream_time is not None:
+                upstream_time(time.monotonic() - started)
             await response.write_eof()
             return response
     except UpstreamError as exc:
         log.warning("pass-through to %s failed (%s): %s", origin, exc.failure, exc)
         forget_frames(exc)
+        if upstream_time is not None and not (timed is not None and timed.expired):
+            upstream_time(time.monotonic() - started)
         if response is not None and response.prepared:
             return abort(request, response)
         if timed is not None and timed.expired:  # the client's body was too slow, not the upstream

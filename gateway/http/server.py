@@ -93,8 +93,9 @@ class _ProblemHandler(RequestHandler):
         return self.transport is None or self.transport.is_closing()
 
 
-class _GuardedSite(web.SockSite):
-    """aiohttp's site for a bound socket, its protocol factory wrapped by `Connections`.
+class GuardedSite(web.SockSite):
+    """aiohttp's site for a bound socket, its protocol factory wrapped by `connections`
+    (the public listener's, or the admin listener's: `ops.adminsite`).
 
     It sets the site's private `_server` (what `stop` closes) as `SockSite.start` does:
     tests/test_limits.py and tests/test_slowloris.py fail when that stops working."""
@@ -104,10 +105,12 @@ class _GuardedSite(web.SockSite):
         runner: web.AppRunner,
         sock: socket.socket,
         backlog: int,
+        connections: Connections,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(runner, sock, backlog=backlog, ssl_context=tls)
         self._app_runner = runner
+        self._connections = connections
         self._listening = sock
         self._queue = backlog
         self._tls = tls
@@ -118,7 +121,7 @@ class _GuardedSite(web.SockSite):
         assert server is not None
         loop = asyncio.get_running_loop()
         kwargs = server._kwargs  # what aiohttp's own factory passes (`Server.__call__`)
-        connections = self._app_runner.app[CONNECTIONS]
+        connections = self._connections
         protocols = connections.guard(
             lambda: _ProblemHandler(server, connections=connections, loop=loop, **kwargs),
             tls=self._tls is not None,
@@ -189,7 +192,7 @@ async def start_site(
     the handler, its connections guarded), as `run` does; the tests' gateways too."""
     assert runner.server is not None
     _direct(runner.app, runner.server)
-    site = _GuardedSite(runner, sock, backlog, tls)
+    site = GuardedSite(runner, sock, backlog, runner.app[CONNECTIONS], tls)
     await site.start()
     return site
 

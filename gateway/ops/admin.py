@@ -8,6 +8,8 @@ its supervisor reads: the supervisor answers on `admin.port` for every worker (`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -22,10 +24,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
-from gateway.http.app import METRICS, SERVICES
+from gateway.http.app import LIVE, METRICS, SERVICES
 from gateway.http.certificates import attach_tls
 from gateway.http.eviction import eviction_risk
+from gateway.ops.adminsite import guarded_app, serve
 from gateway.ops.console import add_pages
+from gateway.ops.history import HISTORY, History, history_page, keep
 from gateway.ops.keyroutes import PRIVATE, PUBLIC, TOKEN, add_key_routes
 from gateway.ops.listener import ListenError, bind, bind_private
 from gateway.ops.overview import overview
@@ -87,7 +91,7 @@ def create_admin_app(
 ) -> web.Application:
     """The admin application of the gateway `public`; `private`: served to the supervisor
     of `--workers N` on the worker's own socket."""
-    app = web.Application()
+    app = guarded_app(public[LIVE].settings.limits)
     app[PUBLIC] = public
     app[STATE] = state
     app[PRIVATE] = private
@@ -98,6 +102,9 @@ def create_admin_app(
     app.router.add_get("/metrics", metrics)
     add_key_routes(app)
     app.router.add_get("/console/api/overview", console_overview)
+    if not private:  # a --workers supervisor keeps the history of them all
+        app[HISTORY] = History()
+        app.router.add_get("/console/api/history", history_page)
     add_pages(app)
     return app
 
@@ -133,10 +140,17 @@ def attach_admin(
                 yield
                 return
             sock = admin_socket(settings, public_address)
-            await web.SockSite(runner, sock, ssl_context=tls).start()
+            await serve(runner, sock, tls)
             state.port = int(sock.getsockname()[1])
             log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
-            yield
+            registry = app[METRICS].registry
+            history = asyncio.ensure_future(keep(admin[HISTORY], registry.collect))
+            try:
+                yield
+            finally:
+                history.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await history
         finally:
             await runner.cleanup()
 

@@ -25,9 +25,12 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 
 from gateway import build
-from gateway.config.settings import Admin
+from gateway.config.settings import Admin, Limits
 from gateway.http.certificates import Certificates
+from gateway.ops.adminsite import guarded_app, serve
 from gateway.ops.console import add_pages
+from gateway.ops.history import HISTORY, History, history_page, keep
+from gateway.ops.merge import one_each
 from gateway.ops.overview import overview
 from gateway.ops.passon import attention, forward
 from gateway.ops.workerset import WORKERS, WorkerSet
@@ -45,12 +48,14 @@ class Hub:
     """The supervisor's admin listener; `started` and `exited` are called from the
     supervisor's thread as it starts and reaps workers."""
 
-    def __init__(self, settings: Admin, count: int, state_dir: str) -> None:
+    def __init__(self, settings: Admin, limits: Limits, count: int, state_dir: str) -> None:
         self.settings = settings
+        self.limits = limits  # the public listener's, which the admin listener keeps to
         self.count = count
         # admin.tls: the supervisor's listener is the one that shows the certificate.
         self.tls = Certificates("admin", settings.tls) if settings.tls is not None else None
         self.set = WorkerSet(count, state_dir, self.tls)
+        self.history = History()  # the console's last minutes, of every worker
         self.loop = asyncio.new_event_loop()
         build.contain_compiled_tasks(self.loop)
         self._admin_thread: threading.Thread | None = None
@@ -66,6 +71,9 @@ class Hub:
 
     def exited(self, slot: int) -> None:
         self.loop.call_soon_threadsafe(self.set.exited, slot)
+
+    def failed_start(self) -> None:
+        self.loop.call_soon_threadsafe(self.set.failed_start)
 
     def stopping(self) -> None:
         self.set.draining = True  # a plain flag: /readyz answers 503 from now on
@@ -108,7 +116,7 @@ class Hub:
         try:
             await runner.setup()
             context = self.tls.context if self.tls is not None else None
-            await web.SockSite(runner, sock, ssl_context=context).start()
+            await serve(runner, sock, context)
         except BaseException as exc:  # told to the supervisor's thread, which says it
             self._failure = exc
             self._served.set()
@@ -118,7 +126,10 @@ class Hub:
         scheme = "http" if self.tls is None else "https"
         log.info("admin listener on %s://%s:%d for %d workers", scheme, host, port, self.count)
         self._served.set()
-        tasks = [asyncio.create_task(self._refreshing())]
+        history = keep(self.history, self.set.metrics.families)
+        tasks = [asyncio.create_task(self._refreshing()), asyncio.create_task(history)]
+        if self.tls is not None:
+            tasks.append(asyncio.create_task(self.tls.watch_expiry()))
         if self.tls is not None and self.tls.settings.watch_interval is not None:
             tasks.append(asyncio.create_task(self.tls.watch(self.tls.settings.watch_interval)))
         try:
@@ -132,13 +143,15 @@ class Hub:
             await self.set.close()
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = guarded_app(self.limits)
         app[WORKERS] = self.set
+        app[HISTORY] = self.history
         app.router.add_get("/healthz", _healthz)
         app.router.add_get("/readyz", _readyz)
         app.router.add_get("/metrics", _metrics)
         app.router.add_get("/console/api/overview", _overview)
         app.router.add_get("/console/api/attention", attention)
+        app.router.add_get("/console/api/history", history_page)
         app.router.add_post("/keys/{op}", forward)
         app.router.add_route("*", "/console/api/{name}", forward)
         add_pages(app)
@@ -154,15 +167,20 @@ class Hub:
 
 
 def supervisor_families(
-    count: int, up: int, restarts: int, admin_expires: float | None = None
+    count: int, up: int, restarts: int, failed: int = 0, admin_expires: float | None = None
 ) -> list[Metric]:
-    """The supervisor's own series: workers configured and answering, restarts, and the
-    expiry of the admin listener's certificate (admin.tls), which it shows."""
+    """The supervisor's own series: workers configured and answering, restarts, failed
+    starts, and the expiry of the admin listener's certificate (admin.tls), which it shows."""
     families: list[Metric] = [
         GaugeMetricFamily("idem_workers", "Worker processes configured", count),
         GaugeMetricFamily("idem_workers_up", "Worker processes answering", up),
         CounterMetricFamily(
             "idem_worker_restarts", "Workers started again after one exited", restarts
+        ),
+        CounterMetricFamily(
+            "idem_worker_failed_starts",
+            "Workers that exited during their start (tried again, with a growing pause)",
+            failed,
         ),
     ]
     if admin_expires is not None:
@@ -176,22 +194,17 @@ def supervisor_families(
     return families
 
 
-class _Supervisor(Collector):
+class _Exposition(Collector):
+    """The workers' families merged and the supervisor's own, each family said once."""
+
     def __init__(self, hub: WorkerSet, up: int) -> None:
         self.hub, self.up = hub, up
 
     def collect(self) -> Iterator[Metric]:
-        tls = self.hub.tls
-        expires = tls.expires if tls is not None else None
-        yield from supervisor_families(self.hub.count, self.up, self.hub.restarts, expires)
-
-
-class _Merged(Collector):
-    def __init__(self, hub: WorkerSet) -> None:
-        self.hub = hub
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self.hub.metrics.families()
+        hub = self.hub
+        expires = hub.tls.expires if hub.tls is not None else None
+        own = supervisor_families(hub.count, self.up, hub.restarts, hub.failed_starts, expires)
+        yield from one_each(hub.metrics.families(), own)
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -222,9 +235,8 @@ async def _metrics(request: web.Request) -> web.Response:
     hub = request.app[WORKERS]
     await hub.refresh()
     registry = CollectorRegistry()
-    registry.register(_Merged(hub))
     up = sum(1 for w in await hub.states("/healthz") if w["up"])
-    registry.register(_Supervisor(hub, up))
+    registry.register(_Exposition(hub, up))
     return web.Response(
         body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )

@@ -6,6 +6,7 @@ Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Sequence
 from enum import StrEnum
@@ -76,6 +77,22 @@ def locate(
     assert parsed is not None
     values = [*tenant, *([None] * (len(route.scope) - len(tenant)))]
     return route, record_key(settings.redis.key_prefix, route.name, tenant_id(values), parsed)
+
+
+def located(settings: Settings, record: str) -> tuple[Route, str]:
+    """The route and Redis key of a record named by its own id, the Redis key the console's
+    attention list shows (`prefix:{route:tenant-digest:key-digest}`): its digests are all
+    there is to it, the raw key and tenant are not needed."""
+    prefix = re.escape(settings.redis.key_prefix)
+    found = re.fullmatch(prefix + r":\{(.+):([0-9a-f]{1,64}):([0-9a-f]{1,64})\}", record)
+    if found is None:
+        raise KeyOpError(400, f"record {record!r} is not a record's id (prefix:{{route:...}})")
+    route = next((r for r in settings.routes if r.name == found[1]), None)
+    if route is None:
+        raise KeyOpError(
+            404, f"record {record!r}: no route named {found[1]!r}", KeyOpProblem.NO_SUCH_ROUTE
+        )
+    return route, record
 
 
 def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from gateway.errors import StoreUnavailable
 from gateway.http.app import SERVICES
 from gateway.http.problems import problem
 from gateway.ops import keyops, keyview
+from gateway.ops.needs import attention_page
 from gateway.store import attention
 from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
@@ -33,10 +34,22 @@ FORWARDED_FOR = "X-Forwarded-For"
 
 
 class KeyRequest(BaseModel):
+    """A record named by the client's key (route, tenant values, key), or by its own id
+    (`record`, the Redis key the attention list shows)."""
+
     model_config = ConfigDict(extra="forbid")
-    route: str
-    key: str
+    route: str | None = None
+    key: str | None = None
     tenant: list[str] = Field(default_factory=list)  # the scope headers' values, in order
+    record: str | None = None
+
+    @model_validator(mode="after")
+    def _named_once(self) -> KeyRequest:
+        if (self.record is None) == (self.route is None or self.key is None):
+            raise ValueError("give route and key (and tenant), or record")
+        if self.record is not None and (self.route or self.key or self.tenant):
+            raise ValueError("give route and key (and tenant), or record, not both")
+        return self
 
 
 class ResolveRequest(KeyRequest):
@@ -78,7 +91,11 @@ def unauthorized(request: web.Request) -> web.Response | None:
         )
     # Bytes not UTF-8 come as surrogates: compared as they came, never a 500.
     given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-    if not hmac.compare_digest(given, f"Bearer {token}".encode()):
+    scheme, _, credentials = given.partition(b" ")
+    # The scheme is case-insensitive (RFC 9110 11.1): `bearer` is `Bearer`.
+    bearer = scheme.lower() == b"bearer"
+    if not hmac.compare_digest(credentials.lstrip(b" ") if bearer else b"", token.encode()):
+        _audit_refusal(request, "wrong token" if given else "no token")
         return problem(
             401,
             "unauthorized",
@@ -115,7 +132,11 @@ def _keys_endpoint(
 
 def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, str]:
     services = request.app[PUBLIC][SERVICES]
-    route, rkey = keyops.locate(services.settings, body.route, body.tenant, body.key)
+    if body.record is not None:
+        route, rkey = keyops.located(services.settings, body.record)
+    else:
+        assert body.route is not None and body.key is not None  # the model's check
+        route, rkey = keyops.locate(services.settings, body.route, body.tenant, body.key)
     return services.store, route, rkey
 
 
@@ -129,25 +150,38 @@ async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
     services = request.app[PUBLIC][SERVICES]
     _, route, rkey = _target(request, body)
     found = await keyview.detail(services.store, services.blobs, route, rkey)
+    if found["state"] != "absent":
+        found |= {"record": rkey, "route": route.name}  # its id, for the actions by record
     return web.json_response(found)  # "absent" is an answer too: the page shows it
 
 
 def _audit(request: web.Request, action: str, route: str, rkey: str) -> None:
     """One line per change an operator makes: what, which record (its key holds digests
     only), from where; the line's time says when."""
-    remote = request.remote
-    if request.app.get(PRIVATE):  # asked through the supervisor, which names the operator
-        remote = request.headers.get(FORWARDED_FOR, remote)
-    fields = {"action": action, "route": route, "record": rkey, "remote": remote}
+    fields = {"action": action, "route": route, "record": rkey, "remote": _remote(request)}
     audit_log.warning("admin: %s", action, extra={FIELDS: fields})
 
 
+def _audit_refusal(request: web.Request, why: str) -> None:
+    """A request refused for its token: what it asked for and from where, never what it
+    gave."""
+    fields = {"action": "refused", "why": why, "path": request.path, "remote": _remote(request)}
+    audit_log.warning("admin: refused, %s", why, extra={FIELDS: fields})
+
+
+def _remote(request: web.Request) -> str | None:
+    remote = request.remote
+    if request.app.get(PRIVATE):  # asked through the supervisor, which names the operator
+        remote = request.headers.get(FORWARDED_FOR, remote)
+    return remote
+
+
 async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
-    store, _, rkey = _target(request, body)
+    store, route, rkey = _target(request, body)
     if not await keyops.purge(store, rkey):
         raise keyops.KeyOpError(404, "no record for this key")
-    _audit(request, "purge", body.route, rkey)
-    await _settled(request, body.route, rkey)
+    _audit(request, "purge", route.name, rkey)
+    await _settled(request, route.name, rkey)
     return web.json_response({"purged": True})
 
 
@@ -160,8 +194,8 @@ async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
         await keyops.resolve_with(
             store, route, rkey, body.status, body.body_bytes(), body.content_type
         )
-    _audit(request, "resolve-purge" if body.purge else "resolve", body.route, rkey)
-    await _settled(request, body.route, rkey)
+    _audit(request, "resolve-purge" if body.purge else "resolve", route.name, rkey)
+    await _settled(request, route.name, rkey)
     return web.json_response({"resolved": True, "purged": body.purge})
 
 
@@ -182,56 +216,7 @@ async def _routes(request: web.Request) -> web.Response:
 
 
 async def _attention(request: web.Request) -> web.Response:
-    """The keys that need a person: those Redis's index lists that still do (an unknown
-    outcome held for an operator, a lost owner's key held), and this process's outcomes
-    not stored yet and calls outliving their lease."""
-    services = request.app[PUBLIC][SERVICES]
-    settings = services.settings
-    items = [
-        {
-            "route": _route_of(record),
-            "why": "journaled, not stored",
-            "record": record,
-            "since": since,
-        }
-        for record, since in services.journal.unstored()
-    ]
-    leases = {r.name: r.lease for r in settings.routes}
-    items += [
-        {"route": route, "why": "running past its lease", "record": record, "since": since}
-        for route, record, since in services.watch.overdue(leases)
-    ]
-    with contextlib.suppress(StoreUnavailable):  # Redis down: what this process knows still
-        items += await _held(services.store, settings.redis.key_prefix, list(leases))
-    return web.json_response({"items": items})
-
-
-async def _held(store: Store, prefix: str, routes: list[str]) -> list[dict[str, Any]]:
-    """The indexed records that still need a person, by their state now; the others leave
-    the index."""
-    held = []
-    for route, record, since in await attention.entries(store, prefix, routes):
-        described = keyops.describe(*await store.inspect(record))
-        why = _why(described)
-        if why:
-            held.append({"route": route, "why": why, "record": record, "since": since})
-        elif described["state"] != "pending":  # settled: a pending one may be stored yet
-            await attention.forget(store, prefix, route, record)
-    return held
-
-
-def _why(described: dict[str, Any]) -> str | None:
-    if described["state"] == "owner-lost":
-        return "owner lost, key held"
-    if described["state"] != "unknown":
-        return None
-    lost = described.get("extra", {}).get("failure") == "owner-lost"
-    return "owner lost, outcome unknown" if lost else "unknown outcome"
-
-
-def _route_of(record: str) -> str:
-    """The route in a record key, `prefix:{route:tenant:key}` (neither digest holds `:`)."""
-    return record.partition("{")[2].rsplit(":", 2)[0]
+    return await attention_page(request, request.app[PUBLIC][SERVICES])
 
 
 async def _settled(request: web.Request, route: str, rkey: str) -> None:

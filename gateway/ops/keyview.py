@@ -62,7 +62,6 @@ async def detail(store: Store, blobs: BlobStore, route: Route, rkey: str) -> dic
         out["body"] = preview(fields.get(b"b", b""))
     else:
         out["body"] = await _blob_preview(blobs, record.blob)
-    out["retries_answered"] = None  # not counted per key
     return out
 
 

@@ -90,3 +90,18 @@ def samples(families: Iterable[Metric], name: str) -> Iterator[tuple[dict[str, s
         for s in family.samples:
             if s.name == name:
                 yield s.labels, s.value
+
+
+def one_each(*groups: Iterable[Metric]) -> Iterator[Metric]:
+    """The families of `groups`, those of one name made one (its HELP and TYPE said once):
+    a strict parser refuses a family said twice, as the workers' `listener="listen"` and the
+    supervisor's `listener="admin"` certificate expiry would be."""
+    merged: dict[str, Metric] = {}
+    for group in groups:
+        for family in group:
+            kept = merged.get(family.name)
+            if kept is None:
+                merged[family.name] = family
+            else:
+                kept.samples.extend(family.samples)
+    yield from merged.values()

@@ -13,8 +13,13 @@ from gateway import build
 from gateway.ops.merge import samples
 from gateway.telemetry import metrics as m
 
-# The outcomes the overview counts per route, in the order the page shows them.
-OUTCOMES: Final = (m.FORWARDED, m.REPLAYED, m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR)
+# The outcomes the overview counts per route, in the order the page shows them: every kind
+# of traffic, those sent upstream without idempotency (bypassed, shadowed, passed through)
+# among them.
+OUTCOMES: Final = (
+    m.FORWARDED, m.REPLAYED, m.BYPASSED, m.SHADOWED, m.UNPROTECTED,
+    m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR,
+)  # fmt: skip
 CIRCUIT_NAMES: Final = {value: name for name, value in m.CIRCUIT_STATES.items()}
 
 
@@ -28,20 +33,22 @@ def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[
     merged ones), `workers` each worker's readiness answer (with its `worker` and `pid`)."""
     families = list(families)
     routes: dict[str, dict[str, Any]] = {}
+    for labels, _ in samples(families, "idem_route_info"):  # listed before any traffic
+        entry = routes.setdefault(labels["route"], _route())
+        entry["mode"], entry["fail_mode"] = labels["mode"], labels["fail_mode"]
     for labels, value in samples(families, "idem_requests_total"):
         outcome = labels.get("outcome", "")
         counts = routes.setdefault(labels["route"], _route())["counts"]
         if outcome in counts:
             counts[outcome] += value
-    buckets: dict[str, dict[float, float]] = {}
-    for labels, value in samples(families, "idem_overhead_seconds_bucket"):
-        route_buckets = buckets.setdefault(labels["route"], {})
-        bound = float(labels["le"])
-        route_buckets[bound] = route_buckets.get(bound, 0.0) + value
-    for route, by_bound in buckets.items():
-        entry = routes.setdefault(route, _route())
-        entry["overhead_p50_ms"] = _quantile(0.5, by_bound)
-        entry["overhead_p99_ms"] = _quantile(0.99, by_bound)
+    for kind, name in (
+        ("overhead", "idem_overhead_seconds"),
+        ("upstream", "idem_upstream_seconds"),
+    ):
+        for route, by_bound in _buckets(families, name + "_bucket").items():
+            entry = routes.setdefault(route, _route())
+            entry[kind + "_p50_ms"] = quantile(0.5, by_bound)[0]
+            entry[kind + "_p99_ms"], entry[kind + "_p99_beyond"] = quantile(0.99, by_bound)
     circuit = max((v for _, v in samples(families, "idem_circuit_state")), default=0.0)
     risk = max((v for _, v in samples(families, "idem_redis_eviction_risk")), default=0.0)
     served: dict[str, float] = {}  # answers by worker (a single process is worker 0)
@@ -66,28 +73,40 @@ def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[
 
 
 def _route() -> dict[str, Any]:
-    return {
-        "counts": dict.fromkeys(OUTCOMES, 0.0),
-        "overhead_p50_ms": None,
-        "overhead_p99_ms": None,
-    }
+    """A route's entry; `mode` and `fail_mode` None for one no longer configured."""
+    entry: dict[str, Any] = {"counts": dict.fromkeys(OUTCOMES, 0.0), "mode": None}
+    entry["fail_mode"] = None
+    for kind in ("overhead", "upstream"):
+        entry |= {kind + "_p50_ms": None, kind + "_p99_ms": None, kind + "_p99_beyond": False}
+    return entry
 
 
-def _quantile(q: float, cumulative: dict[float, float]) -> float | None:
+def _buckets(families: list[Metric], name: str) -> dict[str, dict[float, float]]:
+    """A histogram's cumulative buckets by route, its workers' added up."""
+    found: dict[str, dict[float, float]] = {}
+    for labels, value in samples(families, name):
+        route_buckets = found.setdefault(labels["route"], {})
+        bound = float(labels["le"])
+        route_buckets[bound] = route_buckets.get(bound, 0.0) + value
+    return found
+
+
+def quantile(q: float, cumulative: dict[float, float]) -> tuple[float | None, bool]:
     """As Prometheus's histogram_quantile: linear within the bucket that holds the rank; in
-    milliseconds, None before any observation."""
+    milliseconds, None before any observation. True when the rank is past the last finite
+    bucket: the value is then its bound, and the quantile only known to be above it."""
     bounds = sorted(cumulative)
     total = cumulative.get(float("inf"), 0.0)
     if total <= 0:
-        return None
+        return None, False
     rank = q * total
     lower, below = 0.0, 0.0
     for bound in bounds:
         count = cumulative[bound]
         if count >= rank:
             if bound == float("inf"):
-                return round(lower * 1000, 3)
+                return round(lower * 1000, 3), True
             share = (rank - below) / (count - below) if count > below else 1.0
-            return round((lower + (bound - lower) * share) * 1000, 3)
+            return round((lower + (bound - lower) * share) * 1000, 3), False
         lower, below = bound, count
-    return round(lower * 1000, 3)
+    return round(lower * 1000, 3), True

@@ -5,7 +5,7 @@ to every worker (each knows its own calls and journal)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import orjson
@@ -41,12 +41,23 @@ async def attention(request: web.Request) -> web.Response:
     refused = next((a for a in answers if a.status != 200), None)
     if refused is not None:
         return refused
-    items: dict[tuple[str, str], dict[str, object]] = {}
-    for answer in answers:
-        assert answer.body is not None and isinstance(answer.body, bytes)
-        for item in orjson.loads(answer.body)["items"]:
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    pages = [orjson.loads(answer.body) for answer in answers if isinstance(answer.body, bytes)]
+    for page in pages:
+        for item in page["items"]:
             items.setdefault((item["record"], item["why"]), item)
-    return web.json_response({"items": list(items.values())}, dumps=_dumps)
+    newest = sorted(items.values(), key=lambda item: item["since"], reverse=True)
+    own = sum(page["own"] for page in pages)
+    indexed = max(page["total"] - page["own"] for page in pages)  # Redis's, read by each
+    document = {
+        "items": newest[: pages[0]["limit"]],
+        "total": indexed + own,
+        "offset": pages[0]["offset"],
+        "limit": pages[0]["limit"],
+        "own": own,
+        "incomplete": any(page["incomplete"] for page in pages),
+    }
+    return web.json_response(document, dumps=_dumps)
 
 
 async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Response | None:
@@ -58,7 +69,7 @@ async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Respon
     timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
     try:
         async with worker.client().request(
-            request.method, f"http://worker{request.path}", data=body, headers=headers,
+            request.method, f"http://worker{request.path_qs}", data=body, headers=headers,
             timeout=timeout,
         ) as resp:  # fmt: skip
             answer = await resp.read()

@@ -35,25 +35,16 @@ FIXED = (
 def apply(app: web.Application, path: str | Path) -> bool:
     """Load `path` and make it the gateway's settings; False (and a log line) when refused.
     The listeners' certificate files are not loaded here: `reload` loads them on its own."""
-    try:
-        new = load_settings(path, tls_files=False)
-    except ConfigError as exc:
-        return _refused(str(exc))
-    unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
-    if unprotected is not None:
-        return _refused(f"{path}: {unprotected}")
     live = app[LIVE]
     old = live.settings
-    fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
+    try:
+        new, fixed = next_settings(old, path)
+    except ConfigError as exc:
+        return _refused(str(exc))
     if fixed:
         log.warning(
             "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
         )
-        new = new.model_copy(update={name: getattr(old, name) for name in fixed})
-        try:  # the new routes against the listeners kept: one may be a route's upstream
-            new.check_coherence()
-        except ValueError as exc:
-            return _refused(f"{path}: {exc}")
     orphaned = _orphaned(old, new)
     if orphaned:
         log.warning(
@@ -66,6 +57,24 @@ def apply(app: web.Application, path: str | Path) -> bool:
     logging.getLogger().setLevel(new.log_level.upper())
     log.info("config reloaded from %s (%d routes)", path, len(new.routes))
     return True
+
+
+def next_settings(old: Settings, path: str | Path) -> tuple[Settings, list[str]]:
+    """What a reload of `path` over `old` serves with, and the fields it keeps from `old`
+    (bound at start); ConfigError when it is refused. The `--workers` supervisor judges a
+    reload with it as its workers do (`ops.serving`)."""
+    new = load_settings(path, tls_files=False)
+    unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
+    if unprotected is not None:
+        raise ConfigError(f"{path}: {unprotected}")
+    fixed = [name for name in FIXED if getattr(new, name) != getattr(old, name)]
+    if fixed:
+        new = new.model_copy(update={name: getattr(old, name) for name in fixed})
+        try:  # the new routes against the listeners kept: one may be a route's upstream
+            new.check_coherence()
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    return new, fixed
 
 
 def _orphaned(old: Settings, new: Settings) -> list[str]:

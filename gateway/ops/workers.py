@@ -3,9 +3,10 @@
 The children serve the listening socket the parent bound, so the kernel spreads new
 connections over them. It starts the embedded redis-server once (children share it),
 forwards SIGTERM/SIGINT (children drain, then exit) and SIGHUP, and starts a new child when
-one dies, unless children keep dying right after they start. Each child has a slot (0 to
-N-1) that the child replacing it takes over: its `worker` label on the one admin address
-(`ops.hub`), which the parent serves.
+one dies, with what the others serve with (`ops.serving`). A child that dies at its start is
+started again after a pause that doubles each time: the others serve on meanwhile, however
+often it fails. Each child has a slot (0 to N-1) that the child replacing it takes over: its
+`worker` label on the one admin address (`ops.hub`), which the parent serves.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Final
 
@@ -25,12 +27,14 @@ from aiohttp import web
 
 from gateway.lifeline import die_with_parent
 from gateway.ops.hub import Hub
+from gateway.ops.serving import Serving
 
 log = logging.getLogger("gateway.ops.workers")
 
-# A child that dies sooner than this after its start counts as a failed start.
-STARTUP_GRACE: Final = 5.0
-MAX_FAILED_STARTS: Final = 3
+# The pause before a failed start is tried again, doubled at each failure in a row, up to
+# BACKOFF_MOST.
+BACKOFF_FIRST: Final = 1.0
+BACKOFF_MOST: Final = 60.0
 # How often the supervisor looks for an exited worker.
 REAP_TICK: Final = 0.1
 
@@ -64,6 +68,14 @@ def count_requests(app: web.Application) -> None:
     app.on_cleanup.append(on_cleanup)
 
 
+@dataclass
+class _Child:
+    process: subprocess.Popen[bytes]
+    slot: int
+    ready: int | None  # the read end of the pipe it says "serving" on, until it has
+    serves: bool = False
+
+
 class Supervisor:
     """Starts `count` children running `command`, and keeps them running until told to stop."""
 
@@ -73,52 +85,71 @@ class Supervisor:
         count: int,
         keep_fds: tuple[int, ...] = (),
         hub: Hub | None = None,
+        serving: Serving | None = None,
     ) -> None:
         self.command = command
         self.count = count
         self.keep_fds = keep_fds  # passed to each child (the listening socket)
         self.hub = hub  # the one admin address, which asks each child on its own socket
-        self.children: dict[int, tuple[subprocess.Popen[bytes], float, int]] = {}
+        self.serving = serving  # the config and certificate each child starts with
+        self.children: dict[int, _Child] = {}
         self.stopping = False
-        self.failed_starts = 0
+        self.failures: dict[int, int] = {}  # slot -> failed starts in a row
+        self.due: dict[int, float] = {}  # slot -> when its next start is tried
 
-    def _spawn(self, slot: int, ready_fd: int | None = None) -> subprocess.Popen[bytes]:
-        command, fds = self.command, self.keep_fds
+    def _spawn(self, slot: int, said: bool = True) -> _Child:
+        """Start the worker of `slot`; it says on a pipe once it serves (`_heard`). `said`:
+        its start is logged now (the first worker's once it serves)."""
+        read_end, write_end = os.pipe()
+        command = [*self.command, "--ready-fd", str(write_end)]
+        if self.serving is not None:
+            command += ["--serving", str(self.serving.current)]
         if self.hub is not None:
-            command = [*command, "--admin-socket", self.hub.channel(slot)]
-        if ready_fd is not None:
-            command, fds = [*command, "--ready-fd", str(ready_fd)], (*fds, ready_fd)
-        child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup, pass_fds=fds
-        )
-        self.children[child.pid] = (child, time.monotonic(), slot)
+            command += ["--admin-socket", self.hub.channel(slot)]
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_child_setup,
+                pass_fds=(*self.keep_fds, write_end),
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the worker holds it: end of file once it exits
+        child = self.children[process.pid] = _Child(process, slot, read_end)
         if self.hub is not None:
-            self.hub.started(slot, child.pid)
+            self.hub.started(slot, process.pid)
         if self.stopping:  # the stop came while it started, too late to be forwarded to it
-            child.send_signal(signal.SIGTERM)
-        elif ready_fd is None:
-            log.info("worker pid %d started", child.pid)
+            process.send_signal(signal.SIGTERM)
+        elif said:
+            log.info("worker pid %d started", process.pid)
         return child
+
+    def _heard(self, child: _Child) -> None:
+        """Its pipe is readable: it serves, or it exited before it did."""
+        if child.ready is None:
+            return
+        child.serves = os.read(child.ready, 1) == b"1"
+        os.close(child.ready)
+        child.ready = None
+        if child.serves:
+            self.failures.pop(child.slot, None)
 
     def _first_serves(self) -> int | None:
         """Start one worker alone and wait until it serves: None. A config it refuses at
         start (a blob store, an evicting Redis, an admin port) it says in one line and exits
         2 or 3: that code, before N workers each say it N times over and are restarted."""
-        read_end, write_end = os.pipe()
-        try:
-            child = self._spawn(0, ready_fd=write_end)
-        finally:
-            os.close(write_end)  # the worker holds it: end of file once it exits
-        try:
-            while not select.select([read_end], [], [], REAP_TICK)[0]:
-                pass  # signal handlers run meanwhile
-            if os.read(read_end, 1):
-                log.info("worker pid %d started", child.pid)
-                return None
-        finally:
-            os.close(read_end)
-        code = child.wait()
-        del self.children[child.pid]
+        child = self._spawn(0, said=False)
+        while child.ready is not None:
+            if select.select([child.ready], [], [], REAP_TICK)[0]:
+                self._heard(child)  # signal handlers run meanwhile
+        if child.serves:
+            log.info("worker pid %d started", child.process.pid)
+            return None
+        code = child.process.wait()
+        del self.children[child.process.pid]
         if self.hub is not None:
             self.hub.exited(0)
         if self.stopping and code in (0, -signal.SIGTERM):  # stopped as it started
@@ -126,14 +157,16 @@ class Supervisor:
         return code if code > 0 else 1
 
     def _forward(self, sig: int) -> None:
-        for child, _, _ in self.children.values():
-            if child.returncode is None:
-                child.send_signal(sig)
+        for child in self.children.values():
+            if child.process.returncode is None:
+                child.process.send_signal(sig)
 
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         if sig == signal.SIGHUP:
             log.info("SIGHUP: passed on to %d workers", len(self.children))
             self._forward(sig)
+            if self.serving is not None:
+                self.serving.reload()
             if self.hub is not None:
                 self.hub.reload()
             return
@@ -159,37 +192,67 @@ class Supervisor:
             if not self.stopping:  # a stop right after the first one served starts no more
                 self._spawn(slot)
         code = 0
-        while self.children:
+        while self.children or (self.due and not self.stopping):
             pid = self._reap()
-            child, started, slot = self.children.pop(pid)
+            if pid is None:
+                continue
+            child = self.children.pop(pid)
+            returncode = child.process.returncode
             if self.hub is not None:
-                self.hub.exited(slot)
+                self.hub.exited(child.slot)
             if self.stopping:
-                code = code or (child.returncode if child.returncode > 0 else 0)
+                code = code or (returncode if returncode > 0 else 0)
                 continue
-            log.error("worker pid %d exited with %d", pid, child.returncode)
-            if time.monotonic() - started < STARTUP_GRACE:
-                self.failed_starts += 1
-            if self.failed_starts >= MAX_FAILED_STARTS:
-                log.error("workers keep failing at start; stopping")
-                self.stopping = True
-                if self.hub is not None:
-                    self.hub.stopping()
-                self._forward(signal.SIGTERM)
-                code = 1
-                continue
-            self._spawn(slot)
+            log.error("worker pid %d exited with %d", pid, returncode)
+            if child.serves:
+                self._spawn(child.slot)
+            else:
+                self._failed_start(child.slot)
         return code
 
-    def _reap(self) -> int:
-        """Wait until one of our own workers has exited; its pid. Only the workers are
-        polled, so another child of this process (the embedded redis-server) is never
-        reaped here, which would hide its exit from its owner."""
+    def _failed_start(self, slot: int) -> None:
+        """A worker that died before it served: tried again later, the others serving on."""
+        failures = self.failures[slot] = self.failures.get(slot, 0) + 1
+        pause = min(BACKOFF_MOST, BACKOFF_FIRST * 2 ** (failures - 1))
+        self.due[slot] = time.monotonic() + pause
+        if self.hub is not None:
+            self.hub.failed_start()
+        serving = sum(1 for child in self.children.values() if child.serves)
+        log.error(
+            "worker %d failed at its start (%d time%s in a row); starting it again in %.0f s, "
+            "%d other worker%s serving",
+            slot, failures, "" if failures == 1 else "s", pause,
+            serving, "" if serving == 1 else "s",
+        )  # fmt: skip
+
+    def _reap(self) -> int | None:
+        """Wait until one of our own workers has exited (its pid) or a slot is due for
+        another start (None, once started), hearing meanwhile which workers serve. Only the
+        workers are polled, so another child of this process (the embedded redis-server) is
+        never reaped here, which would hide its exit from its owner."""
         while True:
-            for pid, (child, _, _) in self.children.items():
-                if child.poll() is not None:
+            for pid, child in self.children.items():
+                if child.process.poll() is not None:
+                    self._heard(child)  # it may have said it served just before it exited
                     return pid
-            time.sleep(REAP_TICK)  # signal handlers run meanwhile
+            if self.stopping:
+                self.due.clear()
+            if not self.children and not self.due:
+                return None
+            now = time.monotonic()
+            for slot, when in list(self.due.items()):
+                if when <= now:
+                    del self.due[slot]
+                    self._spawn(slot)
+                    return None
+            if self.serving is not None:
+                self.serving.look()
+            starting = {c.ready: c for c in self.children.values() if c.ready is not None}
+            if not starting:
+                time.sleep(REAP_TICK)  # signal handlers run meanwhile
+                continue
+            for fd in select.select(list(starting), [], [], REAP_TICK)[0]:
+                self._heard(starting[fd])
 
 
 def worker_command(config: str | None, redis_url: str | None, listen_fd: int) -> list[str]:

@@ -48,6 +48,7 @@ class WorkerSet:
         self.workers: dict[int, Worker] = {}
         self.metrics = WorkerMetrics()
         self.restarts = 0
+        self.failed_starts = 0  # workers that died during their start
         self.draining = False
 
     def channel(self, slot: int) -> str:
@@ -63,6 +64,9 @@ class WorkerSet:
             self.restarts += 1
         if worker is not None and worker.session is not None:
             asyncio.get_running_loop().create_task(worker.session.close())
+
+    def failed_start(self) -> None:
+        self.failed_starts += 1
 
     async def close(self) -> None:
         for worker in self.workers.values():

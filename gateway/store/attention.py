@@ -65,5 +65,13 @@ async def entries(
     return found
 
 
+async def count(store: Store, prefix: str, routes: Iterable[str]) -> int:
+    """The entries of every route's index (some may have settled since they were flagged)."""
+    try:
+        return sum([await store.client.zcard(index_key(prefix, route)) for route in routes])
+    except FAILURES as exc:
+        raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
 def _raw(name: object) -> bytes:
     return name if isinstance(name, bytes) else str(name).encode()

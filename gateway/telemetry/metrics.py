@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway.store import breaker as b
 from gateway.telemetry.requestlog import current
@@ -181,6 +183,11 @@ class Metrics:
         if info is not None:
             info.would = outcome
 
+    def watch_routes(self, routes: Callable[[], Iterable[tuple[str, str, str]]]) -> None:
+        """Read the configured routes (name, mode, fail_mode) at each scrape: a route with no
+        traffic yet is listed too, and a reload shows at once."""
+        self.registry.register(_Routes(routes))
+
     def watch_circuit(self, breaker: b.Circuit) -> None:
         """Read the breaker's state at each scrape (the worst node's, for a Cluster)."""
         self.circuit.set_function(lambda: CIRCUIT_STATES[breaker.state])
@@ -211,3 +218,18 @@ class Metrics:
         if child is None:
             child = self._children[key] = metric.labels(*labels)
         return child
+
+
+class _Routes(Collector):
+    def __init__(self, routes: Callable[[], Iterable[tuple[str, str, str]]]) -> None:
+        self.routes = routes
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "idem_route_info",
+            "The configured routes: 1 for each, with its mode and fail_mode",
+            labels=["route", "mode", "fail_mode"],
+        )
+        for name, mode, fail_mode in self.routes():
+            info.add_metric([name, mode, fail_mode], 1.0)
+        yield info

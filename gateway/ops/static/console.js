@@ -3,7 +3,14 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const OUTCOMES = ["forwarded", "replayed", "conflict", "mismatch", "rejected", "error"];
+// Every kind of traffic, in the order of the table's columns: "unprotected" is shown as
+// "passed through"; "bypassed" went upstream without idempotency because Redis was down.
+const OUTCOMES = [
+  "forwarded", "replayed", "bypassed", "shadowed", "unprotected",
+  "conflict", "mismatch", "rejected", "error",
+];
+const ATTENTION_PAGE = 50;
+const SVG = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "idem-admin-token"; // sessionStorage: this tab only, gone when it closes
 
 const $ = (id) => document.getElementById(id);
@@ -11,6 +18,8 @@ let previous = null; // the last overview, for rates
 let routes = []; // [{name, scope}] once the token is known
 let shown = null; // the record on screen: {route, tenant, key}
 let pending = null; // the action waiting for its confirmation
+let attentionOffset = 0; // the attention page shown
+let lastHistory = 0; // when the history was last read (ms)
 
 function token() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
@@ -64,7 +73,7 @@ function rate(now, before, route, outcome) {
 function countCell(now, route, outcome) {
   const total = now.routes[route].counts[outcome];
   const perSecond = rate(now, previous, route, outcome);
-  const td = el("td");
+  const td = el("td", undefined, outcome === "bypassed" && total > 0 ? "alarm" : undefined);
   td.appendChild(el("span", perSecond === null ? "–" : perSecond.toFixed(1) + "/s", "rate"));
   td.appendChild(el("span", String(Math.round(total)), "total"));
   td.dataset.outcome = outcome;
@@ -72,8 +81,14 @@ function countCell(now, route, outcome) {
   return td;
 }
 
-function ms(value) {
-  return value === null || value === undefined ? "–" : value.toFixed(2) + " ms";
+function ms(value, beyond) {
+  if (value === null || value === undefined) return "–";
+  return (beyond ? "> " : "") + value.toFixed(2) + " ms";
+}
+
+function modeOf(entry) {
+  if (!entry.mode) return "not configured";
+  return entry.mode + (entry.fail_mode === "open" ? " · fails open" : "");
 }
 
 function showOverview(now) {
@@ -90,15 +105,26 @@ function showOverview(now) {
   $("journal").textContent = String(now.journal_depth);
   $("journal").className = "value " + (now.journal_depth > 0 ? "bad" : "good");
   $("in-flight").textContent = String(now.in_flight);
+  const bypassing = [];
   const rows = Object.keys(now.routes).map((route) => {
-    const tr = row([el("td", route, "route"), ...OUTCOMES.map((o) => countCell(now, route, o))]);
-    tr.appendChild(el("td", ms(now.routes[route].overhead_p50_ms)));
-    tr.appendChild(el("td", ms(now.routes[route].overhead_p99_ms)));
+    const entry = now.routes[route];
+    const tr = row([el("td", route, "route"), el("td", modeOf(entry)), ...OUTCOMES.map((o) => countCell(now, route, o))]);
+    tr.appendChild(el("td", ms(entry.upstream_p99_ms, entry.upstream_p99_beyond)));
+    tr.appendChild(el("td", ms(entry.overhead_p50_ms)));
+    tr.appendChild(el("td", ms(entry.overhead_p99_ms, entry.overhead_p99_beyond)));
     tr.dataset.route = route;
+    if (entry.counts.bypassed > 0) {
+      tr.className = "bypassing";
+      const perSecond = rate(now, previous, route, "bypassed");
+      bypassing.push(route + ": " + Math.round(entry.counts.bypassed) + " requests since start" +
+        (perSecond ? ", " + perSecond.toFixed(1) + "/s now" : ""));
+    }
     return tr;
   });
-  if (!rows.length) rows.push(row([el("td", "no requests yet", "muted")]));
+  if (!rows.length) rows.push(row([el("td", "no routes", "muted")]));
   replaceRows($("routes").tBodies[0], rows);
+  $("bypass-list").replaceChildren(...bypassing.map((text) => el("li", text)));
+  $("bypass-alert").hidden = bypassing.length === 0;
   replaceRows(
     $("workers").tBodies[0],
     workers.list.map((w) => {
@@ -129,7 +155,50 @@ async function poll() {
     $("live").textContent = "disconnected";
     $("live").className = "pill bad";
   }
+  if (Date.now() - lastHistory >= 10000) await refreshHistory().catch(() => {});
   if (token()) await refreshAttention();
+}
+
+// --- history --------------------------------------------------------------------------
+
+const CHARTS = [
+  ["answers", "answers / s", (v) => v.toFixed(1)],
+  ["errors", "errors / s", (v) => v.toFixed(1)],
+  ["bypassed", "bypassed / s (no idempotency)", (v) => v.toFixed(1)],
+  ["overhead_p99_ms", "overhead p99", (v) => v.toFixed(2) + " ms"],
+];
+
+function chart(points, field, label, format) {
+  const box = el("div", undefined, "chart" + (field === "bypassed" || field === "errors" ? " alarm-chart" : ""));
+  box.dataset.series = field;
+  const values = points.map((p) => (p[field] === null || p[field] === undefined ? 0 : p[field]));
+  const last = values.length ? values[values.length - 1] : null;
+  const top = Math.max(...values, 0);
+  box.append(el("span", label, "label"), el("span", last === null ? "–" : format(last) + " (max " + format(top) + ")", "now"));
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 300 60");
+  svg.setAttribute("preserveAspectRatio", "none");
+  const line = document.createElementNS(SVG, "polyline");
+  const drawn = values.length === 1 ? [values[0], values[0]] : values; // one point: a level line
+  const step = drawn.length > 1 ? 300 / (drawn.length - 1) : 0;
+  line.setAttribute(
+    "points",
+    drawn.map((v, i) => (i * step).toFixed(1) + "," + (58 - (top > 0 ? (v / top) * 54 : 0)).toFixed(1)).join(" "),
+  );
+  svg.appendChild(line);
+  box.appendChild(svg);
+  return box;
+}
+
+async function refreshHistory() {
+  const { status, data } = await api("/console/api/history");
+  if (status !== 200 || !data) return;
+  lastHistory = Date.now();
+  const points = data.points;
+  $("history").replaceChildren(...CHARTS.map(([field, label, format]) => chart(points, field, label, format)));
+  const minutes = points.length ? Math.round((points[points.length - 1].time - points[0].time) / 60) : 0;
+  $("history-note").textContent =
+    "(kept by the admin listener, a point every " + data.every + " s; " + points.length + " points, " + minutes + " min)";
 }
 
 // --- token ----------------------------------------------------------------------------
@@ -178,15 +247,29 @@ function showTenantInputs() {
 // --- attention ------------------------------------------------------------------------
 
 async function refreshAttention() {
-  const { status, data } = await api("/console/api/attention");
+  const { status, data } = await api("/console/api/attention?offset=" + attentionOffset + "&limit=" + ATTENTION_PAGE);
   if (status !== 200 || !data) return;
   const rows = data.items.map((item) => {
-    const tr = row([item.route, item.why, item.record, new Date(item.since * 1000).toISOString()]);
+    const open = el("button", "Look up");
+    open.type = "button";
+    open.className = "attention-open";
+    open.addEventListener("click", async () => {
+      await lookup({ record: item.record });
+      $("record").scrollIntoView({ block: "nearest" });
+    });
+    const tr = row([item.route, item.why, item.record, new Date(item.since * 1000).toISOString(), el("td")]);
+    tr.lastChild.appendChild(open);
     tr.dataset.record = item.record;
     return tr;
   });
   replaceRows($("attention").tBodies[0], rows);
-  $("attention-empty").hidden = rows.length > 0;
+  let counted = rows.length ? data.offset + 1 + "–" + (data.offset + rows.length) + " of " + data.total : "";
+  if (data.incomplete) counted += (counted ? " " : "") + "(incomplete)";
+  $("attention-count").textContent = counted;
+  $("attention-incomplete").hidden = !data.incomplete;
+  $("attention-empty").hidden = rows.length > 0 || data.incomplete;
+  $("attention-newer").disabled = data.offset === 0;
+  $("attention-older").disabled = data.offset + rows.length >= data.total;
 }
 
 // --- lookup and actions ---------------------------------------------------------------
@@ -210,6 +293,10 @@ function showError(text) {
   $("lookup-error").hidden = false;
 }
 
+function named(request) {
+  return request.key !== undefined ? "key \u201c" + request.key + "\u201d (route " + request.route + ")" : "record " + request.record;
+}
+
 async function lookup(request) {
   $("lookup-error").hidden = true;
   $("record").hidden = true;
@@ -220,8 +307,9 @@ async function lookup(request) {
   shown = request;
   const facts = $("record-facts");
   facts.replaceChildren();
-  fact(facts, "key", request.key);
-  fact(facts, "route", request.route);
+  fact(facts, "key", request.key === undefined ? "not known here (looked up by its record id)" : request.key);
+  fact(facts, "record", data.record);
+  fact(facts, "route", data.route);
   fact(facts, "state", data.state);
   fact(facts, "status", data.status === undefined ? null : data.status + (data.reason ? " " + data.reason : ""));
   fact(facts, "created", when(data.created_at));
@@ -230,7 +318,6 @@ async function lookup(request) {
   fact(facts, "body size", data.body_bytes === undefined ? null : data.body_bytes + " bytes");
   if (data.state === "pending") fact(facts, "lease overdue", data.lease_overdue ? "yes" : "no");
   if (data.state === "owner-lost") fact(facts, "lease ended", data.lease_ended_seconds_ago + " s ago");
-  fact(facts, "retries answered", data.retries_answered === null ? "not counted" : data.retries_answered);
   replaceRows(
     $("record-headers").tBodies[0],
     (data.headers || []).map(([name, value]) => row([name, value])),
@@ -251,11 +338,13 @@ function ask(text, action) {
   $("confirm").hidden = false;
 }
 
-async function act(path, body, done) {
-  const { status, data } = await api(path, { ...shown, ...body });
+async function act(path, body, done, lookAgain) {
+  const request = shown;
+  const { status, data } = await api(path, { ...request, ...body });
+  if (status === 200 && lookAgain) await lookup(request).catch(() => {});
+  if (status === 200 && !lookAgain) $("record").hidden = true; // nothing left to show
   $("action-result").textContent = status === 200 ? done : (data && data.detail) || "refused (" + status + ")";
-  $("action-result").hidden = false;
-  if (status === 200) await lookup(shown).catch(() => {});
+  $("action-result").className = status === 200 ? "notice good" : "notice error";
   $("action-result").hidden = false;
   await refreshAttention();
 }
@@ -276,15 +365,24 @@ function start() {
     useToken();
   });
   $("lookup-route").addEventListener("change", showTenantInputs);
+  $("attention-newer").addEventListener("click", () => {
+    attentionOffset = Math.max(0, attentionOffset - ATTENTION_PAGE);
+    refreshAttention();
+  });
+  $("attention-older").addEventListener("click", () => {
+    attentionOffset += ATTENTION_PAGE;
+    refreshAttention();
+  });
   $("lookup").addEventListener("submit", (event) => {
     event.preventDefault();
     lookup(lookupRequest());
   });
-  $("purge").addEventListener("click", () =>
-    ask("Purge this record? The next request with this key runs upstream again.", () =>
-      act("/keys/purge", {}, "Purged."),
-    ),
-  );
+  $("purge").addEventListener("click", () => {
+    const what = named(shown);
+    ask("Purge the record of " + what + "? The next request with this key runs upstream again.", () =>
+      act("/keys/purge", {}, "Purged " + what + ": the next request with this key runs upstream again.", false),
+    );
+  });
   $("resolve-open").addEventListener("click", () => {
     $("resolve").hidden = false;
   });
@@ -292,8 +390,9 @@ function start() {
     event.preventDefault();
     const status = Number($("resolve-status").value);
     const body = { status, body: $("resolve-body").value, content_type: $("resolve-type").value || null };
-    ask("Store a " + status + " answer for this unknown outcome? Every retry will replay it.", () =>
-      act("/keys/resolve", body, "Resolved: retries now replay this answer."),
+    const what = named(shown);
+    ask("Store a " + status + " answer for " + what + "? Every retry will replay it.", () =>
+      act("/keys/resolve", body, "Resolved " + what + ": retries now replay this answer.", true),
     );
   });
   $("confirm-yes").addEventListener("click", () => {
