@@ -106,7 +106,7 @@ class LatestEpoch(Sentinel):
 
     async def discover_master(self, service_name: str) -> Address:
         answers = await asyncio.gather(
-            *(sentinel.sentinel_masters() for sentinel in self.sentinels), return_exceptions=True
+            *[sentinel.sentinel_masters() for sentinel in self.sentinels], return_exceptions=True
         )
         best: dict[str, Any] | None = None
         errors = []
@@ -255,10 +255,10 @@ async def follow_announcements(pool: SentinelBlockingPool, pubsub: PubSub) -> No
                 await pubsub.ping()
                 since_ping = 0.0
             continue
-        channel, data = (
+        channel, data = [
             part.decode() if isinstance(part, bytes) else str(part)
             for part in (message["channel"], message["data"])
-        )
+        ]
         new = moved_to(channel, data, pool.service_name)
         if new is None or (channel != PROMOTING and new == pool.announced):
             continue
