@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit.ports import wait_for_port
 from testkit.procs import GatewayProcess
 
 from .tls_certs import private_ca
@@ -199,6 +200,17 @@ async def until(check: Callable[[], bool], timeout: float, what: str) -> float:
             raise AssertionError(f"{what}: not within {timeout}s")
         await asyncio.sleep(0.05)
     return time.monotonic() - started
+
+
+async def every_worker_serving(
+    gateway: GatewayProcess, admin_port: int, workers: int, timeout: float = 20, scheme: str = ""
+) -> None:
+    """Wait until a started `--workers` gateway answers on its admin port and each of its
+    workers has said it listens (on `scheme`, `http` or `https`, when given)."""
+    assert gateway.process is not None
+    wait_for_port(admin_port, gateway.process)
+    said = f"idem-gateway listening on {scheme}".rstrip()
+    await until(lambda: gateway.log().count(said) == workers, timeout, "every worker serving")
 
 
 def open_fds(pid: int) -> int:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .conftest import ADMIN_TOKEN
-from .hostile import Wire, closed_by_peer, connect, until
+from .hostile import Wire, closed_by_peer, connect, every_worker_serving, until
 from .upstream import CountingUpstream, serving_app
 
 LIMITS = {
@@ -76,12 +76,7 @@ async def test_the_admin_listener_closes_idle_and_half_sent_connections(
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
         await asyncio.to_thread(gateway.start)
         try:
-            assert gateway.process is not None
-            wait_for_port(admin_port, gateway.process)
-            await until(
-                lambda: gateway.log().count("idem-gateway listening on") == workers,
-                20, "every worker serving",
-            )  # fmt: skip
+            await every_worker_serving(gateway, admin_port, workers)
 
             def admin_connection() -> socket.socket:
                 sock = connect(admin_port, wire=wire)
@@ -143,12 +138,7 @@ async def test_the_admin_listener_answers_503_past_max_connections(
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
         await asyncio.to_thread(gateway.start)
         try:
-            assert gateway.process is not None
-            wait_for_port(admin_port, gateway.process)
-            await until(
-                lambda: gateway.log().count("idem-gateway listening on") == workers,
-                20, "every worker serving",
-            )  # fmt: skip
+            await every_worker_serving(gateway, admin_port, workers)
             for _ in range(LIMITS["max_connections"]):  # type: ignore[arg-type]
                 sock = connect(admin_port, wire=wire)
                 held.append(sock)

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
-from .hostile import until
+from .hostile import every_worker_serving
 from .tls_certs import private_ca
 from .upstream import CountingUpstream, serving_app
 
@@ -92,12 +92,7 @@ async def test_metrics_is_one_valid_exposition(
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
         await asyncio.to_thread(gateway.start)
         try:
-            assert gateway.process is not None
-            wait_for_port(admin_port, gateway.process)
-            await until(
-                lambda: gateway.log().count("idem-gateway listening on") == workers,
-                30, "every worker serving",
-            )  # fmt: skip
+            await every_worker_serving(gateway, admin_port, workers, 30)
             scheme = "https" if tls else "http"
             public = f"{scheme}://127.0.0.1:{gateway.port}"
             connector = aiohttp.TCPConnector(force_close=True)  # spread over the workers

@@ -23,10 +23,10 @@ from gateway.config.loading import load_settings
 from gateway.config.server_tls import ServerTls
 from gateway.http.certificates import Certificates
 from gateway.ops.serving import Serving, worker_settings
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
-from .hostile import until
+from .hostile import every_worker_serving, until
 from .scrape import sample
 from .test_admin_workers import worker_pids
 from .test_listener_rotation import der, presented
@@ -75,12 +75,7 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            assert gateway.process is not None
-            wait_for_port(admin, gateway.process)
-            await until(
-                lambda: gateway.log().count("idem-gateway listening on https") == 2,
-                20, "both workers serving",
-            )  # fmt: skip
+            await every_worker_serving(gateway, admin, 2, 20, "https")
             # Half a certificate where the configured one was, and a config with a typo:
             # both refused by the reload, the files in use serve on.
             Path(cert).write_bytes(Path(cert).read_bytes()[:300])
@@ -130,12 +125,7 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            assert gateway.process is not None
-            wait_for_port(admin, gateway.process)
-            await until(
-                lambda: gateway.log().count("idem-gateway listening on http") == 2,
-                20, "both workers serving",
-            )  # fmt: skip
+            await every_worker_serving(gateway, admin, 2, 20, "http")
             # A blob folder that a new worker's start-up check refuses (a file in its way).
             shutil.rmtree(blobs, ignore_errors=True)
             blobs.write_bytes(b"not a folder")
