@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import time
 from typing import Any
 
@@ -246,3 +247,17 @@ async def test_replays_problems_pass_through_and_faults_name_their_own_request_i
     failed = await answer("POST", "/pay", "rid-fault", headers=key, data=b"a")
     assert failed.status == 500
     assert any(r.exc_info and "injected fault" in str(r.exc_info[1]) for r in caplog.records)
+
+
+def test_a_record_logged_with_exc_info_false_is_one_json_line() -> None:
+    """asyncio's exception handler logs with `exc_info=False` ("Task was destroyed but it
+    is pending!"): on the compiled build, which checks the types typeshed gives, that was a
+    logging error with a traceback instead of the line."""
+    record = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "pending", (), False)
+    line = orjson.loads(JsonFormatter().format(record))
+    assert (line["msg"], "exc" in line) == ("pending", False)
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    assert "ValueError: boom" in orjson.loads(JsonFormatter().format(failed))["exc"]

@@ -104,11 +104,12 @@ class Hub:
         shutil.rmtree(self.set.folder, ignore_errors=True)
 
     def _run(self, sock: socket.socket) -> None:
+        # asyncio's runner cancels what is left before it closes the loop: a client that
+        # hung up mid-request leaves aiohttp's task for it, which the runner's cleanup no
+        # longer reaches ("Task was destroyed but it is pending!" as the supervisor stops).
         asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self._serve(sock))
-        finally:
-            self.loop.close()
+        with asyncio.Runner(loop_factory=lambda: self.loop) as runner:
+            runner.run(self._serve(sock))
 
     async def _serve(self, sock: socket.socket) -> None:
         self._stop = asyncio.Event()

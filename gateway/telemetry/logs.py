@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, Final, cast
 
 import orjson
 
 # `log.info("request", extra={FIELDS: {...}})` attaches structured fields to a line.
 FIELDS: Final = "fields"
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,8 +28,11 @@ class JsonFormatter(logging.Formatter):
         fields = getattr(record, FIELDS, None)
         if fields:
             line.update(fields)
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+        # Read untyped: asyncio's exception handler logs with exc_info=False, where typeshed
+        # (and so a compiled build, which checks it) expects a tuple or None.
+        exc_info: object = getattr(record, "exc_info", None)
+        if isinstance(exc_info, tuple):
+            line["exc"] = self.formatException(cast(ExcInfo, exc_info))
         return orjson.dumps(line, default=str).decode()
 
 
