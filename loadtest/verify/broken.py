@@ -189,7 +189,7 @@ def expired_lease_free() -> None:
     from gateway.core.claims import Claim
     from gateway.core.decision import Action
 
-    replace("gateway.http.claiming", "hold_lost", lambda _: lambda *args: False)
+    replace("gateway.config.policy", "hold_lost", lambda _: lambda *args: False)
 
     def as_new(real: Callable[..., Any]) -> Callable[..., Any]:
         def decide(result: Any, *args: Any, **kwargs: Any) -> Any:
