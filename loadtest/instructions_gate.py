@@ -2,10 +2,12 @@
 against the baseline committed in `instructions_baseline.json` for the same build (compiled or
 pure) and Python minor version.
 
-A count more than TOLERANCE above its baseline fails. Why 2%: two counts of one tree, each the
-lower of two rounds, agree within 0.5% (0.9% between single rounds of a new key); the
+A count more than TOLERANCE above its baseline fails. Why 3%: two counts of one tree, each the
+lower of two rounds, agree within 0.5% on a quiet machine (0.9% between single rounds of a new
+key), but a pass-through through the installed compiled wheel counted 447.4k once and 455.2k
+right after the suite had run (1.8%: its latency histograms' work follows wall time); the
 smallest change worth catching on the hot path, a second Redis call or a per-request task,
-costs 5% and more. A loop of a few hundred iterations in the replay path shows; noise does not.
+costs 5% and more, and a loop of 20 `str(i)` in the replay path (+3.8%) still fails.
 
 Moving a baseline is a deliberate commit of its own: `--record WHY` writes the entry
 with the commit, Python, dependencies and reason it was taken with.
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 BASELINES = Path(__file__).with_name("instructions_baseline.json")
-TOLERANCE = 0.02
+TOLERANCE = 0.03
 # The packages whose code runs on the measured path: a new release moves the counts.
 DEPENDENCIES = ("aiohttp", "multidict", "yarl", "propcache", "redis", "hiredis", "uvloop")
 
