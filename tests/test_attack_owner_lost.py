@@ -55,10 +55,12 @@ class RedisProxy:
     is never delivered, both connections reset (the script ran, its reply is lost).
     `delay_on`: replies that hold them are held back for `delay` seconds; `drop`: every
     byte is dropped from then on, both ways (set by the first reply holding `drop_after`,
-    which is delivered)."""
+    which is delivered). `refuse`: every connection reset and every new one refused while it
+    is set (a Redis killed, as a client of it sees it)."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
+        self._refuse = False
         self.cut_on: bytes | None = None
         self.delay_on: bytes | None = None
         self.delay = 0.0
@@ -73,6 +75,17 @@ class RedisProxy:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def refuse(self) -> bool:
+        return self._refuse
+
+    @refuse.setter
+    def refuse(self, refuse: bool) -> None:
+        self._refuse = refuse
+        if refuse:
+            for writer in self._writers:
+                writer.transport.abort()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -90,6 +103,9 @@ class RedisProxy:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refuse:
+            writer.transport.abort()
+            return
         self._writers.append(writer)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self._writers.append(up_writer)
@@ -771,6 +787,38 @@ async def test_a_taker_that_loses_redis_before_it_records_journals_the_unknown_o
         replay = await post(gw)
     assert replay[0] == 502 and code(replay) == "outcome-unknown"
     assert counting.count("/gate") == 0
+
+
+async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_journaled_answer(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """Gateway A forwards the call, then loses Redis (its master killed in a failover): it
+    journals the upstream's 201 and answers its client with it, but cannot renew its lease.
+    A retry on gateway B past the lease takes the key over, and A's Redis comes back
+    meanwhile: B must answer A's 201 once A stores it, not 502 unknown to a payload a client
+    was told ran (the Sentinel run of record's violation), and nothing runs twice."""
+    counting, _ = upstream
+    async with proxied(redis_url) as link:
+        gw_a = await make_gateway(url=link.url, on_owner_lost="record", lease="1s")
+        gw_b = await make_gateway(on_owner_lost="record", lease="1s")
+        first = asyncio.ensure_future(post(gw_a))
+        await counting.entered.wait()
+        link.refuse = True
+        counting.release.set()
+        answered = await first
+        assert (answered[0], answered[2]) == (201, b"gated #1"), answered
+        retried = asyncio.ensure_future(settled(gw_b))
+        await until(lambda: taken_over(redis_url), timeout=10)
+        link.refuse = False
+        answer = await retried
+    assert (answer[0], answer[2]) == (201, b"gated #1"), answer
+    assert answer[1]["Idempotent-Replayed"] == "true"
+    assert counting.count("/gate") == 1
+
+
+def taken_over(redis_url: str) -> bool:
+    """A retry took the key over from its lost owner (claim.lua keeps the owner's token)."""
+    return any(b"p" in record for record in records(redis_url))
 
 
 def records_state(redis_url: str) -> bytes | None:

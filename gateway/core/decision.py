@@ -158,6 +158,7 @@ class LostStep(StrEnum):
     HELD = "held"  # `record`: an UNKNOWN outcome for an operator; retries get 502
     KEPT = "kept"  # `keep`: 409 until the key's hold ends
     UNSENT = "unsent"  # never sent (the route marks sends): it ran as a new key
+    LATE_ANSWER = "late_answer"  # its owner, cut off from Redis, stored its answer: replayed
 
 
 def hold_lost(policy: Policy, reconciles: bool) -> bool:

@@ -16,7 +16,7 @@ from aiohttp import hdrs, web
 
 from gateway.config.policy import Policy, Route
 from gateway.core.claims import Claim, ClaimResult
-from gateway.core.decision import Action, LostStep
+from gateway.core.decision import Action, LostStep, on_claim
 from gateway.core.headers import foreign_coding, undecodable_header
 from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
 from gateway.core.retention import expires
@@ -42,7 +42,7 @@ from gateway.http.passthrough import pass_through
 from gateway.http.problems import code_for, problem
 from gateway.http.replay import replay, replay_marker
 from gateway.http.settle import OUTCOME_UNKNOWN, release
-from gateway.http.takeover import let_go, lost_conflict, owner_lost, take_over
+from gateway.http.takeover import late_answer, let_go, lost_conflict, owner_lost, take_over
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
@@ -242,7 +242,11 @@ class Gateway:
             }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
         if action is Action.TAKE_OVER:
-            return await take_over(self.s, claimed)
+            late = await late_answer(self.s, claimed)
+            if late is None:
+                return await take_over(self.s, claimed)
+            action = on_claim(late, route, may_wait=False)  # the key as its owner left it
+            return await self._act(request, route, action, late, claimed, anonymous)
         if action is Action.OWNER_LOST:
             if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back
                 await let_go(self.s, claimed)

@@ -1,14 +1,18 @@
 """A key whose owner stopped renewing its lease after it may have sent the request (a gateway
 killed or frozen mid-call): an unknown outcome, never a free key.
 
-The request that found it owns it now (the claim took it over) and settles it as the route's
-`on_owner_lost` says, asking the `reconcile` lookup first where there is one: what happened
-is recorded, what did not happen runs, and what nobody can tell is held for an operator,
-kept (409) or, with `release`, run again and counted.
+The request that found it owns it now (the claim took it over). It first waits a little for
+the owner's own answer (`late_answer`): an owner cut off from Redis rather than gone (a
+failover, a cut link) may have answered its client from the journal, and stores that answer
+the moment Redis takes it. Then it settles the key as the route's `on_owner_lost` says,
+asking the `reconcile` lookup first where there is one: what happened is recorded, what did
+not happen runs, and what nobody can tell is held for an operator, kept (409) or, with
+`release`, run again and counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -16,8 +20,10 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
-from gateway.errors import StoreUnavailable
+from gateway.errors import RecordCorrupt, StoreUnavailable
+from gateway.http.claiming import claim
 from gateway.http.context import Claimed, Services
 from gateway.http.flag import note_held
 from gateway.http.forward import forward
@@ -25,7 +31,7 @@ from gateway.http.heartbeat import Heartbeat
 from gateway.http.incoming import key_of
 from gateway.http.problems import problem
 from gateway.http.reconcile import Found, look_up
-from gateway.http.settle import OUTCOME_UNKNOWN, Kept, record_found, record_unknown
+from gateway.http.settle import OUTCOME_UNKNOWN, STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_owner_lost
 
@@ -35,6 +41,11 @@ RETRY_AFTER: Final = {"Retry-After": "1"}
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
 IN_FLIGHT: Final = "a request with this key is in progress; retry later"
+# How long a request that took a lost owner's key over waits for that owner's own answer:
+# an owner that kept its answer in the journal tries to store it every STORE_BACKOFF[1] s
+# at most, so three of its tries. A dead owner's key is settled this much later.
+LATE_ANSWER_WAIT: Final = 3 * STORE_BACKOFF[1]
+LATE_ANSWER_POLL = (0.05, 0.25)  # not Final, as STORE_BACKOFF: from the first, growing
 LOST_DETAIL: Final = (
     "the gateway that forwarded this request stopped before its outcome was stored; "
     "whether the upstream ran it is unknown, and it is not run again"
@@ -47,6 +58,28 @@ def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
     s.metrics.owner_lost.labels(route, resolution).inc()
     note_owner_lost(resolution)
     log.warning("route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution)
+
+
+async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
+    """The key as its lost owner left it after all, if it settled it within LATE_ANSWER_WAIT
+    (DONE: its answer is the record now); None while it stays a lost owner's. Asking again
+    is claiming again with this request's token, which renews its lease meanwhile."""
+    deadline = time.monotonic() + LATE_ANSWER_WAIT
+    pause, longest = LATE_ANSWER_POLL
+    while (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, longest)
+        asked = time.monotonic()
+        try:
+            result = await claim(s.store, c.route, c.key, c.fingerprint, c.token)
+        except (StoreUnavailable, RecordCorrupt):
+            return None  # settled as a lost owner's key, which copes with a Redis gone
+        if result.outcome is not Claim.TAKEN:
+            if result.outcome is Claim.DONE:
+                owner_lost(s, c, LostStep.LATE_ANSWER)
+            return result
+        c.leased_at = asked  # renewed: the lease runs from here
+    return None
 
 
 def lost_conflict() -> web.Response:

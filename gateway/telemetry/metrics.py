@@ -121,7 +121,7 @@ class Metrics:
         self.owner_lost = Counter(
             "idem_owner_lost",
             "Keys found with a lost owner (its lease ended unrenewed), by resolution: "
-            "reconciled, not_happened, rerun, held, kept, unsent",
+            "reconciled, not_happened, rerun, held, kept, unsent, late_answer",
             ["route", "resolution"],
             registry=r,
         )
