@@ -167,6 +167,20 @@ def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
     assert "a claim lost with a Redis master" in verdict.violations[0].what
 
 
+def test_a_rerun_after_a_502_is_the_release_policys_even_during_a_failover() -> None:
+    """The gateway answered 502 (the upstream cut mid-call) and released the key, as the
+    route asks: a failover around it is not what made it run again."""
+    history = [
+        attempt(1, 502, route="release"),
+        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    failover = [Fault("redis-failover", "master :7000 -> :7001", 9.0, 14.0)]
+    verdict = check(history, ran, failover, POLICIES)
+    assert verdict.violations == []
+    assert verdict.explained == {"unknown outcome released: the gateway answered 502": 1}
+
+
 def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:
     history = [attempt(1, 502, start=10, end=11, outcome="unknown", gateway=0)]
     cut_off = [
