@@ -65,9 +65,10 @@ def pure(relative: str) -> bool:
     )
 
 
-def compiled_sources() -> list[str]:
-    """The gateway's modules that mypyc compiles: every one but those PURE names."""
-    paths = (path.relative_to(ROOT).as_posix() for path in (ROOT / "gateway").rglob("*.py"))
+def compiled_sources(root: Path = ROOT) -> list[str]:
+    """The gateway's modules that mypyc compiles: every one but those PURE names, as paths
+    under `root` (the checkout, or the site-packages of an installed wheel)."""
+    paths = (path.relative_to(root).as_posix() for path in (root / "gateway").rglob("*.py"))
     return sorted(path for path in paths if not pure(path))
 
 

@@ -132,7 +132,7 @@ sys.exit(f"the runtime image holds {found}" if found else 0)
 [ "$(run id -u)" = 10001 ] || fail "the image does not run as uid 10001"
 size=$(docker image inspect --format '{{.Size}}' idem-gateway:local)
 venv=$(run du -sm /opt/idem-gateway | cut -f1)
-say "image: $((size / 1000000)) MB on the stand-in base; its virtual environment: $venv MB"
+say "$((size / 1000000)) MB on the stand-in base; its virtual environment: $venv MB"
 
 # README's "Run it in a container", then its curl walk-through.
 for port in 8080 9090 9000; do

@@ -43,8 +43,7 @@ def test_a_compiled_build_runs_every_module_it_compiled() -> None:
     if build.kind() != "compiled":
         pytest.skip("the pure build: no compiled module to check (make compiled)")
     manifest = json.loads(build.MANIFEST.read_text())
-    sources = (p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py"))
-    assert sorted(manifest) == sorted(s for s in sources if not SETUP["pure"](s))
+    assert sorted(manifest) == SETUP["compiled_sources"](PACKAGE.parent)
     modules = [importlib.import_module(s.removesuffix(".py").replace("/", ".")) for s in manifest]
     assert [m.__name__ for m in modules if not str(m.__file__).endswith(EXTENSIONS)] == []
 
