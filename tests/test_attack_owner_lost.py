@@ -28,6 +28,7 @@ from gateway.core.claims import Claim
 from gateway.core.fingerprint import fingerprint
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
+from gateway.http import settle
 from gateway.http.app import LIVE
 from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
@@ -61,6 +62,7 @@ class RedisProxy:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self._refuse = False
+        self.refused = 0  # connections refused while `refuse` was set
         self.cut_on: bytes | None = None
         self.delay_on: bytes | None = None
         self.delay = 0.0
@@ -104,6 +106,7 @@ class RedisProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.refuse:
+            self.refused += 1
             writer.transport.abort()
             return
         self._writers.append(writer)
@@ -789,31 +792,88 @@ async def test_a_taker_that_loses_redis_before_it_records_journals_the_unknown_o
     assert counting.count("/gate") == 0
 
 
+@pytest.mark.parametrize("taker_loses_redis", [False, True], ids=["taker-up", "taker-cut-too"])
 async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_journaled_answer(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    taker_loses_redis: bool,
 ) -> None:
     """Gateway A forwards the call, then loses Redis (its master killed in a failover): it
     journals the upstream's 201 and answers its client with it, but cannot renew its lease.
     A retry on gateway B past the lease takes the key over, and A's Redis comes back
     meanwhile: B must answer A's 201 once A stores it, not 502 unknown to a payload a client
-    was told ran (the Sentinel run of record's violation), and nothing runs twice."""
+    was told ran (the Sentinel run of record's violation), and nothing runs twice. B may
+    lose Redis for a moment while it waits (the same failover): it asks again."""
+    monkeypatch.setattr(settle, "STORE_BACKOFF", (0.01, 0.05))  # A stores soon after its link
     counting, _ = upstream
-    async with proxied(redis_url) as link:
-        gw_a = await make_gateway(url=link.url, on_owner_lost="record", lease="1s")
-        gw_b = await make_gateway(on_owner_lost="record", lease="1s")
+    async with proxied(redis_url) as link_a, proxied(redis_url) as link_b:
+        gw_a = await make_gateway(url=link_a.url, on_owner_lost="record", lease="1s")
+        gw_b = await make_gateway(url=link_b.url, on_owner_lost="record", lease="1s")
         first = asyncio.ensure_future(post(gw_a))
         await counting.entered.wait()
-        link.refuse = True
+        link_a.refuse = True
         counting.release.set()
         answered = await first
         assert (answered[0], answered[2]) == (201, b"gated #1"), answered
         retried = asyncio.ensure_future(settled(gw_b))
         await until(lambda: taken_over(redis_url), timeout=10)
-        link.refuse = False
+        if taker_loses_redis:  # B asks again in vain at least once before A's answer is in
+            link_b.refuse = True
+            await until(lambda: link_b.refused > 0, timeout=5)
+        link_a.refuse = False
+        await until(lambda: records_state(redis_url) == b"C", timeout=5)
+        link_b.refuse = False
         answer = await retried
     assert (answer[0], answer[2]) == (201, b"gated #1"), answer
     assert answer[1]["Idempotent-Replayed"] == "true"
     assert counting.count("/gate") == 1
+
+
+async def test_a_lost_owners_key_gone_while_the_retry_waits_is_never_run_as_new(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """The key a retry took over goes while it waits for the owner's answer (evicted, purged,
+    lost in a failover) and its next ask makes it anew: the call may have run, so the key
+    is settled as a lost owner's (record: 502 unknown), never forwarded as a new one."""
+    counting, _ = upstream
+    counting.release.set()
+    gw = await make_gateway(on_owner_lost="record", lease="1s")
+    await claim_as_owner(redis_url, gw)
+    retried = asyncio.ensure_future(settled(gw))
+    await until(lambda: taken_over(redis_url), timeout=10)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(*client.scan_iter())
+    finally:
+        client.close()
+    answer = await retried
+    assert answer[0] == 502 and code(answer) == "owner-lost", answer
+    assert counting.count("/gate") == 0
+
+
+async def test_a_record_unreadable_when_the_retry_asks_again_is_never_run_again(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """While a retry waits for a lost owner's answer, the key comes back completed with a
+    record it cannot read (another version's, say): 502 record-corrupt, as any retry of a
+    corrupt record gets, never a rerun, even on a `release` route."""
+    counting, _ = upstream
+    counting.release.set()
+    gw = await make_gateway(on_owner_lost="release", lease="1s")
+    await claim_as_owner(redis_url, gw)
+    retried = asyncio.ensure_future(settled(gw))
+    await until(lambda: taken_over(redis_url), timeout=10)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        [key] = list(client.scan_iter())
+        client.hset(key, mapping={"s": "C", "m": "{not a record"})
+    finally:
+        client.close()
+    answer = await retried
+    assert answer[0] == 502 and code(answer) == "record-corrupt", answer
+    assert counting.count("/gate") == 0
 
 
 def taken_over(redis_url: str) -> bool:

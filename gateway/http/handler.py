@@ -40,9 +40,9 @@ from gateway.http.incoming import (
 )
 from gateway.http.passthrough import pass_through
 from gateway.http.problems import code_for, problem
-from gateway.http.replay import replay, replay_marker
+from gateway.http.replay import replay, replay_marker, unreadable_record
 from gateway.http.settle import OUTCOME_UNKNOWN, release
-from gateway.http.takeover import late_answer, let_go, lost_conflict, owner_lost, take_over
+from gateway.http.takeover import let_go, lost_conflict, owner_lost, settle_lost
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
@@ -202,10 +202,7 @@ class Gateway:
                 self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
             return await self._store_down(request, route, body, down)
         except RecordCorrupt as corrupt:
-            log.error("route %s: %s", route.name, corrupt)
-            self.s.metrics.request(route.name, request.method, m.ERROR)
-            detail = "the stored record for this key cannot be read; the request is not run again"
-            return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
+            return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
         claimed = Claimed(request, route, rkey, token, fp, body, unsent, leased_at=leased_at)
         if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
@@ -242,10 +239,10 @@ class Gateway:
             }
             return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
         if action is Action.TAKE_OVER:
-            late = await late_answer(self.s, claimed)
-            if late is None:
-                return await take_over(self.s, claimed)
-            action = on_claim(late, route, may_wait=False)  # the key as its owner left it
+            late = await settle_lost(self.s, claimed)
+            if isinstance(late, web.StreamResponse):  # settled as a lost owner's key
+                return late
+            action = on_claim(late, route, may_wait=False)  # the key as another left it
             return await self._act(request, route, action, late, claimed, anonymous)
         if action is Action.OWNER_LOST:
             if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back

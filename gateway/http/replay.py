@@ -26,11 +26,22 @@ from gateway.http.answers import (
 )
 from gateway.http.context import Services
 from gateway.http.problems import problem
+from gateway.telemetry import metrics as m
 
 log = logging.getLogger(__name__)
 
 # A replay of an answer whose body was left out (over max_replay_body).
 BODY_OMITTED: Final = {"Idempotency-Replay": "omitted"}
+
+
+def unreadable_record(
+    s: Services, request: web.Request, route: Route, why: Exception
+) -> web.Response:
+    """502 for a record that cannot be read: logged and counted, and never run again."""
+    log.error("route %s: %s", route.name, why)
+    s.metrics.request(route.name, request.method, m.ERROR)
+    detail = "the stored record for this key cannot be read; the request is not run again"
+    return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
 
 
 def replay_marker(route: Route) -> dict[str, str]:

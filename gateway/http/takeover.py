@@ -31,6 +31,7 @@ from gateway.http.heartbeat import Heartbeat
 from gateway.http.incoming import key_of
 from gateway.http.problems import problem
 from gateway.http.reconcile import Found, look_up
+from gateway.http.replay import unreadable_record
 from gateway.http.settle import OUTCOME_UNKNOWN, STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_owner_lost
@@ -61,9 +62,13 @@ def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
 
 
 async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
-    """The key as its lost owner left it after all, if it settled it within LATE_ANSWER_WAIT
-    (DONE: its answer is the record now); None while it stays a lost owner's. Asking again
-    is claiming again with this request's token, which renews its lease meanwhile."""
+    """The key as another left it while this request waited up to LATE_ANSWER_WAIT for its
+    lost owner's answer: DONE (that answer, as a rule), or IN_FLIGHT or MISMATCH (another
+    request's now); None when the key is still this request's to settle as a lost owner's.
+
+    Asking again is claiming again with this request's token, which renews its lease. A
+    Redis error is asked again until the wait ends: a failover is when such answers are due.
+    A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
     deadline = time.monotonic() + LATE_ANSWER_WAIT
     pause, longest = LATE_ANSWER_POLL
     while (left := deadline - time.monotonic()) > 0:
@@ -72,14 +77,32 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
         asked = time.monotonic()
         try:
             result = await claim(s.store, c.route, c.key, c.fingerprint, c.token)
-        except (StoreUnavailable, RecordCorrupt):
-            return None  # settled as a lost owner's key, which copes with a Redis gone
-        if result.outcome is not Claim.TAKEN:
-            if result.outcome is Claim.DONE:
-                owner_lost(s, c, LostStep.LATE_ANSWER)
-            return result
-        c.leased_at = asked  # renewed: the lease runs from here
+        except StoreUnavailable:
+            s.metrics.redis_errors.inc()
+            continue
+        if result.outcome is Claim.TAKEN:
+            c.leased_at = asked  # renewed: the lease runs from here
+            continue
+        if result.outcome in (Claim.CLAIMED, Claim.UNSENT):
+            # The key went meanwhile (evicted, purged, lost in a failover) and this ask made
+            # it anew: still a lost owner's call that may have run, never a new one. The
+            # script marked it unsent where the route marks sends, as `forward` expects.
+            c.leased_at, c.unsent = asked, c.route.mark_sent
+            return None
+        if result.outcome is Claim.DONE:
+            owner_lost(s, c, LostStep.LATE_ANSWER)
+        return result
     return None
+
+
+async def settle_lost(s: Services, c: Claimed) -> web.StreamResponse | ClaimResult:
+    """The answer for a key this request took over from a lost owner; or the key as another
+    left it while this request waited for that owner's answer (`late_answer`), to act on."""
+    try:
+        late = await late_answer(s, c)
+    except RecordCorrupt as corrupt:
+        return unreadable_record(s, c.request, c.route, corrupt)
+    return await take_over(s, c) if late is None else late
 
 
 def lost_conflict() -> web.Response:
