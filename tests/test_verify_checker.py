@@ -168,17 +168,43 @@ def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
 
 
 def test_a_rerun_after_a_502_is_the_release_policys_even_during_a_failover() -> None:
-    """The gateway answered 502 (the upstream cut mid-call) and released the key, as the
-    route asks: a failover around it is not what made it run again."""
+    """The key's call ran, was cut upstream, answered 502 and released, as the route asks:
+    a failover around it is not what made it run again."""
     history = [
         attempt(1, 502, route="release"),
         attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
     ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a2")]
     failover = [Fault("redis-failover", "master :7000 -> :7001", 9.0, 14.0)]
     verdict = check(history, ran, failover, POLICIES)
     assert verdict.violations == []
     assert verdict.explained == {"unknown outcome released: the gateway answered 502": 1}
+
+
+def test_a_502_explains_no_rerun_it_did_not_release_before() -> None:
+    """A 502 explains a rerun only where the key's call ran, was answered so and released
+    before it: not the rerun's own 502 after a claim lost with the master, nor a lost
+    owner's key held unknown (502 with Idempotency-Outcome: unknown)."""
+    own = [
+        attempt(1, CUT, route="release", end=12.0),
+        attempt(2, 502, route="release", start=13, end=13.1),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a2")]
+    failover = [Fault("redis-failover", "master :7000 -> :7001", 9.0, 14.0)]
+    verdict = check(own, ran, failover, POLICIES)
+    assert rules(verdict) == [1]
+    assert "a claim lost with a Redis master" in verdict.violations[0].what
+    held = [
+        attempt(1, CUT, route="release", end=12.0),
+        attempt(2, 502, route="release", start=12.5, end=12.6, gateway=1, outcome="unknown"),
+        attempt(3, route="release", start=13, end=13.1, gateway=1, execution="x2", body="b2"),
+    ]
+    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a3")]
+    killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
+    owner_lost = {route: "record" for route in POLICIES}
+    verdict = check(held, ran, killed, POLICIES, owner_lost=owner_lost)
+    assert rules(verdict) == [1]
+    assert "owner lost: gateway 0 killed mid-call" in verdict.violations[0].what
 
 
 def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,19 +149,14 @@ def check_key(
     # Rule 1: executions per key.
     unknown_released, owner_lost_released = accepts.get(key[0], (False, False))
     for extra in ran[1:]:
-        # Any cause the policy accepts explains it: a `release` route that released the key
-        # after a 502 runs it again, whatever else was going on (a failover, say).
-        found = list(causes(extra, ran, asked, faults))
-        accepted = [
-            cause
-            for cause in found
-            if (cause.startswith("unknown outcome") and unknown_released)
+        cause = explain(extra, ran, asked, faults)
+        if cause is not None and (
+            (cause.startswith("unknown outcome") and unknown_released)
             or (cause.startswith("owner lost") and owner_lost_released)
-        ]
-        if accepted:
-            verdict.explained[accepted[0]] += 1
+        ):
+            verdict.explained[cause] += 1
         else:
-            why = found[0] if found else "unexplained"
+            why = cause or "unexplained"
             verdict.violations.append(Violation(1, name, f"executed {len(ran)} times ({why})"))
             break
     # Rules 2 and 3: every 2xx carries the body of this key's execution, one body for all.
@@ -241,44 +236,10 @@ def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: 
 def explain(
     extra: Execution, ran: list[Execution], asked: list[Attempt], faults: Sequence[Fault]
 ) -> str | None:
-    """Why the key ran once more: the first cause in the history, if any."""
-    return next(causes(extra, ran, asked, faults), None)
-
-
-def causes(
-    extra: Execution, ran: list[Execution], asked: list[Attempt], faults: Sequence[Fault]
-) -> Iterator[str]:
-    """Every cause in the history that could have made the key run once more, the likeliest
-    first."""
+    """Why the key ran once more, when a cause the policy accepts is in the history."""
     caused_by = next((a for a in asked if a.attempt == extra.attempt), None)
     if caused_by is not None and caused_by.outcome == "rerun":
-        yield "owner lost: rerun announced (Idempotency-Outcome: rerun)"
-    owner = owner_fault(extra, asked, faults)
-    if owner is not None:
-        yield owner
-    earlier = [e for e in ran if e.time < extra.time]
-    if any(e.fault for e in earlier):
-        yield "unknown outcome released: the upstream reset or hung after executing"
-    first = min(a.start for a in asked) if asked else extra.time
-    for fault in faults:
-        if (
-            fault.kind in FAILOVER_FAULTS
-            and "master" in fault.target
-            and fault.start <= extra.time
-            and fault.end >= first
-        ):
-            yield f"a claim lost with a Redis master ({fault.kind}: asynchronous replication)"
-            break
-    for attempt in asked:
-        if attempt.start <= extra.time and (
-            attempt.outcome == "unknown" or attempt.status in (502, 504)
-        ):
-            yield f"unknown outcome released: the gateway answered {attempt.status}"
-            break
-
-
-def owner_fault(extra: Execution, asked: list[Attempt], faults: Sequence[Fault]) -> str | None:
-    """A gateway killed or paused while one of the key's attempts was on it."""
+        return "owner lost: rerun announced (Idempotency-Outcome: rerun)"
     for attempt in asked:
         if attempt.start > extra.time:
             continue
@@ -291,6 +252,34 @@ def owner_fault(extra: Execution, asked: list[Attempt], faults: Sequence[Fault])
             ):
                 how = "killed" if fault.kind == "gateway-kill" else "paused"
                 return f"owner lost: {fault.target} {how} mid-call"
+    earlier = [e for e in ran if e.time < extra.time]
+    if any(e.fault for e in earlier):
+        return "unknown outcome released: the upstream reset or hung after executing"
+    # Before a failover's cause: an earlier call of the key cut upstream, answered 502 or
+    # 504 and released (not held unknown), is what a `release` route runs again after.
+    for attempt in asked:
+        if (
+            attempt.status in (502, 504)
+            and attempt.outcome != "unknown"
+            and attempt.attempt != extra.attempt
+            and attempt.end <= extra.time
+            and any(e.attempt == attempt.attempt for e in earlier)
+        ):
+            return f"unknown outcome released: the gateway answered {attempt.status}"
+    first = min(a.start for a in asked) if asked else extra.time
+    for fault in faults:
+        if (
+            fault.kind in FAILOVER_FAULTS
+            and "master" in fault.target
+            and fault.start <= extra.time
+            and fault.end >= first
+        ):
+            return f"a claim lost with a Redis master ({fault.kind}: asynchronous replication)"
+    for attempt in asked:
+        if attempt.start <= extra.time and (
+            attempt.outcome == "unknown" or attempt.status in (502, 504)
+        ):
+            return f"unknown outcome released: the gateway answered {attempt.status}"
     return None
 
 
