@@ -5,6 +5,7 @@ Servers start in parallel; every wait polls a condition against a deadline.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import time
@@ -35,16 +36,31 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.02)
 
 
+def _cluster_ports() -> range:
+    """This process's share of the ports below the ephemeral range: pytest-xdist's workers
+    (`PYTEST_XDIST_WORKER` gw0, gw1, ...) each draw from a slice of their own, so that two
+    of them never pick the same port between its check and redis-server's bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    slot = int(worker) % 8 if worker.isdigit() else 0
+    return range(15000 + slot * 875, 15000 + (slot + 1) * 875)
+
+
+_HANDED_OUT: set[int] = set()  # never the same port twice in one process
+
+
 def cluster_port() -> int:
     """A free port whose cluster bus port (+10000) is free too, both below the ephemeral range."""
     while True:
-        port = random.randrange(15000, 22000)
+        port = random.choice(_cluster_ports())
+        if port in _HANDED_OUT:
+            continue
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 10000))
         except OSError:
             continue
+        _HANDED_OUT.add(port)
         return port
 
 
