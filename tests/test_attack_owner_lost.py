@@ -817,8 +817,7 @@ async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_jo
         counting.release.set()
         answered = await first
         assert (answered[0], answered[2]) == (201, b"gated #1"), answered
-        retried = asyncio.ensure_future(settled(gw_b))
-        await until(lambda: taken_over(redis_url), timeout=10)
+        retried = await retry_taking_over(redis_url, gw_b)
         if taker_loses_redis:  # B asks again in vain at least once before A's answer is in
             link_b.refuse = True
             await until(lambda: link_b.refused > 0, timeout=5)
@@ -841,8 +840,7 @@ async def test_a_lost_owners_key_gone_while_the_retry_waits_is_never_run_as_new(
     counting.release.set()
     gw = await make_gateway(on_owner_lost="record", lease="1s")
     await claim_as_owner(redis_url, gw)
-    retried = asyncio.ensure_future(settled(gw))
-    await until(lambda: taken_over(redis_url), timeout=10)
+    retried = await retry_taking_over(redis_url, gw)
     client = redis.Redis.from_url(redis_url)
     try:
         client.delete(*client.scan_iter())
@@ -863,8 +861,7 @@ async def test_a_record_unreadable_when_the_retry_asks_again_is_never_run_again(
     counting.release.set()
     gw = await make_gateway(on_owner_lost="release", lease="1s")
     await claim_as_owner(redis_url, gw)
-    retried = asyncio.ensure_future(settled(gw))
-    await until(lambda: taken_over(redis_url), timeout=10)
+    retried = await retry_taking_over(redis_url, gw)
     client = redis.Redis.from_url(redis_url)
     try:
         [key] = list(client.scan_iter())
@@ -874,6 +871,14 @@ async def test_a_record_unreadable_when_the_retry_asks_again_is_never_run_again(
     answer = await retried
     assert answer[0] == 502 and code(answer) == "record-corrupt", answer
     assert counting.count("/gate") == 0
+
+
+async def retry_taking_over(redis_url: str, gw: TestClient) -> asyncio.Future[Answer]:
+    """A retry on `gw` under way, once it has taken over the key its owner left (the
+    owner's answer not in yet): its answer comes when the retry has settled the key."""
+    retried = asyncio.ensure_future(settled(gw))
+    await until(lambda: taken_over(redis_url), timeout=10)
+    return retried
 
 
 def taken_over(redis_url: str) -> bool:
