@@ -50,8 +50,9 @@ _HANDED_OUT: set[int] = set()  # never the same port twice in one process
 
 def cluster_port() -> int:
     """A free port whose cluster bus port (+10000) is free too, both below the ephemeral range."""
+    ports = _cluster_ports()
     while True:
-        port = random.choice(_cluster_ports())
+        port = random.choice(ports)
         if port in _HANDED_OUT:
             continue
         try:

@@ -147,13 +147,13 @@ class Stalls:
     token: Path | None = None
 
     def __init__(self) -> None:
-        self.left = 1
+        self.stalled = False
         self.start = time.monotonic()
 
     def maybe(self, lease: float) -> None:
-        if self.left <= 0 or time.monotonic() - self.start < 1.5:
+        if self.stalled or time.monotonic() - self.start < 1.5:
             return
-        self.left = 0
+        self.stalled = True  # or another gateway did
         if self.token is not None:
             try:
                 os.close(os.open(self.token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
