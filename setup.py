@@ -42,12 +42,13 @@ PURE = {
     "gateway/upstream/base.py": "the upstream errors must be Python classes (one is also a"
     " TimeoutError), and compiled code tests isinstance against a Python class of a compiled"
     " module by its exact type: a subclass's instance did not match",
-    "gateway/http/incoming.py": "subclasses aiohttp's request parser",
-    "gateway/http/server.py": "subclasses aiohttp's server protocol",
+    "gateway/http/flow/incoming.py": "subclasses aiohttp's request parser",
+    "gateway/http/server/site.py": "subclasses aiohttp's server protocol",
     "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",
-    "gateway/http/reconcile.py": "an async with of an aiohttp session whose exit awaits on an"
+    "gateway/http/flow/reconcile.py": "an async with of an aiohttp session whose exit awaits on an"
     " error: compiled, a refused lookup hung; off the request path (unknown outcomes only)",
-    "gateway/http/certificates.py": "async generators; reloads certificates, off the request path",
+    "gateway/http/server/certificates.py": "async generators; reloads certificates, off the"
+    " request path",
     "gateway/store/journal.py": "runs in worker threads, off the request path",
     "gateway/store/embedded.py": "starts a redis-server once, off the request path",
     "gateway/ops/admin.py": "async generators; the admin listener, off the request path",

@@ -21,18 +21,18 @@ from gateway.config.schema import schema_text
 from gateway.config.server_tls import ServerTls
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
-from gateway.http import server
 from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
-from gateway.http.certificates import attach_tls
+from gateway.http.server import site
+from gateway.http.server.certificates import attach_tls
 from gateway.ops import keyscli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.hub import MAX_WORKERS
 from gateway.ops.listener import ListenError, bind
-from gateway.ops.parent import supervise
 from gateway.ops.reload import reload_on_sighup
-from gateway.ops.serving import worker_settings
-from gateway.ops.workers import count_requests, default_workers
+from gateway.ops.supervisor.admin_hub import MAX_WORKERS
+from gateway.ops.supervisor.parent import supervise
+from gateway.ops.supervisor.serving import worker_settings
+from gateway.ops.supervisor.workers import count_requests, default_workers
 from gateway.store.embedded import EmbeddedRedis
 from gateway.telemetry import logs
 from gateway.telemetry.logs import START_LINES
@@ -122,7 +122,7 @@ def serve(
         try:
             loop = new_loop(settings.loop)
             build.contain_compiled_tasks(loop)
-            server.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
+            site.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
         except OSError as exc:
             # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
             # one that listens second is refused here, before it has said "listening".
@@ -207,6 +207,9 @@ def _main(argv: Sequence[str] | None) -> int:
             message = f"{path}: {message}"
         print(f"idem-gateway: invalid config {message}", file=sys.stderr)
         return EXIT_CONFIG
+    if not args.serving:  # a worker's supervisor said it already
+        for old_name in settings.redis.deprecations():
+            print(f"idem-gateway: {path}: {old_name}", file=sys.stderr)
     unprotected = protects_nothing(settings) if args.command != "keys" else None
     if unprotected is not None:
         where = path or "the built-in config (give one with --config)"

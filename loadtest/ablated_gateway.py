@@ -21,7 +21,8 @@ from typing import Any
 os.environ["IDEM_PURE"] = "1"
 
 from gateway.core.claims import Claim, ClaimResult
-from gateway.http import access, handler, tasks
+from gateway.http.flow import handler, tasks
+from gateway.http.server import access
 from gateway.ops import collector
 from gateway.store import store
 from gateway.upstream import upstreams
@@ -77,7 +78,7 @@ def _no_forward_task() -> None:
 
 def _no_lean_client() -> None:
     """The claimed call goes over aiohttp's ClientSession, as pass-through requests do."""
-    _replace(upstreams, "lean_enough", lambda origin: False)
+    _replace(upstreams, "httptools_serves", lambda origin: False)
 
 
 PARTS: dict[str, Callable[[], None]] = {

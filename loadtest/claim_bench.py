@@ -22,7 +22,7 @@ from redis.exceptions import WatchError
 from gateway.cli import new_loop
 from gateway.core.claims import Claim
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.store import Store
+from testkit.stores import make_store
 
 LEASE_MS = 30_000
 
@@ -120,7 +120,12 @@ async def bench(
             retries = watch.retries
         else:
             pipeline, lean = method in ("lua-pipeline", "lua-lean"), method == "lua-lean"
-            store = Store(client, CircuitBreaker(10**6, 1.0), pipeline=pipeline, lean=lean)
+            store = make_store(
+                client,
+                CircuitBreaker(10**6, 1.0),
+                pipeline=pipeline,
+                pipeline_client="resp" if lean else "redis-py",
+            )
 
             async def lua(key: str, fingerprint: str, token: str) -> Claim:
                 return (await store.claim(key, fingerprint, token, LEASE_MS / 1000)).outcome

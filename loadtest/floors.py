@@ -29,9 +29,9 @@ from typing import Any, cast
 from aiohttp import web
 from redis.asyncio import Redis
 
-from gateway.store.lean import LeanPipeline
-from gateway.store.lean_conn import Endpoint
-from gateway.upstream.lean import UpstreamPool
+from gateway.store.resp import Endpoint
+from gateway.store.resp_pipeline import RespPipeline
+from gateway.upstream.httptools_client import UpstreamPool
 
 from .bare_proxy import HOP_BY_HOP, HeadWithBody
 from .procs import run_server
@@ -39,7 +39,7 @@ from .procs import run_server
 # The counting upstream's answer to /pay (`loadtest.upstream`), as aiohttp writes it.
 BODY = b'{"id":"pay","status":"captured"}'
 HEADERS = {"Content-Type": "application/json"}
-# The lean client writes Host and Content-Length itself.
+# The httptools client writes Host and Content-Length itself.
 SENT_BY_POOL = HOP_BY_HOP | {"content-length"}
 
 
@@ -82,7 +82,7 @@ async def _calls(redis_url: str | None) -> Call:
         scripts[name] = client.register_script(lua)
         await client.script_load(lua)
     await client.set("floor-record", RECORD)
-    pipeline = LeanPipeline(Endpoint.of(client), 5.0)
+    pipeline = RespPipeline(Endpoint.of(client), 5.0)
 
     async def call(script: str, key: str, value: bytes) -> Any:
         return await pipeline.call(scripts[script], key, (value,))

@@ -4,8 +4,8 @@
 certificate for 127.0.0.1, starts on loopback the counting upstream (`loadtest.upstream`,
 plain and TLS ports), a redis-server and three gateway processes trusting that CA
 (`upstream_tls.ca`): the claimed call and pass-through GETs over aiohttp's client to the https
-port (`loadtest.ablated_gateway --without lean`), over the lean client to the https port, and,
-for reference, over the lean client to the plain port. Each gateway is pinned to the last core;
+port (`loadtest.ablated_gateway --without lean`), over the httptools client to the https port, and,
+for reference, over the httptools client to the plain port. Each gateway is pinned to the last core;
 they are driven in turns with the new-key and get-pass scenarios (`--rounds` times, so that a
 noisy spell of a shared machine hits all of them alike). It prints CPU per request, min and
 median over the rounds, each one's ratio to aiohttp's (medians), and the load average before

@@ -24,7 +24,7 @@ def per_call_us(fn: object, number: int = N) -> float:
 def main() -> None:
     handler = logging.StreamHandler(io.StringIO())
     handler.setFormatter(JsonFormatter())
-    log = logging.getLogger("gateway.http.access")
+    log = logging.getLogger("gateway.http.server.access")
     log.handlers[:] = [handler]
     log.propagate = False
 

@@ -36,7 +36,7 @@ PARTS = (
 def part(leaf: str) -> str:
     if any(
         at in leaf
-        for at in ("(aiohttp/web.py", "(loadtest/procs.py", "run (gateway/http/server.py")
+        for at in ("(aiohttp/web.py", "(loadtest/procs.py", "run (gateway/http/server/site.py")
     ):
         return "event loop and sockets (uvloop, C)"  # the loop's native code runs in run_app
     match = _FRAME.search(leaf)

@@ -21,8 +21,8 @@ from gateway.core.keys import digest, record_key
 from gateway.core.record import Record
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.store import Store
 from testkit.redis_server import RedisServer
+from testkit.stores import make_store
 
 SIZES = (0, 100, 1024, 10 * 1024, 64 * 1024)  # 64 KiB is the default inline_max
 HEADERS = [
@@ -34,7 +34,7 @@ HEADERS = [
 
 
 async def fill(url: str, size: int, count: int) -> list[str]:
-    store = Store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
+    store = make_store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
     keys = []
     try:
         for i in range(count):

@@ -28,8 +28,8 @@ import redis
 from gateway.config.settings import RedisSettings
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.store import Store
 from testkit.redis_server import RedisServer
+from testkit.stores import make_store
 
 from .procs import cpu_seconds
 from .script_cost import BODY, answer
@@ -47,7 +47,7 @@ async def run(
     complete: bool,
 ) -> str:
     settings = RedisSettings(url=url)
-    store = Store(
+    store = make_store(
         make_client(settings, url), CircuitBreaker(5, 1.0), pipeline=pipeline,
         replicas=replicas, replicas_timeout=0.5,
     )  # fmt: skip

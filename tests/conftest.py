@@ -24,7 +24,7 @@ from gateway import build
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
-from gateway.http.server import start_site
+from gateway.http.server.site import start_site
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
@@ -169,7 +169,7 @@ GatewayFactory = Callable[..., Awaitable[TestClient]]
 
 
 class GatewayServer(TestServer):
-    """aiohttp's test server, serving as the gateway does (`gateway.http.server.start_site`):
+    """aiohttp's test server, serving as the gateway does (`gateway.http.server.site.start_site`):
     each request straight to its handler, connections guarded by the limits, aiohttp's own
     error answers as problem+json, closing lingering after them."""
 

@@ -28,14 +28,15 @@ from gateway.core.claims import Claim
 from gateway.core.fingerprint import fingerprint
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
-from gateway.http import settle
 from gateway.http.app import LIVE
+from gateway.http.flow import settle
 from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
+from testkit.stores import make_store
 from testkit.topologies import SentinelServers
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
@@ -165,7 +166,7 @@ def located(gw: TestClient) -> tuple[str, str]:
 
 
 def direct_store(redis_url: str) -> Store:
-    return Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    return make_store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
 
 
 async def claim_as_owner(
@@ -252,13 +253,13 @@ def reconcile(origin: str) -> dict[str, Any]:
 # Findings.
 
 
-# How the store talks to Redis: the lean pipeline and the Coalescer on redis-py's connections
+# How the store talks to Redis: the RESP pipeline and the RedisPyPipeline on redis-py's connections
 # send a call once more on a broken connection (lean.py, pipeline.py: "the scripts recognise
 # a repeated call by its token": a repeated takeover answers TAKEN again); one redis-py call
 # at a time does not (its Retry has no error to retry on).
 REDIS_PATHS = [
-    pytest.param({"pipeline": True, "lean": True}, id="lean"),
-    pytest.param({"pipeline": True, "lean": False}, id="coalescer"),
+    pytest.param({"pipeline": True, "pipeline_client": "resp"}, id="lean"),
+    pytest.param({"pipeline": True, "pipeline_client": "redis-py"}, id="coalescer"),
     pytest.param({"pipeline": False}, id="redis-py"),
 ]
 
@@ -636,7 +637,7 @@ async def sent_then_failover(
     """Claim (replicated), lose the link, mark sent, kill the master, promote the replica:
     what a retry's claim finds there (None: the mark failed, nothing would be sent)."""
     breaker = CircuitBreaker(1000, 1.0)
-    store = Store(make_client(RedisSettings(), master.url), breaker, replicas=1)
+    store = make_store(make_client(RedisSettings(), master.url), breaker, replicas=1)
     try:
         claimed = await store.claim("idem:{sent}", "fp", "owner", 0.2, 60.0, mark_sent=True)
         assert claimed.outcome is Claim.CLAIMED
@@ -654,7 +655,7 @@ async def sent_then_failover(
         promoted.replicaof("NO", "ONE")
     finally:
         promoted.close()
-    store = Store(make_client(RedisSettings(), replica.url), breaker)
+    store = make_store(make_client(RedisSettings(), replica.url), breaker)
     try:
         await until(lambda: lease_over(replica.url, "idem:{sent}"), timeout=5)
         retry = await store.claim("idem:{sent}", "fp", "retry", 1.0, 60.0, mark_sent=True)

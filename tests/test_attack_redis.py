@@ -17,8 +17,9 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store, load_script
 from testkit.redis_server import RedisServer
+from testkit.stores import make_store
 
-from .test_lean_redis import lean_store, redis_port, serving
+from .test_resp_pipeline import lean_store, redis_port, serving
 
 # RESP3 out-of-band data (a client-side caching invalidation): never the reply to a command.
 PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"
@@ -27,7 +28,12 @@ PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"
 def pipelined_store(url: str, lean: bool) -> Store:
     """The lean connection, or redis-py's (the reference) under the same batches."""
     settings = RedisSettings(connect_timeout=2.0, socket_timeout=2.0)
-    return Store(make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=True, lean=lean)
+    return make_store(
+        make_client(settings, url),
+        CircuitBreaker(1000, 1.0),
+        pipeline=True,
+        pipeline_client="resp" if lean else "redis-py",
+    )
 
 
 def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(

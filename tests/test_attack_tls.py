@@ -1,4 +1,4 @@
-"""A hostile or broken TLS upstream against the lean client's https:// path: raw sockets
+"""A hostile or broken TLS upstream against the httptools client's https:// path: raw sockets
 wrapped with `ssl` on the server side, so the test decides what TLS itself does (close_notify
 or a bare TCP close, a close_notify never answered). Each upstream counts executions: the
 requests whose bytes its application read."""
@@ -28,9 +28,9 @@ from multidict import CIMultiDict
 from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
-from gateway.upstream import aio
+from gateway.upstream import aiohttp_client
 from gateway.upstream.base import UpstreamError, failure_of
-from gateway.upstream.lean import UpstreamPool
+from gateway.upstream.httptools_client import UpstreamPool
 
 from .conftest import GatewayFactory
 from .test_faults_input import exchange
@@ -115,7 +115,7 @@ def _trusting(ca: PrivateCa) -> ssl.SSLContext:
 
 
 async def _post(pool: UpstreamPool) -> bytes | Failure:
-    """One POST through the lean client: the whole body it read, or how it failed."""
+    """One POST through the httptools client: the whole body it read, or how it failed."""
     try:
         async with await pool.request("POST", "/pay", [], b"x", 2.0, 2.0) as answer:
             body = b""
@@ -242,12 +242,14 @@ async def test_aiohttp_s_client_too_frees_a_connection_whose_close_notify_is_nev
     """The same hold against aiohttp's client (streamed bodies, HEAD): the gateway sets its
     private `_ssl_shutdown_timeout`, and this test fails when aiohttp stops reading it."""
     with RawTlsUpstream(ca.server(), _answer_then_hold(closing=True)).running() as upstream:
-        session = aio.session(4, _trusting(ca))
+        session = aiohttp_client.session(4, _trusting(ca))
         try:
             timeouts = Timeouts(connect=2.0, total=2.0, read=2.0)
             headers: CIMultiDict[str] = CIMultiDict()
             url = upstream.origin + "/pay"
-            async with await aio.send(session, "POST", url, headers, b"x", timeouts) as answer:
+            async with await aiohttp_client.send(
+                session, "POST", url, headers, b"x", timeouts
+            ) as answer:
                 assert await answer.read_chunk(2.0) == b"ok"
             deadline = time.monotonic() + 6
             while "closed" not in upstream.events and time.monotonic() < deadline:

@@ -147,3 +147,29 @@ def test_check_command_rejects_a_bad_file(tmp_path: Path, text: str, expected: s
         assert result.returncode == 2
         assert expected in result.stderr
         assert "Traceback" not in result.stderr
+
+
+LEAN_ROUTE = {"name": "a", "path_prefix": "/a", "upstream": "http://127.0.0.1:9"}
+
+
+@pytest.mark.parametrize(("lean", "client"), [(True, "resp"), (False, "redis-py")])
+def test_redis_lean_is_read_as_pipeline_client_and_said_to_be_old(
+    tmp_path: Path, lean: bool, client: str
+) -> None:
+    settings = settings_from_dict({"redis": {"lean": lean}, "routes": [LEAN_ROUTE]})
+    assert settings.redis.pipeline_client == client
+    path = tmp_path / "old.yaml"
+    path.write_text(f"redis:\n  lean: {str(lean).lower()}\nroutes:\n  - {LEAN_ROUTE}\n")
+    result = run_cli("--check", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"idem-gateway: {path}: redis.lean is deprecated: write redis.pipeline_client: {client}\n"
+    )
+
+
+def test_pipeline_client_says_nothing_and_lean_beside_it_is_refused() -> None:
+    settings = settings_from_dict({"redis": {"pipeline_client": "redis-py"}, "routes": [LEAN_ROUTE]})
+    assert settings.redis.pipeline_client == "redis-py" and settings.redis.deprecations() == []
+    both = {"redis": {"lean": True, "pipeline_client": "resp"}, "routes": [LEAN_ROUTE]}
+    with pytest.raises(ConfigError, match="set pipeline_client only: lean is its old name"):
+        settings_from_dict(both)

@@ -17,7 +17,7 @@ from gateway.config.loading import settings_from_dict
 from gateway.http.app import create_app
 from gateway.ops.console import FILES, STATIC
 from gateway.ops.keyview import PREVIEW_MAX, preview
-from gateway.ops.merge import WorkerMetrics, parse
+from gateway.ops.supervisor.merged_metrics import WorkerMetrics, parse
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.http.app import DRAIN_SECONDS, METRICS
-from gateway.ops.hub import supervisor_families
+from gateway.ops.supervisor.admin_hub import supervisor_families
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca

@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from gateway.http.app import SERVICES
-from gateway.store.lean import LeanPipeline
-from gateway.store.pipeline import Coalescer
+from gateway.store.redispy_pipeline import RedisPyPipeline
+from gateway.store.resp_pipeline import RespPipeline
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
@@ -78,7 +78,7 @@ async def _until_first_503(client: TestClient, paused: float) -> float:
 def _stores_out(client: TestClient, lanes: int) -> bool:
     """Whether `lanes` pipelined batches are out and nothing waits to join them (always true
     for the plain client, which has no batches)."""
-    batch = client.server.app[SERVICES].store._batch
+    batch = getattr(client.server.app[SERVICES].store.sender, "batches", None)
     return batch is None or (batch._busy >= lanes and not batch._pending)
 
 
@@ -94,10 +94,14 @@ async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     own_redis: RedisServer,
 ) -> None:
     upstream, origin = held
-    redis = {"socket_timeout": f"{SOCKET_TIMEOUT}s", "pipeline": pipeline, "lean": lean}
+    redis = {
+        "socket_timeout": f"{SOCKET_TIMEOUT}s",
+        "pipeline": pipeline,
+        "pipeline_client": "resp" if lean else "redis-py",
+    }
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
-    batch = client.server.app[SERVICES].store._batch
-    assert type(batch) is {(True, True): LeanPipeline, (True, False): Coalescer}.get(
+    batch = getattr(client.server.app[SERVICES].store.sender, "batches", None)
+    assert type(batch) is {(True, True): RespPipeline, (True, False): RedisPyPipeline}.get(
         (pipeline, lean), type(None)
     )
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every

@@ -30,7 +30,7 @@ async def test_redis_killed_and_restarted(
     lean: bool,
 ) -> None:
     counting, origin = upstream
-    redis = {**REDIS, "lean": lean}
+    redis = {**REDIS, "pipeline_client": "resp" if lean else "redis-py"}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     before = next(keys)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": before})).status == 201
@@ -67,7 +67,7 @@ async def test_hung_redis_gives_bounded_503s(
     lean: bool,
 ) -> None:
     counting, origin = upstream
-    redis = {**REDIS, "lean": lean}
+    redis = {**REDIS, "pipeline_client": "resp" if lean else "redis-py"}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": "warm"})).status == 201
     await until(lambda: b"C" in (r.get(b"s") for r in records(own_redis.url)))
@@ -126,7 +126,9 @@ async def test_a_pause_shorter_than_the_lease_runs_nothing_twice(
     breaker refuses new claims but not the storing, and once Redis is back the outcome is
     stored before any retry can claim the key."""
     counting, origin = upstream
-    settings = gateway_settings(origin, redis={**REDIS, "lean": lean}, lease="3s")
+    settings = gateway_settings(
+        origin, redis={**REDIS, "pipeline_client": "resp" if lean else "redis-py"}, lease="3s"
+    )
     client = await make_gateway(settings=settings, url=own_redis.url)
     metrics = metrics_of(client)
     assert own_redis.process is not None

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.core.keys import digest, hashed_record_key, tenant_id
-from gateway.http.answers import head_bytes
+from gateway.http.answers.writing import head_bytes
 
 from .conftest import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
@@ -80,7 +80,7 @@ async def test_header_bytes_reach_the_client_as_sent_first_replayed_and_passed_t
 ) -> None:
     async with scripted(answering(OBS_TEXT)) as (upstream, origin):
         client = await make_gateway(settings=gateway_settings(origin))
-        first = await exchange(client.port, SCOPED % b"bytes-1")  # the lean client
+        first = await exchange(client.port, SCOPED % b"bytes-1")  # the httptools client
         replay = await exchange(client.port, SCOPED % b"bytes-1")
         passed = await exchange(client.port, PASSED)  # streamed: aiohttp's client
     assert len(upstream.requests) == 2

@@ -90,7 +90,7 @@ async def test_a_head_past_the_limits_is_malformed_for_both_clients(
     async with corpus_upstream([Entry(name, PAST[name])]) as (upstream, port):
         gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
         replies = [
-            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # the lean client
+            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # the httptools client
             await raw_exchange(gateway.port, corpus_request(name, "P1")),  # nothing recorded
             await raw_exchange(gateway.port, corpus_request(name, None)),  # aiohttp's
         ]

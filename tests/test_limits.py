@@ -17,7 +17,7 @@ import yaml
 
 from gateway.config.settings import Limits
 from gateway.http.app import LIVE
-from gateway.http.limits import SPARE_FILES, fit_open_files
+from gateway.http.server.limits import SPARE_FILES, fit_open_files
 from gateway.ops.reload import apply
 
 from .conftest import GatewayFactory, gateway_settings

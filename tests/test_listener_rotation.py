@@ -20,7 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from gateway.config.server_tls import ServerTls
-from gateway.http.certificates import Certificates
+from gateway.http.server.certificates import Certificates
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 

@@ -20,8 +20,8 @@ from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Admin
 from gateway.core.keys import digest
 from gateway.errors import ConfigError
-from gateway.http import handler
 from gateway.http.app import create_app
+from gateway.http.flow import handler
 from gateway.ops.admin import attach_admin
 from gateway.telemetry.logs import JsonFormatter
 from gateway.telemetry.metrics import Metrics
@@ -146,7 +146,7 @@ async def test_request_id_propagated_and_logged_without_secrets(
     make_gateway: GatewayFactory, upstream, caplog
 ) -> None:
     counting, _ = upstream
-    caplog.set_level(logging.INFO, logger="gateway.http.access")
+    caplog.set_level(logging.INFO, logger="gateway.http.server.access")
     gw = await make_gateway(scope=["Authorization"])
     headers = {
         "Idempotency-Key": "raw-key-never-logged",
@@ -166,7 +166,9 @@ async def test_request_id_propagated_and_logged_without_secrets(
     replay = await gw.post("/pay?token=query-secret", data=b"body-never-logged", headers=headers)
     assert replay.headers["Idempotent-Replayed"] == "true"
 
-    lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.http.access"]
+    lines = [
+        JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.http.server.access"
+    ]
     assert len(lines) == 3
     first = orjson.loads(lines[0])
     assert first["request_id"] == "req-abc-123"
@@ -183,10 +185,10 @@ async def test_request_id_propagated_and_logged_without_secrets(
 
 
 async def test_request_log_costs_nothing_when_off(make_gateway: GatewayFactory, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.http.access")
+    caplog.set_level(logging.WARNING, logger="gateway.http.server.access")
     gw = await make_gateway()
     assert (await gw.post("/pay", headers={"Idempotency-Key": "quiet"})).status == 201
-    assert [r for r in caplog.records if r.name == "gateway.http.access"] == []
+    assert [r for r in caplog.records if r.name == "gateway.http.server.access"] == []
 
 
 async def test_a_busy_admin_port_is_an_error_at_start(redis_url: str, upstream) -> None:

@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 
 from gateway.config.policy import Policy
 from gateway.core.keys import digest, hashed_record_key, tenant_id
-from gateway.http.client_cert import subject_of
+from gateway.http.server.client_cert import subject_of
 from gateway.telemetry.logs import JsonFormatter
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory, gateway_settings

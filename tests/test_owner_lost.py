@@ -25,9 +25,9 @@ from gateway.http.app import LIVE
 from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
 from testkit.procs import GatewayProcess
+from testkit.stores import make_store
 
 from .conftest import AdminFactory, GatewayFactory
 from .faultkit import metrics_of, records, until, value
@@ -304,7 +304,7 @@ async def claim_as_a_dead_owner(
 ) -> None:
     route, rkey = locate(settings, "api", [], KEY["Idempotency-Key"])
     fp = fingerprint(route.fingerprint, "POST", "/gate", "", (), b"x")
-    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    store = make_store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
     try:
         result = await store.claim(
             rkey, fp, "dead-owner", 0.2, route.retention, mark_sent=mark_sent
@@ -390,12 +390,12 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
     await until(lost, timeout=10, every=0.05)
     doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
     assert doc["maybe_sent"] is True and doc["lease_ended_seconds_ago"] >= 0
-    caplog.set_level(logging.INFO, logger="gateway.http.access")
+    caplog.set_level(logging.INFO, logger="gateway.http.server.access")
     status, headers, _ = await settle_in_process(gw)
     assert status == 502 and headers["Idempotency-Outcome"] == "unknown"
     metrics = metrics_of(gw)
     assert value(metrics, "idem_owner_lost_total", route="api", resolution="held") == 1
-    lines = [getattr(r, FIELDS) for r in caplog.records if r.name == "gateway.http.access"]
+    lines = [getattr(r, FIELDS) for r in caplog.records if r.name == "gateway.http.server.access"]
     assert lines[-1]["owner_lost"] == "held" and lines[-1]["status"] == 502
     doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
     assert doc["state"] == "unknown" and doc["taken_over"] == 1
@@ -412,7 +412,7 @@ async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
     raw.hset("idem:{old}", mapping={"s": "P", "t": "old-owner", "f": "fp"})
     raw.pexpire("idem:{old}", 60_000)
     raw.close()
-    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    store = make_store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
     try:
         result = await store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
         assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000

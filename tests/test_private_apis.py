@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.http.answers import start_response
-from gateway.upstream import aio
+from gateway.http.answers.writing import start_response
+from gateway.upstream import aiohttp_client
 
 
 class _DropsSecondRequest:
@@ -78,7 +78,7 @@ async def test_aiohttp_would_resend_a_put_that_the_gateways_session_sends_once()
     # The gateway's session: the dropped PUT reached the upstream once, and failed.
     upstream = _DropsSecondRequest()
     async with upstream as origin:
-        session = aio.session(4)
+        session = aiohttp_client.session(4)
         try:
             await _put_twice(session, origin)
         finally:

@@ -16,7 +16,7 @@ from gateway.config.settings import Settings
 from gateway.core.headers import HOP_BY_HOP, answer_headers, undecodable_header
 from gateway.core.keys import MAX_KEY_LENGTH, BadKey, parse_key, record_key
 from gateway.errors import ConfigError
-from gateway.http.outgoing import forward_headers
+from gateway.http.flow.outgoing import forward_headers
 
 VISIBLE = "".join(chr(c) for c in range(0x21, 0x7F))
 keys = st.text(alphabet=VISIBLE, min_size=1, max_size=MAX_KEY_LENGTH)

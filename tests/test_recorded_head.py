@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from gateway.http.access import REQUEST_INFO, add_request_id
-from gateway.http.answers import recorded_response, start_response
+from gateway.http.answers.writing import recorded_response, start_response
+from gateway.http.server.access import REQUEST_INFO, add_request_id
 from gateway.telemetry.requestlog import RequestInfo
 from testkit.ports import free_port
 

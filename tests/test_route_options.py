@@ -97,7 +97,7 @@ async def test_preserve_host_sends_the_clients_host(
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     async with scripted(answering(answer)) as (upstream, origin):
         client = await make_gateway(settings=gateway_settings(origin, preserve_host=preserve))
-        await exchange(client.port, post("h1", host="api.example"))  # the lean client
+        await exchange(client.port, post("h1", host="api.example"))  # the httptools client
         await exchange(client.port, post(None, host="api.example"))  # streamed: aiohttp's
     authority = origin.removeprefix("http://").encode()
     expected = b"api.example" if preserve else authority

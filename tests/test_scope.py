@@ -147,7 +147,7 @@ async def test_a_client_hanging_up_mid_body_is_logged_as_499_without_a_traceback
     await writer.wait_closed()
 
     def logged() -> list[dict[str, object]]:
-        return [r.fields for r in caplog.records if r.name == "gateway.http.access"]  # type: ignore[attr-defined]
+        return [r.fields for r in caplog.records if r.name == "gateway.http.server.access"]  # type: ignore[attr-defined]
 
     deadline = asyncio.get_running_loop().time() + 10
     while not logged():

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.client import FollowsMaster, make_client
-from gateway.store.pipeline import Coalescer
+from gateway.store.redispy_pipeline import RedisPyPipeline
 from gateway.store.sentinel import PROMOTING, SentinelMaster, moved_to
 from testkit.topologies import SERVICE, SentinelServers, client, wait_until
 
@@ -107,7 +107,9 @@ async def test_failover_under_traffic_runs_no_key_twice(
     )
     client = await make_gateway(settings=settings)
     # The master moves: its pipelines stay on redis-py's pool, which follows it.
-    assert isinstance(client.server.app[SERVICES].store._batch, Coalescer)
+    assert isinstance(
+        getattr(client.server.app[SERVICES].store.sender, "batches", None), RedisPyPipeline
+    )
     traffic = Traffic(client)
     clients = [asyncio.create_task(traffic.run(f"c{i}")) for i in range(CLIENTS)]
     try:

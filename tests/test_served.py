@@ -151,7 +151,7 @@ async def test_a_client_hanging_up_mid_body_logs_499_and_no_traceback(
                 return [orjson.loads(line) for line in gateway.log().splitlines() if line]
 
             def access_lines() -> list[dict[str, object]]:
-                return [line for line in logged() if line["logger"] == "gateway.http.access"]
+                return [line for line in logged() if line["logger"] == "gateway.http.server.access"]
 
             deadline = asyncio.get_running_loop().time() + 10
             while len(access_lines()) < 3:

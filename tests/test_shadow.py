@@ -20,7 +20,7 @@ async def test_shadow_forwards_duplicates_and_counts_what_enforce_would_do(
     make_gateway: GatewayFactory, make_admin: AdminFactory, upstream, redis_url: str,
     tmp_path: Path, caplog,
 ) -> None:  # fmt: skip
-    caplog.set_level(logging.INFO, logger="gateway.http.access")
+    caplog.set_level(logging.INFO, logger="gateway.http.server.access")
     counting, origin = upstream
     gw = await make_gateway(mode="shadow", require_key=True)
     admin = await make_admin(gw)

@@ -15,9 +15,9 @@ from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim, ClaimResult
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.store import Store
 from loadtest.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
 from loadtest.sizing import Inputs, main, plan, shard_limits
+from testkit.stores import make_store
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 
@@ -89,7 +89,7 @@ def test_bad_rates_are_one_line_and_exit_2(rates: str, capsys: pytest.CaptureFix
 
 
 async def _replay(url: str, key: str) -> ClaimResult:
-    store = Store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
+    store = make_store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
     try:
         return await store.claim(key, FINGERPRINT, "a-retry", 30.0)
     finally:

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway.ops.workers import Supervisor
+from gateway.ops.supervisor.workers import Supervisor
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 

@@ -26,7 +26,7 @@ from gateway.config.settings import Settings
 from gateway.core.keys import digest
 from gateway.errors import ConfigError
 from gateway.http.app import SERVICES, create_app
-from gateway.http.traced import TracedStore, TracedUpstreams
+from gateway.http.flow.traced import TracedStore, TracedUpstreams
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import CLAIM, RECORD, REPLAY, Tracing
 from testkit.ports import free_port

@@ -1,4 +1,4 @@
-"""The lean client of the claimed call, against real sockets: what it sends, how it reads
+"""The httptools client of the claimed call, against real sockets: what it sends, how it reads
 every kind of answer, and which failures can and cannot have reached the upstream."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.core.decision import Failure
-from gateway.upstream import lean as lean_module
+from gateway.upstream import httptools_client as lean_module
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent, failure_of
-from gateway.upstream.lean import UpstreamPool, lean_enough
-from gateway.upstream.lean_conn import HIGH_WATER, MAX_HEAD
+from gateway.upstream.httptools_client import UpstreamPool, httptools_serves
+from gateway.upstream.httptools_conn import HIGH_WATER, MAX_HEAD
 
 from .conftest import GatewayFactory, gateway_settings
 from .loopback import loopback_server
@@ -457,7 +457,7 @@ def test_an_exchange_under_uvloop() -> None:
     ],
 )
 def test_http_and_https_origins_take_the_lean_client(origin: str, lean: bool) -> None:
-    assert lean_enough(origin) is lean
+    assert httptools_serves(origin) is lean
 
 
 @pytest.mark.parametrize(
@@ -490,8 +490,8 @@ async def test_body_less_requests_reach_the_upstream_as_aiohttp_sends_them(
 @pytest.mark.parametrize(
     ("method", "body", "key"),
     [
-        ("POST", b"x", "k"),  # claimed: the lean client
-        ("GET", b"", None),  # unprotected, no body: the lean client
+        ("POST", b"x", "k"),  # claimed: the httptools client
+        ("GET", b"", None),  # unprotected, no body: the httptools client
         ("DELETE", b"streamed", None),  # unprotected, a body to stream: aiohttp's client
         ("HEAD", b"", None),  # aiohttp's client
     ],

@@ -22,10 +22,10 @@ from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.core.headers import MAX_FIELDS, MAX_HEAD
-from gateway.upstream import aio
+from gateway.upstream import aiohttp_client
 from gateway.upstream.base import Answer, UpstreamError, failure_of
 from gateway.upstream.codings import PIECE
-from gateway.upstream.lean import UpstreamPool
+from gateway.upstream.httptools_client import UpstreamPool
 from gateway.upstream.upstreams import Upstreams
 
 from .scripted import Respond, Scripted, answering, scripted
@@ -50,12 +50,12 @@ async def _lean(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
 
 @contextlib.asynccontextmanager
 async def _aiohttp(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
-    session = aio.session(8, tls or True)
+    session = aiohttp_client.session(8, tls or True)
 
     async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
         timeouts = Timeouts(connect=1.0, total=total, read=total)
         headers = CIMultiDict({"X-A": "1"})
-        return await aio.send(session, method, origin + target, headers, body, timeouts)
+        return await aiohttp_client.send(session, method, origin + target, headers, body, timeouts)
 
     try:
         yield send
@@ -308,7 +308,7 @@ async def test_the_chooser_sends_only_what_the_lean_client_serves(
 ) -> None:
     upstreams = Upstreams([origin])
     try:
-        assert upstreams.lean_for(origin, method, body) is lean
+        assert upstreams.httptools_for(origin, method, body) is lean
     finally:
         await upstreams.close()
 
@@ -327,7 +327,7 @@ def _head(*lines: bytes) -> bytes:
     ids=["most-lines", "long-value", "long-reason"],
 )
 async def test_a_head_at_the_shared_limits_is_read(client: Client, raw: bytes) -> None:
-    """aiohttp's own limits (8190 bytes a line, 128 lines) are raised to the lean client's
+    """aiohttp's own limits (8190 bytes a line, 128 lines) are raised to the httptools client's
     (a 1 MiB head, 1000 lines):
     an answer one client reads, the other reads too."""
     status, _, headers, body = await _exchange(client, raw)

@@ -56,7 +56,7 @@ async def test_a_failed_upstream_call_is_upstream_time(
     status: int,
     waited: float,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.http.access")
+    caplog.set_level(logging.INFO, logger="gateway.http.server.access")
     async with serving(upstream()) as origin:
         settings = gateway_settings(origin, timeouts={"total": f"{TIMEOUT}s"})
         gw = await make_gateway(settings)
@@ -66,7 +66,9 @@ async def test_a_failed_upstream_call_is_upstream_time(
             answer = await gw.get("/pay")
         assert answer.status == status
         text = generate_latest(gw.server.app[METRICS].registry).decode()
-    lines = [JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.http.access"]
+    lines = [
+        JsonFormatter().format(r) for r in caplog.records if r.name == "gateway.http.server.access"
+    ]
     assert len(lines) == 1
     logged = orjson.loads(lines[0])
     assert logged["outcome"] == ("error" if keyed else "unprotected")

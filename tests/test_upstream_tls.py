@@ -24,7 +24,7 @@ from gateway.config.loading import settings_from_dict
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.upstream.base import UpstreamError, failure_of
-from gateway.upstream.lean import UpstreamPool
+from gateway.upstream.httptools_client import UpstreamPool
 from testkit.procs import GatewayProcess
 
 from .conftest import GatewayFactory

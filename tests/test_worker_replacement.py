@@ -21,8 +21,8 @@ import yaml
 
 from gateway.config.loading import load_settings
 from gateway.config.server_tls import ServerTls
-from gateway.http.certificates import Certificates
-from gateway.ops.serving import Serving, worker_settings
+from gateway.http.server.certificates import Certificates
+from gateway.ops.supervisor.serving import Serving, worker_settings
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
@@ -207,7 +207,7 @@ def test_a_certificate_near_its_end_is_said_when_loaded_and_once_a_day(
     ca = private_ca(tmp_path / "ca")
     now = datetime.now(UTC)
     cert, key = ca.leaf_files("gateway", not_after=now + timedelta(days=10, hours=23, minutes=30))
-    caplog.set_level(logging.INFO, "gateway.http.certificates")
+    caplog.set_level(logging.INFO, "gateway.http.server.certificates")
     certificates = Certificates("listen", ServerTls(cert=cert, key=key))
     said = [r for r in caplog.records if "expires on" in r.getMessage()]
     assert len(said) == 1 and "in 10 days: rotate it" in said[0].getMessage()
@@ -227,6 +227,6 @@ def test_a_certificate_far_from_its_end_is_not_warned_of(
 ) -> None:
     ca = private_ca(tmp_path / "ca")
     cert, key = ca.leaf_files("gateway", not_after=datetime.now(UTC) + timedelta(days=30))
-    caplog.set_level(logging.INFO, "gateway.http.certificates")
+    caplog.set_level(logging.INFO, "gateway.http.server.certificates")
     Certificates("listen", ServerTls(cert=cert, key=key))
     assert not [r for r in caplog.records if "expire" in r.getMessage()]

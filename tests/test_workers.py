@@ -120,7 +120,7 @@ signal.pause()  # serves until SIGTERM (its default: exit)
 """
 SUPERVISE = """
 import os, signal, sys
-from gateway.ops.workers import Supervisor
+from gateway.ops.supervisor.workers import Supervisor
 supervisor = Supervisor([sys.executable, "-c", sys.argv[1]], 3)
 sys.exit(supervisor.run(on_ready=lambda: os.kill(os.getpid(), signal.SIGTERM)))
 """

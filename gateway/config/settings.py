@@ -117,7 +117,10 @@ class RedisSettings(_Model):
     connect_timeout: Duration = 0.5
     socket_timeout: Duration = 1.0
     pipeline: bool = True  # send the script calls of one loop turn as one pipeline
-    lean: bool = True  # pipelines on a connection of the gateway's own (one node only)
+    # Where pipelines go: the gateway's own RESP connection (one node only), or redis-py's.
+    pipeline_client: Literal["resp", "redis-py"] = "resp"
+    # The old name of pipeline_client (true: resp, false: redis-py), said at start as such.
+    lean: bool | None = None
     breaker: Breaker = Breaker()
     # Replicas that must acknowledge a claim (WAIT) before the request is forwarded.
     claim_replicas: int = Field(default=0, ge=0)
@@ -137,6 +140,26 @@ class RedisSettings(_Model):
         if problem is not None:
             raise ValueError(f"{value!r}: {problem}")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lean_is_pipeline_client(cls, data: Any) -> Any:
+        """`lean`, the old name of pipeline_client, as a boolean; both at once is a mistake."""
+        if not isinstance(data, dict) or data.get("lean") is None:
+            return data
+        if "pipeline_client" in data:
+            raise ValueError("set pipeline_client only: lean is its old name")
+        lean = data["lean"]
+        if not isinstance(lean, bool):
+            return data  # the field's own check says what is wrong with it
+        return {**data, "pipeline_client": "resp" if lean else "redis-py"}
+
+    def deprecations(self) -> list[str]:
+        """What the config says with an old name, each as one line with its new one."""
+        if self.lean is None:
+            return []
+        new = "resp" if self.lean else "redis-py"
+        return [f"redis.lean is deprecated: write redis.pipeline_client: {new}"]
 
     @model_validator(mode="after")
     def _one_topology(self) -> RedisSettings:

@@ -1,6 +1,6 @@
 """TLS to https:// upstreams: whom the gateway trusts and which certificate it shows.
 
-One `ssl.SSLContext` made from these settings serves both upstream clients, so the lean client
+One `ssl.SSLContext` made from these settings serves both upstream clients, so the httptools client
 and aiohttp's verify alike. The files are loaded when the config is validated: a path that
 does not exist, or a file that holds no certificate or key, stops `--check` and the start.
 """

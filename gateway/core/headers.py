@@ -56,7 +56,7 @@ def unwritable(field: bytes) -> bool:
 
 
 # The largest answer head either upstream client takes (aiohttp's is told the same, so an
-# answer the lean client records is one a pass-through passes on, and the other way round).
+# answer the httptools client records is one a pass-through passes on, and the other way round).
 MAX_HEAD: Final = 1 << 20  # the whole head
 MAX_FIELDS: Final = 1000  # header lines
 

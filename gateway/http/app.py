@@ -16,17 +16,18 @@ from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodical
 from gateway.config.settings import Settings
 from gateway.config.state import private_folder
 from gateway.errors import ConfigError
-from gateway.http.access import add_request_id, observed
-from gateway.http.context import Live, Services
-from gateway.http.eviction import refuse_evicting, warn_unfenced
-from gateway.http.handler import Gateway
-from gateway.http.limits import Connections
-from gateway.http.quiet import quiet_malformed_requests
-from gateway.http.settle import replay_journal
-from gateway.http.tasks import TaskSet
+from gateway.http.flow.context import Live, Services
+from gateway.http.flow.eviction import refuse_evicting, warn_unfenced
+from gateway.http.flow.handler import Gateway
+from gateway.http.flow.settle import replay_journal
+from gateway.http.flow.tasks import TaskSet
+from gateway.http.server.access import add_request_id, observed
+from gateway.http.server.limits import Connections
+from gateway.http.server.rejected import quiet_malformed_requests
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.journal import Journal
+from gateway.store.sending import sender_for
 from gateway.store.sentinel import SentinelMaster
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
@@ -68,12 +69,16 @@ def _resources(
         client = make_client(redis, redis_url)
         if isinstance(client, SentinelMaster):
             client.follow()  # drops the old master's connections the moment it is replaced
-        store = new_store(
+        sender = sender_for(
             client,
             CircuitBreaker(redis.breaker.failures, redis.breaker.reset),
             pipeline=redis.pipeline,
-            lean=redis.lean,
+            pipeline_client=redis.pipeline_client,
             timeout=redis.socket_timeout,
+        )
+        store = new_store(
+            client,
+            sender,
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
         )
@@ -115,7 +120,7 @@ def _clients(
     """The store's and the upstreams' classes: with spans only when tracing is on."""
     if tracing is None:
         return Store, Upstreams
-    from gateway.http.traced import TracedStore, TracedUpstreams
+    from gateway.http.flow.traced import TracedStore, TracedUpstreams
 
     return partial(TracedStore, tracing), partial(TracedUpstreams, tracing)
 

@@ -3,7 +3,8 @@ and the console.
 
 A single gateway process serves it on `admin.port`, started and stopped with the public
 application. A worker of `--workers N` serves it on a private unix socket instead, which only
-its supervisor reads: the supervisor answers on `admin.port` for every worker (`ops.hub`).
+its supervisor reads: the supervisor answers on `admin.port` for every worker
+(`ops.supervisor.admin_hub`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
 from gateway.http.app import LIVE, METRICS, SERVICES
-from gateway.http.certificates import attach_tls
-from gateway.http.eviction import eviction_risk
-from gateway.ops.adminsite import guarded_app, serve
+from gateway.http.flow.eviction import eviction_risk
+from gateway.http.server.certificates import attach_tls
+from gateway.ops.admin_limits import guarded_app, serve
 from gateway.ops.console import add_pages
 from gateway.ops.history import HISTORY, History, history_page, keep
 from gateway.ops.keyroutes import PRIVATE, PUBLIC, TOKEN, add_key_routes

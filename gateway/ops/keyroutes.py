@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gateway.config.policy import Route
 from gateway.errors import StoreUnavailable
+from gateway.http.answers.problems import problem
 from gateway.http.app import SERVICES
-from gateway.http.problems import problem
 from gateway.ops import keyops, keyview
 from gateway.ops.needs import attention_page
 from gateway.store import attention

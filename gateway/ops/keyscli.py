@@ -17,6 +17,7 @@ from gateway.ops import keyops
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.embedded import running_url
+from gateway.store.sending import sender_for
 from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
@@ -86,7 +87,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _run(args: argparse.Namespace, settings: Settings, url: str, body: bytes) -> int:
     route, rkey = keyops.locate(settings, args.route, args.tenant, args.key)
-    store = Store(make_client(settings.redis, url), CircuitBreaker(1, 1.0))
+    client = make_client(settings.redis, url)
+    store = Store(client, sender_for(client, CircuitBreaker(1, 1.0), pipeline=False))
     try:
         if args.op == "show":
             found = await keyops.show(store, rkey)

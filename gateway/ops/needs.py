@@ -15,7 +15,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from gateway.errors import StoreUnavailable
-from gateway.http.context import Services
+from gateway.http.flow.context import Services
 from gateway.ops import keyops
 from gateway.store import attention
 from gateway.store.store import Store

@@ -10,7 +10,7 @@ from typing import Any, Final
 from prometheus_client.metrics_core import Metric
 
 from gateway import build
-from gateway.ops.merge import samples
+from gateway.ops.supervisor.merged_metrics import samples
 from gateway.telemetry import metrics as m
 
 # The outcomes the overview counts per route, in the order the page shows them: every kind

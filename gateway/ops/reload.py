@@ -21,7 +21,7 @@ from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import LIVE, SERVICES
-from gateway.http.certificates import reload_certificates
+from gateway.http.server.certificates import reload_certificates
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def apply(app: web.Application, path: str | Path) -> bool:
 def next_settings(old: Settings, path: str | Path) -> tuple[Settings, list[str]]:
     """What a reload of `path` over `old` serves with, and the fields it keeps from `old`
     (bound at start); ConfigError when it is refused. The `--workers` supervisor judges a
-    reload with it as its workers do (`ops.serving`)."""
+    reload with it as its workers do (`ops.supervisor.serving`)."""
     new = load_settings(path, tls_files=False)
     unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
     if unprotected is not None:

@@ -17,8 +17,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from gateway.errors import StoreUnavailable
-from gateway.store.inspection import FAILURES
-from gateway.store.store import Store
+from gateway.store.store import FAILURES, Store
 
 LIMIT: Final = 1000  # entries kept per route
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from redis.cluster import PRIMARY
+from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     ClusterError,
@@ -49,6 +51,23 @@ class ClusterScripts:
         self.breakers = NodeBreakers(breaker)  # one per node, each like `breaker`
         self._refresh_lock = asyncio.Lock()
         self._refreshes = 0  # slot-map readings so far
+        self.call: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[Any]] = self._call
+
+    async def _call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
+        return (await self.run(script.sha, key, args, None))[0]
+
+    async def call_and_wait(
+        self, script: AsyncScript, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
+    ) -> tuple[Any, Any]:
+        reply, acked = await self.run(script.sha, key, args, (replicas, wait_ms))
+        return reply, acked
+
+    @property
+    def circuit(self) -> NodeBreakers:
+        return self.breakers
+
+    async def close(self) -> None:
+        return None  # the connections are the client's, closed with it
 
     def breaker(self, key: str) -> CircuitBreaker:
         """The breaker of the primary that the slot map names for `key` (before the map is

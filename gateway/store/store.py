@@ -1,4 +1,8 @@
-"""The only code that talks to Redis: the state machine's transitions as Lua scripts."""
+"""The idempotency records in Redis: the state machine's transitions, run as the Lua scripts
+of `lua/` through the `Sender` the Store is given, and what operators and the start-up
+checks read beside them (a record's raw fields, a purge, how Redis evicts). The journal,
+the attention index and the embedded, Sentinel and Cluster set-ups have Redis work of their
+own; every change of a record's state is made here."""
 
 from __future__ import annotations
 
@@ -12,21 +16,20 @@ from typing import Any, Final, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.store.breaker import Circuit, CircuitBreaker
-from gateway.store.cluster import ClusterScripts
-from gateway.store.inspection import FAILURES as _FAILURES
-from gateway.store.inspection import Inspection
-from gateway.store.lean import LeanPipeline, batcher
-from gateway.store.pipeline import Coalescer
+from gateway.store.breaker import Circuit
+from gateway.store.sending import Sender
 
 T = TypeVar("T")
 
+# redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
+# a node's connections after an error while other calls are still connecting on them.
+FAILURES: Final = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
 _TIMEOUTS: Final = (RedisTimeoutError, asyncio.TimeoutError)
 # Claim replies after which the request owns the key.
 _OWNED: Final = (b"CLAIMED", b"UNSENT", b"TAKEN")
@@ -43,13 +46,13 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-class Store(Inspection):
+class Store:
     """Claims, extends, completes and releases idempotency records.
 
-    Every call is one EVALSHA (a script Redis forgot is loaded again after NOSCRIPT). With
-    `pipeline`, the calls of one loop turn go out together as one pipeline (not for a
-    RedisCluster client, whose calls go to many nodes), on a connection of its own when
-    `lean`. Redis failures are StoreUnavailable; a breaker fails them fast while Redis is down.
+    Every call is one EVALSHA through `sender` (one by one, pipelined, or on a Cluster's
+    nodes: gateway/store/sending.py); a script Redis forgot is loaded again after NOSCRIPT.
+    Redis failures are StoreUnavailable; the sender's breaker fails them fast while Redis is
+    down.
 
     With `replicas` > 0, a claim and a completion are followed by WAIT on the same
     connection (one pipeline, one round trip): a claim that fewer replicas acknowledge
@@ -60,22 +63,14 @@ class Store(Inspection):
     def __init__(
         self,
         client: Redis | RedisCluster,
-        breaker: CircuitBreaker,
-        pipeline: bool = False,
-        timeout: float = 1.0,
+        sender: Sender,
+        *,
         replicas: int = 0,
         replicas_timeout: float = 0.5,
-        lean: bool = True,
     ) -> None:
         self.client = client
-        self.breaker = breaker
-        # A Cluster's scripts run on the node of their key, redirects followed on one connection.
-        self._scripts: ClusterScripts | None = None
-        self._batch: Coalescer | LeanPipeline | None = None
-        if isinstance(client, RedisCluster):
-            self._scripts = ClusterScripts(client, breaker)
-        elif pipeline:  # not for a Cluster client, whose calls go to many nodes, one by one
-            self._batch = batcher(client, timeout, lean)
+        self.sender = sender
+        self._send = sender.call
         self.replicas = replicas
         self._wait_ms = _ms(replicas_timeout)
         self._reload_lock = asyncio.Lock()
@@ -87,8 +82,13 @@ class Store(Inspection):
         self._resolve = self._register("resolve")
         self._sent = self._register("sent")
         self._scripts_all = (
-            self._claim, self._extend, self._complete, self._release, self._resolve, self._sent
-        )  # fmt: skip
+            self._claim,
+            self._extend,
+            self._complete,
+            self._release,
+            self._resolve,
+            self._sent,
+        )
 
     def _register(self, name: str) -> AsyncScript:
         return self.client.register_script(load_script(name))
@@ -107,7 +107,7 @@ class Store(Inspection):
         already ran (extend, complete, release) is always tried, so that an outcome is
         stored the moment Redis can take it."""
         # A Cluster has a breaker per node: one failed shard does not stop the others.
-        breaker = self._scripts.breaker(key) if self._scripts is not None else self.breaker
+        breaker = self.sender.breaker(key)
         if not settles and not breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         loads = self._loads
@@ -117,7 +117,7 @@ class Store(Inspection):
             except NoScriptError:  # Redis forgot the scripts (a restart, SCRIPT FLUSH)
                 await self._reload(loads)
                 result = await send(script, key, args)
-        except _FAILURES as exc:
+        except FAILURES as exc:
             breaker.failure()
             # A timeout: the call went out and may have run, its reply lost.
             timed_out = isinstance(exc, _TIMEOUTS)
@@ -128,18 +128,12 @@ class Store(Inspection):
     @property
     def circuit(self) -> Circuit:
         """The breaker state the metrics show: the worst node's, for a Cluster."""
-        return self._scripts.breakers if self._scripts is not None else self.breaker
+        return self.sender.circuit
 
     def _call(
         self, script: AsyncScript, key: str, *args: Any, settles: bool = False
     ) -> Awaitable[Any]:
-        send = self._batch.call if self._batch is not None else self._evalsha
-        return self._guarded(send, script, key, args, settles)  # no frame of its own
-
-    async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        if self._scripts is not None:
-            return (await self._scripts.run(script.sha, key, args, None))[0]
-        return await self.client.evalsha(script.sha, 1, key, *args)
+        return self._guarded(self._send, script, key, args, settles)  # no frame of its own
 
     async def _reload(self, loads_before: int) -> None:
         """Load the scripts Redis forgot, once for a burst of NOSCRIPT answers.
@@ -166,16 +160,9 @@ class Store(Inspection):
     async def _eval_and_wait(
         self, script: AsyncScript, key: str, args: tuple[Any, ...]
     ) -> tuple[Any, int]:
-        # WAIT counts the writes of its own connection, so both go down one pipeline (in a
-        # Cluster, on the connection to the node that ran the script, redirects followed).
-        if self._scripts is not None:
-            wait = (self.replicas, self._wait_ms)
-            reply, acked = await self._scripts.run(script.sha, key, args, wait)
-        else:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
-                pipe.execute_command("WAIT", self.replicas, self._wait_ms)
-                reply, acked = await pipe.execute(raise_on_error=False)
+        reply, acked = await self.sender.call_and_wait(
+            script, key, args, self.replicas, self._wait_ms
+        )
         if isinstance(reply, Exception):
             raise reply  # NoScriptError included: `_guarded` reloads and calls again
         if isinstance(acked, Exception):
@@ -290,11 +277,62 @@ class Store(Inspection):
             for script, loaded in zip(scripts, present, strict=True):
                 if not loaded:
                     await self.client.script_load(script.script)
-        except _FAILURES:
+        except FAILURES:
             return False
         return True
 
     async def close(self) -> None:
-        if self._batch is not None:
-            await self._batch.close()
+        await self.sender.close()
         await self.client.aclose()
+
+    # What operators and the start-up checks read of Redis, outside the scripts.
+
+    async def inspect(self, key: str) -> tuple[dict[bytes, bytes], int]:
+        """The raw fields of a record and its TTL in ms, for operators."""
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hgetall(key)
+                pipe.pttl(key)
+                fields, pttl = await pipe.execute()
+        except FAILURES as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        return fields, int(pttl)
+
+    async def purge(self, key: str) -> bool:
+        try:
+            return bool(await self.client.delete(key))
+        except FAILURES as exc:
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+    async def eviction_policies(self) -> set[str] | None:
+        """Every data node's `maxmemory-policy`; None when Redis does not say (unreachable,
+        or CONFIG refused, as on some managed services)."""
+        try:
+            if isinstance(self.client, RedisCluster):
+                replies: Any = await self.client.config_get(
+                    "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                )
+                # One reply per node, keyed by node name; or one, when a single node answered.
+                per_node = replies.values() if "maxmemory-policy" not in replies else [replies]
+                return {str(reply.get("maxmemory-policy", "")) for reply in per_node}
+            reply: Any = await self.client.config_get("maxmemory-policy")
+        except FAILURES:
+            return None
+        return {str(reply.get("maxmemory-policy", ""))}
+
+    async def min_replicas(self) -> tuple[int, int] | None:
+        """The master's `min-replicas-to-write` and `min-replicas-max-lag`; None when Redis
+        does not say."""
+        try:
+            reply: Any = await self.client.config_get("min-replicas-*")
+            return int(reply["min-replicas-to-write"]), int(reply["min-replicas-max-lag"])
+        except (*FAILURES, KeyError, ValueError):
+            return None
+
+    async def unusable(self) -> str | None:
+        """Why Redis does not answer a PING (refused, a wrong password, no such db), or None."""
+        try:
+            await self.client.ping()
+        except FAILURES as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None

@@ -12,13 +12,13 @@ import aiohttp
 from multidict import CIMultiDict
 
 from gateway.config.policy import Timeouts
-from gateway.upstream import aio
+from gateway.upstream import aiohttp_client
 from gateway.upstream.base import Answer
-from gateway.upstream.lean import UpstreamPool, default_tls, lean_enough
+from gateway.upstream.httptools_client import UpstreamPool, default_tls, httptools_serves
 
 
 class Upstreams:
-    """Per origin: aiohttp's session, and the lean client's pool, which carries every request
+    """Per origin: aiohttp's session, and the httptools client's pool, which carries every request
     whose body is in hand (or that has none). Both reach https origins with the one `tls`
     context (None: the system's trust store), so they trust and show the same certificates."""
 
@@ -36,9 +36,9 @@ class Upstreams:
         for origin in origins:
             if origin in self._sessions:
                 continue
-            if lean_enough(origin):
+            if httptools_serves(origin):
                 self._pools[origin] = UpstreamPool(origin, self._pool_size, self._tls)
-            self._sessions[origin] = aio.session(self._pool_size, self._tls)
+            self._sessions[origin] = aiohttp_client.session(self._pool_size, self._tls)
 
     def send(
         self,
@@ -59,15 +59,15 @@ class Upstreams:
                 method, target, headers.items(), body, timeouts.connect, timeouts.total
             )
         session = self._sessions[origin]
-        return aio.send(session, method, origin + target, headers, body, timeouts)
+        return aiohttp_client.send(session, method, origin + target, headers, body, timeouts)
 
     @property
     def tls(self) -> ssl.SSLContext:
         """The context both clients reach https origins with."""
         return self._tls
 
-    def lean_for(self, origin: str, method: str, body: object) -> bool:
-        """Whether `send` gives this request to the lean client: an http(s) origin, a body
+    def httptools_for(self, origin: str, method: str, body: object) -> bool:
+        """Whether `send` gives this request to the httptools client: an http(s) origin, a body
         in hand (or none), and not HEAD (whose answer announces a body it does not send)."""
         return origin in self._pools and method != "HEAD" and _in_hand(body)
 

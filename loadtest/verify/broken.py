@@ -51,12 +51,12 @@ def replace(module_name: str, name: str, make: Callable[[Any], Any]) -> None:
 
 def replay_502() -> None:
     """Every replay is a 502: stored answers unreadable."""
-    from gateway.http.problems import problem
+    from gateway.http.answers.problems import problem
 
     async def unreadable(*args: Any, **kwargs: Any) -> Any:
         return problem(502, "record-corrupt", "Recorded answer corrupt", "cannot be read")
 
-    replace("gateway.http.handler", "replay", lambda _: unreadable)
+    replace("gateway.http.flow.handler", "replay", lambda _: unreadable)
 
 
 def retry_422() -> None:
@@ -67,23 +67,23 @@ def retry_422() -> None:
     def salted(real: Callable[..., str]) -> Callable[..., str]:
         return lambda *args: hashlib.sha256((salt + real(*args)).encode()).hexdigest()
 
-    replace("gateway.http.claiming", "fingerprint", salted)
+    replace("gateway.http.flow.claiming", "fingerprint", salted)
 
 
 def tenant_blind() -> None:
     """The tenant is left out of the record key: tenants share each other's records."""
-    replace("gateway.http.handler", "tenant_id", lambda real: lambda scope: real([]))
+    replace("gateway.http.flow.handler", "tenant_id", lambda real: lambda scope: real([]))
 
 
 def forwards_nothing() -> None:
     """Every claimed key is given back and answered 503: nothing reaches the upstream."""
-    from gateway.http.problems import problem
+    from gateway.http.answers.problems import problem
 
     async def refuse(s: Any, c: Any) -> Any:
         await s.store.release(c.key, c.token)
         return problem(503, "redis-unavailable", "Redis unavailable", "try again later")
 
-    replace("gateway.http.handler", "forward", lambda _: refuse)
+    replace("gateway.http.flow.handler", "forward", lambda _: refuse)
 
 
 def runs_twice() -> None:
@@ -97,12 +97,12 @@ def runs_twice() -> None:
 
         return decide
 
-    replace("gateway.http.claiming", "on_claim", again)
+    replace("gateway.http.flow.claiming", "on_claim", again)
 
 
 def skips_fingerprint() -> None:
     """The fingerprint is not checked: another payload under a key gets its answer."""
-    replace("gateway.http.claiming", "fingerprint", lambda _: lambda *args: "0" * 64)
+    replace("gateway.http.flow.claiming", "fingerprint", lambda _: lambda *args: "0" * 64)
 
 
 def another_body() -> None:
@@ -180,7 +180,7 @@ def stalled_owner() -> None:
 
         return may_send
 
-    replace("gateway.http.forward", "may_still_send", unchecked)
+    replace("gateway.http.flow.forward", "may_still_send", unchecked)
 
 
 def stall_after_send() -> None:
@@ -195,7 +195,7 @@ def stall_after_send() -> None:
 
         return decide
 
-    replace("gateway.http.forward", "on_answer", stalled)
+    replace("gateway.http.flow.forward", "on_answer", stalled)
 
 
 def expired_lease_free() -> None:
@@ -214,7 +214,7 @@ def expired_lease_free() -> None:
 
         return decide
 
-    replace("gateway.http.claiming", "on_claim", as_new)
+    replace("gateway.http.flow.claiming", "on_claim", as_new)
     stall_after_send()
 
 
@@ -257,9 +257,9 @@ CONTROLS: dict[str, Breakage] = {
 
 
 def compiled() -> bool:
-    import gateway.http.handler
+    import gateway.http.flow.handler
 
-    return not (gateway.http.handler.__file__ or "").endswith(".py")
+    return not (gateway.http.flow.handler.__file__ or "").endswith(".py")
 
 
 def main() -> int:

@@ -1,0 +1,186 @@
+"""Answering from a record: the recorded head, and the body checked against its size and
+SHA-256, so that a missing or corrupt body is an error and never a wrong answer."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+from aiohttp import web
+
+from gateway.blobs.recorder import HEADERS_TOO_LARGE, OMITTED, TOO_LARGE
+from gateway.config.policy import Route
+from gateway.core.claims import ClaimResult
+from gateway.core.headers import replayed_headers
+from gateway.core.record import Record
+from gateway.core.retention import expires
+from gateway.errors import BlobError
+from gateway.http.answers.problems import problem
+from gateway.http.answers.writing import (
+    abort,
+    prepare_quietly,
+    recorded_response,
+    start_response,
+    write_quietly,
+)
+from gateway.http.flow.context import Services
+from gateway.telemetry import metrics as m
+
+log = logging.getLogger(__name__)
+
+# A replay of an answer whose body was left out (over max_replay_body).
+BODY_OMITTED: Final = {"Idempotency-Replay": "omitted"}
+
+
+def unreadable_record(
+    s: Services, request: web.Request, route: Route, why: Exception
+) -> web.Response:
+    """502 for a record that cannot be read: logged and counted, and never run again."""
+    log.error("route %s: %s", route.name, why)
+    s.metrics.request(route.name, request.method, m.ERROR)
+    detail = "the stored record for this key cannot be read; the request is not run again"
+    return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
+
+
+def replay_marker(route: Route) -> dict[str, str]:
+    """The header(s) that mark a replay, as the route names them (`replay_header`)."""
+    return dict.fromkeys(route.replay_header, "true")
+
+
+async def replay(
+    s: Services, request: web.Request, route: Route, result: ClaimResult, anonymous: bool
+) -> web.StreamResponse:
+    """Answer from the record: `anonymous` says the request has no scope value, which
+    decides whether cookies and credentials are replayed (`core.headers.replayed_headers`)."""
+    record = result.record
+    assert record is not None
+    marker = replay_marker(route)
+    headers = replayed_headers(
+        record.headers, route.replay_set_cookie, route.replay_credentials, anonymous
+    )
+    extra = {**marker, **expires(result.pttl_ms / 1000)}
+    not_recorded = record.extra.get("body")
+    if not_recorded == OMITTED:  # the status and headers; the body was left out on purpose
+        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
+        response = start_response(
+            record.status, record.reason, headers, 0, {**extra, **BODY_OMITTED}
+        )
+        await prepare_quietly(response, request)
+        return response
+    if not_recorded == HEADERS_TOO_LARGE:
+        detail = (
+            f"the upstream answered {record.status} with headers over max_recorded_headers, "
+            "so the answer cannot be replayed; the request is not run again"
+        )
+        return problem(502, "answer-headers-too-large", "Answer headers too large", detail, marker)
+    if not_recorded:
+        why = (
+            "over max_recorded_body"
+            if not_recorded == TOO_LARGE
+            else "which the blob store failed to keep"
+        )
+        detail = (
+            f"the upstream answered {record.status} with a body of {record.size} bytes, "
+            f"{why}, so it cannot be replayed; the request is not run again"
+        )
+        return problem(502, "body-not-recorded", "Answer not replayable", detail, marker)
+    if record.blob is not None:
+        return await _replay_blob(s, request, route, record, headers, extra)
+    try:
+        check_inline(result.body, record.size, record.sha256)
+    except BlobError as exc:
+        return _blob_failed(s, route, exc)
+    response = recorded_response(request, record.status, record.reason, headers, record.size, extra)
+    await response.prepare(request)
+    await write_quietly(response, result.body)
+    await response.write_eof()
+    return response
+
+
+async def _replay_blob(
+    s: Services,
+    request: web.Request,
+    route: Route,
+    record: Record,
+    headers: list[tuple[str, str]],
+    extra: dict[str, str],
+) -> web.StreamResponse:
+    """Stream a blob back; refuse it before the head when it is missing or the wrong size,
+    and cut the connection when its digest turns out wrong at the end."""
+    assert record.blob is not None
+    try:
+        reader = await s.blobs.reader(record.blob)
+    except BlobError as exc:
+        return _blob_failed(s, route, exc)
+    try:
+        if reader.size != record.size:
+            detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
+            return _blob_failed(s, route, BlobError(BlobError.CORRUPT, detail))
+        response = start_response(record.status, record.reason, headers, record.size, extra)
+        if not await prepare_quietly(response, request):
+            return response
+        try:
+            if await send_verified(response, reader.chunks(), record.size, record.sha256):
+                s.metrics.blob_read.inc(record.size)
+        except BlobError as exc:
+            _blob_failed(s, route, exc)
+            return abort(request, response)
+        return response
+    finally:
+        await reader.close()
+
+
+def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
+    """A recorded body that cannot be replayed as recorded: 502, logged and counted. The
+    record stays as it is: retries keep getting this answer, never a wrong body."""
+    s.metrics.blob_errors.labels(route.name, exc.reason).inc()
+    log.error("route %s: recorded body not replayable: %s", route.name, exc)
+    return problem(
+        502,
+        "recorded-body-unavailable",
+        "Recorded answer unavailable",
+        f"the recorded body is {exc.reason}; the request is not run again",
+        replay_marker(route),
+    )
+
+
+def check_inline(body: bytes, size: int, sha256: str) -> None:
+    """BlobError(CORRUPT) unless an inline body matches its record (no digest: size only)."""
+    if len(body) != size:
+        raise BlobError(BlobError.CORRUPT, f"inline body has {len(body)} bytes, not {size}")
+    if sha256 and hashlib.sha256(body).hexdigest() != sha256:
+        raise BlobError(BlobError.CORRUPT, "inline body does not match its digest")
+
+
+async def send_verified(
+    response: web.StreamResponse, chunks: AsyncIterator[bytes], size: int, sha256: str
+) -> bool:
+    """Stream `chunks` to a prepared response, ending it only if they match the record.
+
+    The last chunk is held back until the digest is checked, so a corrupt blob never reaches
+    the client whole: BlobError is raised and the caller cuts the connection short of the
+    announced Content-Length. False when the client went away.
+    """
+    digest = hashlib.sha256()
+    seen = 0
+    held = b""
+    try:
+        async for chunk in chunks:
+            if held:
+                await response.write(held)
+            digest.update(chunk)
+            seen += len(chunk)
+            if seen > size:
+                raise BlobError(BlobError.CORRUPT, f"blob is longer than {size} bytes")
+            held = chunk
+        if seen != size:
+            raise BlobError(BlobError.CORRUPT, f"blob has {seen} bytes, not {size}")
+        if digest.hexdigest() != sha256:
+            raise BlobError(BlobError.CORRUPT, "blob does not match its digest")
+        await response.write(held)
+        await response.write_eof()
+    except (ConnectionError, RuntimeError):
+        return False
+    return True

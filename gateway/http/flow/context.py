@@ -1,0 +1,71 @@
+"""What the request path shares: the one live settings object and the gateway's clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from gateway.blobs.base import BlobStore
+from gateway.config.policy import Route
+from gateway.config.settings import Settings
+from gateway.http.flow.tasks import TaskSet
+from gateway.http.flow.watch import Watch
+from gateway.store.journal import Journal
+from gateway.store.store import Store
+from gateway.telemetry.metrics import Metrics
+from gateway.upstream.upstreams import Upstreams
+
+NO_SPAN: Final = nullcontext()
+
+
+def no_span(name: str) -> AbstractContextManager[Any]:
+    """Tracing off: a step of the request is no span at all."""
+    return NO_SPAN
+
+
+@dataclass(slots=True)
+class Live:
+    """The settings in force. A reload swaps `settings` here, and only here: every reader
+    holds this object, never a settings object of its own."""
+
+    settings: Settings
+
+
+@dataclass(slots=True)
+class Services:
+    live: Live
+    store: Store
+    upstreams: Upstreams
+    metrics: Metrics
+    tasks: TaskSet
+    blobs: BlobStore
+    journal: Journal
+    eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
+    span: Callable[[str], AbstractContextManager[Any]] = no_span  # Tracing.span when on
+    watch: Watch = field(default_factory=Watch)  # what the console's attention list shows
+
+    @property
+    def settings(self) -> Settings:
+        return self.live.settings
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A request that owns its key and is being forwarded."""
+
+    request: web.Request
+    route: Route
+    key: str
+    token: str
+    fingerprint: str
+    body: bytes
+    unsent: bool = False  # the claim counts as unsent until marked (`mark_sent` routes)
+    outcome: str | None = None  # an Idempotency-Outcome for this answer alone (a rerun)
+    # When the lease began, by this process's monotonic clock (taken before the claim or the
+    # renewal was sent, so never later than Redis's own start of it): a time spent stopped
+    # counts, so a gateway that wakes past its lease knows it before it sends.
+    leased_at: float = 0.0

@@ -1,0 +1,221 @@
+"""The claimed call: forward once, record the answer at the upstream's pace while the client
+is fed apart from it (`http.feed`), and settle the key (record, release, keep, or record an
+unknown outcome)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from itertools import chain
+from typing import Final
+
+from aiohttp import web
+
+from gateway.blobs.base import BlobStore
+from gateway.blobs.readback import read_back
+from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
+from gateway.config.policy import Route
+from gateway.core.decision import Failure, Settle, may_still_send, on_answer
+from gateway.core.headers import answer_headers
+from gateway.core.retention import expires
+from gateway.errors import BlobError, StoreUnavailable
+from gateway.http.answers.problems import problem
+from gateway.http.answers.writing import start_response
+from gateway.http.flow.context import Claimed, Services
+from gateway.http.flow.feed import ClientFeed, Rest
+from gateway.http.flow.flag import note_held
+from gateway.http.flow.heartbeat import Heartbeat
+from gateway.http.flow.outgoing import forward_headers, target
+from gateway.http.flow.settle import FENCED, OUTCOME, Kept, record_answer, release, settle_failure
+from gateway.telemetry import metrics as m
+from gateway.upstream.base import UpstreamError, failure_of, forget_frames
+
+log = logging.getLogger(__name__)
+
+RETRY: Final = {"Retry-After": "1"}
+
+
+async def forward(s: Services, c: Claimed) -> web.StreamResponse:
+    """Call the upstream once in a task of its own, and feed its answer to the client from
+    this one: a client that goes away or stops reading never holds up the recording."""
+    if c.unsent:
+        refused = await _mark_sent(s, c)
+        if refused is not None:
+            return refused
+    feed = ClientFeed(s.settings.limits.client_buffer)
+    s.tasks.spawn(_call(s, c, feed))
+    return await feed.serve(c.request)
+
+
+async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
+    """Mark the claim as sent before a byte goes (`mark_sent`): an owner that dies before
+    this leaves a key that runs as new, after it one that is a lost owner's. None when
+    marked; else the answer, and nothing is sent."""
+    try:
+        if await s.store.sent(c.key, c.token):
+            return None
+        answer = problem(  # the lease ended before the mark: another request holds the key
+            409, "in-flight", "Request in progress",
+            "a request with this key is in progress; retry later", {"Retry-After": "1"},
+        )  # fmt: skip
+    except StoreUnavailable as exc:
+        s.metrics.redis_errors.inc()
+        log.error("route %s: the send could not be marked, nothing sent: %s", c.route.name, exc)
+        await release(s, c.route, c.key, c.token)
+        answer = problem(
+            503, "store-unavailable", "Idempotency store unavailable",
+            "the request was not forwarded; retry later", {"Retry-After": "1"},
+        )  # fmt: skip
+    s.metrics.request(c.route.name, c.request.method, m.ERROR)
+    return answer
+
+
+async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
+    route, request = c.route, c.request
+    if not may_still_send(time.monotonic() - c.leased_at, route.lease):
+        await _too_late(s, c, feed)
+        return
+    headers = forward_headers(request, route.preserve_host)
+    started = time.monotonic()
+    beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
+    beat.start()
+    s.watch.calling(c.key, route.name)
+    outcome = m.FORWARDED
+    timed = False  # the upstream's time observed
+    try:
+        upstream = await s.upstreams.send(
+            route.upstream, request.method, target(request), headers, c.body, route.timeouts
+        )
+        async with upstream:
+            settle = on_answer(upstream.status, route)
+            recorded_headers = answer_headers(upstream.raw_headers)
+            # Headers too large to keep: the upstream ran, so the key completes all the
+            # same, without the answer (retries get 502, never a second run), while this
+            # client gets the answer whole, as for a body over max_recorded_body.
+            headers_kept = _size(recorded_headers) <= route.max_recorded_headers
+            if settle is Settle.RELEASE:
+                await release(s, c.route, c.key, c.token)  # a retry may run while it streams
+            # An answer that is recorded says until when (shadow mode adds nothing).
+            enforced = settle is Settle.RECORD and route.mode == "enforce"
+            extra = expires(route.retention) if enforced else {}
+            if c.outcome is not None:  # this answer alone: a replay is the upstream's
+                extra = {**extra, OUTCOME: c.outcome}
+            response = start_response(
+                upstream.status, upstream.reason, recorded_headers, upstream.content_length, extra
+            )
+            # A recorded answer's last bytes (its head, when the body is empty) are held
+            # back until the outcome is stored: no client sees a complete answer that a
+            # crash could leave unrecorded, to be run again by a retry.
+            recording = settle is Settle.RECORD
+            feed.begin(response, eager=not recording)
+            held = b""
+            limit = route.timeouts.read or route.timeouts.total
+            async with BodyRecorder(
+                s.blobs,
+                route.inline_max,
+                route.max_recorded_body if headers_kept else 0,
+                upstream.content_length,
+                route.max_replay_body,
+                spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
+            ) as recorder:
+                # Only waits for the upstream count towards `limit`: the client is fed
+                # apart, so a slow one can never make a complete answer look lost.
+                while chunk := await upstream.read_chunk(limit):
+                    if not recording:
+                        await feed.put(chunk)  # not kept: the client's pace, nobody waits
+                        continue
+                    await recorder.feed(chunk)
+                    chunk, held = held, chunk
+                    if chunk and recorder.keeping:
+                        feed.offer(chunk)  # never waits: a client behind is fed later
+                    elif chunk:
+                        await feed.put(chunk)  # no record to feed it from later
+                s.metrics.upstream(route.name, time.monotonic() - started)
+                timed = True
+                if recording:
+                    recorded = await recorder.finish()
+                    if not headers_kept:
+                        recorded = replace(recorded, not_recorded=HEADERS_TOO_LARGE)
+                        log.warning(
+                            "route %s: answer headers over max_recorded_headers; "
+                            "recorded without them (retries get 502)",
+                            route.name,
+                        )
+        # The answer is read: the upstream connection is back in its pool.
+        if not recording:
+            feed.end()
+        else:
+            if recorder.failure is not None:
+                _blob_write_failed(s, route, recorder.failure)
+            elif recorded.blob is not None:
+                s.metrics.blob_written.inc(recorded.size)
+            kept_headers = recorded_headers if headers_kept else []
+            kept = await record_answer(
+                s, c, upstream.status, upstream.reason, kept_headers, recorded, beat.lost
+            )
+            fenced = kept is Kept.FENCED
+            spill = recorded.spill  # removed below unless a client behind is fed from it
+            if kept is Kept.IN_MEMORY or (fenced and response.prepared):
+                # Held back for good: a crash could lose this answer, or its head went out
+                # before a newer claim's answer became the record, unmarked. The client's
+                # retry gets the record (or 409 while it is being stored).
+                feed.cut()
+                outcome = m.ERROR  # what the client got: a cut connection
+            else:
+                if fenced:
+                    response.headers.update(FENCED)  # another claim's answer is the record
+                if held and recorder.keeping:
+                    feed.offer(held)
+                elif held:
+                    await feed.put(held)
+                feed.finish(_rest(s.blobs, recorded) if feed.behind else None)  # if behind
+                spill = None if feed.behind else spill
+            if spill is not None:
+                await s.blobs.delete(spill)
+    except Exception as exc:
+        if not isinstance(exc, UpstreamError):
+            log.exception("route %s: forwarding failed", route.name)
+        elif not timed:  # a timeout or reset: the wait was the upstream's, not the gateway's
+            s.metrics.upstream(route.name, time.monotonic() - started)
+        kind = failure_of(exc)
+        forget_frames(exc)  # the failure is classified: its frames only hold memory now
+        failed = await settle_failure(s, c, kind, exc)
+        if kind is not Failure.UNSENT and route.on_unknown_outcome == "record":
+            await note_held(s, route.name, c.key, route.retention)  # the console lists it
+        if feed.started or failed is None:
+            feed.cut()
+        else:  # a recorded answer's head waits for its first bytes: none went out
+            feed.fail(failed)
+        return
+    finally:
+        beat.stop()
+        s.watch.called(c.key)
+    s.metrics.request(route.name, request.method, outcome)
+
+
+async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
+    """This gateway was held up (stopped, starved) for half the key's lease between its claim
+    and the send: a retry elsewhere may have taken the key over and run the call. Nothing
+    is sent; the key is given back if it is still this request's."""
+    route = c.route
+    log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
+    await release(s, route, c.key, c.token)
+    s.metrics.request(route.name, c.request.method, m.ERROR)
+    detail = "the request was held up before it could be sent and was not forwarded; retry"
+    feed.fail(problem(503, "lease-expired", "Held up past the key's lease", detail, RETRY))
+
+
+def _size(headers: list[tuple[str, str]]) -> int:
+    return sum(map(len, chain.from_iterable(headers)))
+
+
+def _rest(blobs: BlobStore, body: RecordedBody) -> Rest | None:
+    """The stored body for a client that fell behind; None when it was not kept."""
+    chunks = read_back(blobs, body)
+    return None if chunks is None else Rest(chunks, 0, body.size, body.sha256)
+
+
+def _blob_write_failed(s: Services, route: Route, exc: BlobError) -> None:
+    s.metrics.blob_errors.labels(route.name, exc.reason).inc()
+    log.error("route %s: the answer's body was not recorded: %s", route.name, exc)
