@@ -1,0 +1,2 @@
+"""Operating the gateway: the admin listener and its console, operators' key work, config
+reloads, listening sockets, GC tuning, and the supervisor of `--workers N`."""
