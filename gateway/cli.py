@@ -231,9 +231,14 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.workers > 1 and not args.worker:
             return supervise(settings, args.config, args.workers)
         serve(
-            settings, path, args.redis_url, args.listen_fd, args.ready_fd, args.admin_socket,
+            settings,
+            path,
+            args.redis_url,
+            args.listen_fd,
+            args.ready_fd,
+            args.admin_socket,
             first_tls,
-        )  # fmt: skip
+        )
     except ListenError as refused:
         print(f"idem-gateway: {refused}", file=sys.stderr)
         return EXIT_LISTEN

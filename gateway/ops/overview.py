@@ -17,9 +17,16 @@ from gateway.telemetry import metrics as m
 # of traffic, those sent upstream without idempotency (bypassed, shadowed, passed through)
 # among them.
 OUTCOMES: Final = (
-    m.FORWARDED, m.REPLAYED, m.BYPASSED, m.SHADOWED, m.UNPROTECTED,
-    m.CONFLICT, m.MISMATCH, m.REJECTED, m.ERROR,
-)  # fmt: skip
+    m.FORWARDED,
+    m.REPLAYED,
+    m.BYPASSED,
+    m.SHADOWED,
+    m.UNPROTECTED,
+    m.CONFLICT,
+    m.MISMATCH,
+    m.REJECTED,
+    m.ERROR,
+)
 CIRCUIT_NAMES: Final = {value: name for name, value in m.CIRCUIT_STATES.items()}
 
 

@@ -27,9 +27,17 @@ log = logging.getLogger(__name__)
 
 # Settings fixed for the life of the process.
 FIXED = (
-    "listen", "limits", "redis", "admin", "loop", "log_format", "blob", "tracing", "upstream_tls",
+    "listen",
+    "limits",
+    "redis",
+    "admin",
+    "loop",
+    "log_format",
+    "blob",
+    "tracing",
+    "upstream_tls",
     "state_dir",
-)  # fmt: skip
+)
 
 
 def apply(app: web.Application, path: str | Path) -> bool:

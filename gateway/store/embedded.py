@@ -86,8 +86,11 @@ class EmbeddedRedis:
             raise ConfigError(f"the embedded redis-server did not start: {exc}") from None
         log.info(
             "redis-server %s (from the %s) listening at %s, data in %s",
-            self.binary, self.source, self.url, self.dir,
-        )  # fmt: skip
+            self.binary,
+            self.source,
+            self.url,
+            self.dir,
+        )
         threading.Thread(target=self._watch, name="embedded-redis", daemon=True).start()
 
     def _launch(self, timeout: float) -> None:

@@ -264,8 +264,10 @@ async def follow_announcements(pool: SentinelBlockingPool, pubsub: PubSub) -> No
             continue
         log.warning(
             "sentinel: %s of %s at %s:%d; dropping every connection to the old master",
-            channel, pool.service_name, *new,
-        )  # fmt: skip
+            channel,
+            pool.service_name,
+            *new,
+        )
         if channel == PROMOTING:  # not a master yet, and the promotion may not finish
             pool.hold()
         else:

@@ -96,13 +96,18 @@ class Certificates:
             log.error(
                 "%s.tls: the certificate in use (%s) expired on %s: clients refuse it; "
                 "rotate it and send SIGHUP",
-                self.name, cert, when,
-            )  # fmt: skip
+                self.name,
+                cert,
+                when,
+            )
         else:
             log.warning(
                 "%s.tls: the certificate in use (%s) expires on %s, in %d days: rotate it",
-                self.name, cert, when, days,
-            )  # fmt: skip
+                self.name,
+                cert,
+                when,
+                days,
+            )
 
     async def watch_expiry(self, interval: float = EXPIRY_CHECK) -> None:
         while True:

@@ -69,9 +69,12 @@ async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Respon
     timeout = aiohttp.ClientTimeout(total=FORWARD_TIMEOUT)
     try:
         async with worker.client().request(
-            request.method, f"http://worker{request.path_qs}", data=body, headers=headers,
+            request.method,
+            f"http://worker{request.path_qs}",
+            data=body,
+            headers=headers,
             timeout=timeout,
-        ) as resp:  # fmt: skip
+        ) as resp:
             answer = await resp.read()
             kept = {
                 name: resp.headers[name]

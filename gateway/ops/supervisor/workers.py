@@ -221,9 +221,13 @@ class Supervisor:
         log.error(
             "worker %d failed at its start (%d time%s in a row); starting it again in %.0f s, "
             "%d other worker%s serving",
-            slot, failures, "" if failures == 1 else "s", pause,
-            serving, "" if serving == 1 else "s",
-        )  # fmt: skip
+            slot,
+            failures,
+            "" if failures == 1 else "s",
+            pause,
+            serving,
+            "" if serving == 1 else "s",
+        )
 
     def _reap(self) -> int | None:
         """Wait until one of our own workers has exited (its pid) or a slot is due for
