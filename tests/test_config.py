@@ -168,7 +168,9 @@ def test_redis_lean_is_read_as_pipeline_client_and_said_to_be_old(
 
 
 def test_pipeline_client_says_nothing_and_lean_beside_it_is_refused() -> None:
-    settings = settings_from_dict({"redis": {"pipeline_client": "redis-py"}, "routes": [LEAN_ROUTE]})
+    settings = settings_from_dict(
+        {"redis": {"pipeline_client": "redis-py"}, "routes": [LEAN_ROUTE]}
+    )
     assert settings.redis.pipeline_client == "redis-py" and settings.redis.deprecations() == []
     both = {"redis": {"lean": True, "pipeline_client": "resp"}, "routes": [LEAN_ROUTE]}
     with pytest.raises(ConfigError, match="set pipeline_client only: lean is its old name"):

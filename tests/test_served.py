@@ -1,4 +1,4 @@
-"""A gateway process serves every request without aiohttp's router (`http.server`): what the
+"""A gateway process serves every request without aiohttp's router (`http.server.site`): what the
 router and its signals did still happens there, over raw sockets."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A body the recorder kept (`RecordedBody`), read back from its start: for a client that fell
-behind while the answer was recorded (`http.feed.Rest`). Its own module because it is made
+behind while the answer was recorded (`http.flow.feed.Rest`). Its own module because it is made
 of async generators, which mypyc does not compile (setup.py): the forwarding that uses it
-(`http.forward`) is compiled."""
+(`http.flow.forward`) is compiled."""
 
 from __future__ import annotations
 

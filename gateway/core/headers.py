@@ -39,7 +39,7 @@ DROPPED_FROM_REQUESTS: Final = (*HOP_BY_HOP, *FRAMING, "expect")
 def header_text(raw: bytes) -> str:
     """Header bytes (or a reason phrase) as text that holds them one for one: each byte is
     the character of the same number (Latin-1), so obs-text such as `caf\\xe9` and UTF-8
-    alike come back as the same bytes (`http.answers` writes them so)."""
+    alike come back as the same bytes (`http.answers.writing` writes them so)."""
     return raw.decode("latin-1")
 
 

@@ -42,7 +42,7 @@ TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
 CONNECTIONS = web.AppKey("connections", Connections)
-# Every request's handler: the router's one route, and what `http.server` serves directly.
+# Every request's handler: the router's one route, and what `http.server.site` serves directly.
 ENTRY: web.AppKey[Handler] = web.AppKey("entry")
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.

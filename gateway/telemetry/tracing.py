@@ -2,13 +2,13 @@
 claim, the upstream call, the record and the replay, and W3C trace context in and out.
 
 Imported only when `tracing.enabled`: with tracing off none of this runs, the clients are the
-plain ones and the request path holds a no-op span (`http.context.no_span`). Where the spans
+plain ones and the request path holds a no-op span (`http.flow.context.no_span`). Where the spans
 come from:
 - the server span: `Tracing.serve` wraps the gateway's request handler;
-- the claim and the record: `http.traced.TracedStore` (its `claim` and `complete` calls);
-- the upstream call: `http.traced.TracedUpstreams`, which also writes the `traceparent` the
+- the claim and the record: `http.flow.traced.TracedStore` (its `claim` and `complete` calls);
+- the upstream call: `http.flow.traced.TracedUpstreams`, which also writes the `traceparent` the
   upstream receives (the client span's, so the upstream's own span is its child);
-- the replay: `Services.span` around `http.replay.replay`.
+- the replay: `Services.span` around `http.answers.replay.replay`.
 
 Spans carry the key's digest (the one in the record's Redis key), never the key, the tenant's
 identity or any header value.
@@ -40,7 +40,8 @@ from gateway.telemetry.requestlog import current
 # Span names of the steps inside a request (the server and client spans are named by method).
 CLAIM: Final = "idempotency.claim"
 RECORD: Final = "idempotency.record"
-REPLAY: Final = "idempotency.replay"  # also http.handler.REPLAY_SPAN, which runs without the extra
+# Also http.flow.handler.REPLAY_SPAN, which runs without the extra.
+REPLAY: Final = "idempotency.replay"
 
 # Attributes beyond the HTTP semantic conventions.
 ROUTE: Final = "idempotency.route"

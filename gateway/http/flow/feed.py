@@ -5,7 +5,7 @@ The task that reads the upstream (`forward._call`) hands the head and the body t
 `ClientFeed`; the request's own task writes them to the client (`ClientFeed.serve`). A
 client that falls more than `bound` bytes behind gets nothing more from the queue: once the
 answer is stored, the rest of the body is read back from the record (`Rest`). A client that
-takes nothing at all is cut by the server's write timeout (`http.limits`), and a client that
+takes nothing at all is cut by the server's write timeout (`http.server.limits`), and a client that
 is gone is simply forgotten: the reader never waits for either.
 """
 

@@ -1,5 +1,5 @@
 """The claimed call: forward once, record the answer at the upstream's pace while the client
-is fed apart from it (`http.feed`), and settle the key (record, release, keep, or record an
+is fed apart from it (`http.flow.feed`), and settle the key (record, release, keep, or record an
 unknown outcome)."""
 
 from __future__ import annotations

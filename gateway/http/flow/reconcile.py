@@ -1,7 +1,7 @@
 """The reconcile lookup: asking the upstream whether a call whose answer was lost ran.
 
 Only the asking lives here; what its answer means is `core.decision.on_lookup`, and what is
-then done with the key is `http.settle`.
+then done with the key is `http.flow.settle`.
 """
 
 from __future__ import annotations

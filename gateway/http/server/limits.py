@@ -14,7 +14,7 @@ every event through to aiohttp's own and adds a head deadline, a write timer and
 
 Idle time between requests is aiohttp's own keep-alive timeout (`keepalive_timeout`, which
 also runs from the connection's start: a head is cut by whichever of the two ends first);
-the request body's timeouts are applied as it is read (`http.incoming.TimedBody`).
+the request body's timeouts are applied as it is read (`http.flow.incoming.TimedBody`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Serving the application on a bound socket, as aiohttp's `run_app` does, with every client
-connection guarded by the limits of `http.limits`.
+connection guarded by the limits of `http.server.limits`.
 
 The application's one route catches every path, so its router and match info are skipped:
 aiohttp's low-level server hands each request straight to the application's handler
