@@ -1,5 +1,5 @@
-"""The arithmetic of `loadtest.sizing`: cores and shards from measured costs, worked by hand;
-and the records `loadtest.script_cost` measures are the ones the gateway replays."""
+"""The arithmetic of `idem-gateway sizing`: cores and shards from measured costs, worked by
+hand; and the records `loadtest.probes script_cost` measures are the ones the gateway replays."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import redis
 
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim, ClaimResult
+from gateway.ops.sizing import Inputs, main, plan, shard_limits
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from loadtest.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
-from loadtest.sizing import Inputs, main, plan, shard_limits
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 
