@@ -20,8 +20,8 @@ import yaml
 
 from testkit.ports import free_port
 
+from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis
-from .run import SCENARIOS, Scenario, _get, ensure_wrk, gateway_config, run_wrk, settle
 
 VARIANTS = (
     ("bare proxy", None),
@@ -85,24 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(cpu))
     return 0
-
-
-def cpu_per_request(
-    wrk: str, target: Child, upstream: Child, scenario: Scenario, tag: str, seconds: float
-) -> float:
-    """Drive `target` with `scenario` for `seconds`: its CPU microseconds per request.
-
-    Fails when the gateway answered 5xx: a cheap 503 is no measurement of the work (a 409
-    is one: a replayed key's first requests may meet it in flight)."""
-    _get(f"{upstream.url}/__reset?sleep_ms=0", data=b"")
-    before = target.cpu()
-    result = run_wrk(wrk, target.url, scenario, tag, seconds, scenario.connections)
-    used = target.cpu() - before
-    settle(upstream.url)
-    failed = {code: n for code, n in result["codes"].items() if str(code).startswith("5")}
-    if failed:
-        raise RuntimeError(f"{target.name} answered {failed} in {scenario.name}")
-    return used * 1e6 / max(1, result["requests"])
 
 
 def report(cpu: dict[str, list[float]]) -> str:

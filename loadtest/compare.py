@@ -28,9 +28,8 @@ import yaml
 
 from testkit.ports import free_port
 
-from .ablate import cpu_per_request
+from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis, start_upstream
-from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
 

@@ -26,8 +26,8 @@ import yaml
 
 from testkit.ports import free_port, wait_for_port
 
+from .drive import gateway_config
 from .procs import start_redis
-from .run import gateway_config
 
 # A server that reads a request's head and cuts the connection: the call was sent, its
 # outcome unknown.

@@ -26,10 +26,9 @@ import yaml
 
 from testkit.ports import free_port
 
-from .ablate import cpu_per_request
 from .compare import report
+from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis
-from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "get-pass")
 # name: (the ablated gateway's --without, whether its upstream is the TLS port)

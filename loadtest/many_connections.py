@@ -43,8 +43,8 @@ from .bench import (
     raise_open_files,
     summary_table,
 )
+from .drive import ensure_wrk, prefill
 from .procs import start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 DEFAULT_BACKLOG = 4096  # gateway/config/settings.py, Listen.backlog
 

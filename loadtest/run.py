@@ -13,14 +13,12 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,37 +30,25 @@ from gateway import build
 from testkit.ports import free_port
 
 from . import https_rows
+from .drive import (
+    SCENARIOS,
+    Scenario,
+    ensure_wrk,
+    find_duplicates,
+    gateway_config,
+    get_json,
+    prefill,
+    run_wrk,
+    settle,
+)
 from .nginx import Nginx, find_nginx
 from .procs import Child, start_redis
-
-WRK_SCRIPT = Path(__file__).parent / "wrk" / "idem.lua"
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    mode: str  # the wrk script's MODE
-    connections: int
-    sleep_ms: int = 0  # the upstream's pause per call
-    idempotent: bool = True
-    per_key: int = 10
-    keys: int = 1000  # for "fixed": the completed keys that are replayed
-    extra_loops: bool = False  # also run it under the stock asyncio loop
-
 
 # The floors (`loadtest.floors`) and the one scenario each is measured in: what a request
 # costs on this stack with none of the gateway's work, read against the targets.
 FLOORS = {"floor-hop": ("hop", "new-key"), "floor-hop-redis": ("hop-redis", "new-key"),
           "floor-answer": ("answer", "replay"), "floor-answer-redis": ("answer-redis", "replay"),
           "floor-raw": ("raw", "replay")}  # fmt: skip
-
-SCENARIOS = (
-    Scenario("new-key", "unique", 50),
-    Scenario("replay", "fixed", 50),
-    Scenario("get-pass", "get", 50, idempotent=False),
-    Scenario("seed", "seed", 200, sleep_ms=50, extra_loops=True),
-    Scenario("burst", "burst", 200, sleep_ms=50, per_key=100),
-)
 
 
 @dataclass
@@ -105,97 +91,6 @@ def server_outcomes(admin_url: str) -> Counter[str]:
     return counts
 
 
-def find_duplicates(counts: Mapping[str, int]) -> dict[str, int]:
-    """The keys the upstream ran other than exactly once, from its own counters."""
-    return {key: n for key, n in counts.items() if n != 1}
-
-
-def ensure_wrk() -> str:
-    """wrk from PATH, installed from the distribution's packages when we may."""
-    found = shutil.which("wrk")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("wrk not found: installing it with apt-get", file=sys.stderr)
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        if subprocess.run(["apt-get", "install", "-y", "wrk"], **quiet).returncode != 0:
-            subprocess.run(["apt-get", "update"], **quiet)
-            subprocess.run(["apt-get", "install", "-y", "wrk"], **quiet)
-        found = shutil.which("wrk")
-    if not found:
-        raise SystemExit("wrk is required: install it (Debian/Ubuntu: apt-get install wrk)")
-    return found
-
-
-def _get(url: str, data: bytes | None = None) -> Any:
-    with urllib.request.urlopen(url, data=data, timeout=10) as answer:
-        return json.loads(answer.read()) if data is None else None
-
-
-def settle(upstream: str, quiet_for: float = 0.3, timeout: float = 15.0) -> dict[str, Any]:
-    """The upstream's counters once no call has arrived for `quiet_for` seconds.
-
-    Requests wrk abandoned at the end may still be on their way through the proxy.
-    """
-    deadline = time.monotonic() + timeout
-    last = _get(f"{upstream}/__counts")
-    while time.monotonic() < deadline:
-        time.sleep(quiet_for)
-        now = _get(f"{upstream}/__counts")
-        if now["total"] == last["total"]:
-            return now
-        last = now
-    return last
-
-
-def prefill(target: str, run: str, keys: int) -> None:
-    """Complete `keys` keys through the gateway once, for the replay scenario."""
-    import asyncio
-
-    import aiohttp
-
-    async def go() -> None:
-        # An https target's certificate is the run's own throwaway one: not verified.
-        connector = aiohttp.TCPConnector(ssl=False)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            semaphore = asyncio.Semaphore(32)
-
-            async def one(i: int) -> None:
-                async with semaphore:
-                    headers = {"Idempotency-Key": f"{run}-k{i}", "Content-Type": "application/json"}
-                    async with session.post(
-                        f"{target}/pay", data=b'{"amount":100,"currency":"EUR"}', headers=headers
-                    ) as answer:
-                        await answer.read()
-                        if answer.status != 201:
-                            raise RuntimeError(f"prefill got {answer.status}")
-
-            await asyncio.gather(*(one(i) for i in range(keys)))
-
-    asyncio.run(go())
-
-
-def run_wrk(
-    wrk: str, url: str, scenario: Scenario, run: str, seconds: float, connections: int
-) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "MODE": scenario.mode,
-        "RUN": run,
-        "KEYS": str(scenario.keys),
-        "PER_KEY": str(scenario.per_key),
-    }
-    cmd = [
-        wrk, "-t2", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
-        "-s", str(WRK_SCRIPT), url,
-    ]  # fmt: skip
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line.removeprefix("RESULT "))
-    raise RuntimeError(f"wrk gave no result: {out.stdout}\n{out.stderr}")
-
-
 def measure(
     wrk: str,
     scenario: Scenario,
@@ -208,7 +103,7 @@ def measure(
     profile: Path | None = None,
 ) -> Row:
     run = f"{scenario.name}-{child.name}-{time.monotonic_ns()}"
-    _get(f"{upstream}/__reset?sleep_ms={scenario.sleep_ms}", data=b"")
+    get_json(f"{upstream}/__reset?sleep_ms={scenario.sleep_ms}", data=b"")
     checked = scenario.idempotent and target.startswith("gateway")
     keys = max(10, int(scenario.keys * scale))
     if scenario.mode == "fixed" and checked:
@@ -251,29 +146,6 @@ def measure(
         duplicates=duplicates,
         upstream_keys=len(counts["keys"]), outcomes=outcomes,
     )  # fmt: skip
-
-
-def gateway_config(
-    port: int,
-    upstream: str,
-    redis_url: str,
-    loop: str,
-    pipeline: bool,
-    admin_port: int,
-    tls: tuple[str, str] | None = None,
-) -> dict:
-    listen: dict[str, Any] = {"host": "127.0.0.1", "port": port}
-    if tls is not None:
-        listen["tls"] = {"cert": tls[0], "key": tls[1]}
-    return {
-        "listen": listen,
-        "admin": {"host": "127.0.0.1", "port": admin_port},  # its /metrics count outcomes
-        "loop": loop,
-        "log_level": "warning",
-        "upstream": upstream,
-        "redis": {"url": redis_url, "pipeline": pipeline},
-        "routes": [{"name": "pay", "path_prefix": "/pay", "upstream": upstream}],
-    }
 
 
 def format_table(rows: list[Row]) -> str:
@@ -414,7 +286,7 @@ def _log1m(p: Any) -> Any:
     return np.log10(np.clip(100 - np.asarray(p, dtype=float), 0.05, 100) / 100)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
     parser.add_argument("--quick", action="store_true", help="a tiny run: 1 s, few connections")
@@ -431,137 +303,130 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the pipelined gateway and the bare proxy into this folder: py-spy's raw"
         " stacks (pure build), perf's samples (compiled build: `perf report -i F --sort dso,sym`)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+Target = tuple[str, str, Child | Nginx]  # its name in the table, its loop, its process
+
+
+class Targets:
+    """The run's processes on loopback, each stopped when `stack` closes: the counting
+    upstream and a redis-server first, then the targets the scenarios drive."""
+
+    def __init__(self, stack: ExitStack, workdir: Path) -> None:
+        self.stack, self.workdir = stack, workdir
+        self.redis = start_redis(stack)
+        self.upstream = self.child("upstream", "loadtest.upstream", ["--port", "{port}"])
+
+    def child(self, name: str, module: str, args: list[str]) -> Child:
+        port = free_port()
+        started = Child(
+            name, module, port, [a.replace("{port}", str(port)) for a in args], self.workdir
+        )
+        self.stack.callback(started.stop)
+        return started
+
+    def bare(self, name: str, *extra: str) -> Child:
+        return self.child(
+            name,
+            "loadtest.bare_proxy",
+            ["--port", "{port}", "--upstream", self.upstream.url, *extra],
+        )
+
+    def gateway(
+        self, name: str, loop: str, pipeline: bool, tls: tuple[str, str] | None = None
+    ) -> Child:
+        port, admin_port = free_port(), free_port()
+        config = self.workdir / f"{name}.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                gateway_config(
+                    port, self.upstream.url, self.redis.url, loop, pipeline, admin_port, tls
+                )
+            )
+        )
+        # One process, like the bare proxy: CPU and RSS are read from this very PID.
+        started = Child(
+            name, "gateway", port, ["--config", str(config), "--workers", "1"], self.workdir
+        )
+        self.stack.callback(started.stop)
+        started.admin_url = f"http://127.0.0.1:{admin_port}"
+        if tls is not None:
+            started.scheme = "https"
+        return started
+
+    def floor(self, name: str, kind: str) -> Child:
+        return self.child(
+            name, "loadtest.floors",
+            ["--kind", kind, "--port", "{port}", "--upstream", self.upstream.url,
+             "--redis", self.redis.url],
+        )  # fmt: skip
+
+    def nginx(self, nginx: str, name: str, tls: tuple[str, str] | None = None) -> Nginx:
+        started = Nginx(nginx, name, free_port(), self.upstream.url, self.workdir, tls)
+        self.stack.callback(started.stop)
+        return started
+
+
+def start_targets(started: Targets, args: argparse.Namespace, wanted: set[str]) -> list[Target]:
+    """The bare proxy, the gateways, the floors of the scenarios wanted and nginx (when it is
+    installed), https rows beside them unless `--no-https`, and the asyncio loop's rows
+    unless `--quick`."""
+    targets: list[Target] = [
+        ("bare", "uvloop", started.bare("bare")),
+        ("gateway", "uvloop", started.gateway("gateway", "uvloop", True)),
+        ("gateway-nopipe", "uvloop", started.gateway("gateway-nopipe", "uvloop", False)),
+    ]
+    https = None
+    if wanted & set(https_rows.SCENARIOS) and not args.no_https:
+        https = https_rows.certificate(started.workdir / "tls")
+        targets.append(
+            ("gateway-https", "uvloop", started.gateway("gateway-https", "uvloop", True, https))
+        )
+    for name, (kind, scenario_name) in FLOORS.items():
+        if scenario_name in wanted:
+            targets.append((name, "uvloop", started.floor(name, kind)))
+    nginx = find_nginx()
+    if nginx is not None:
+        targets.append(("nginx", "-", started.nginx(nginx, "nginx")))
+        if https is not None:
+            targets.append(("nginx-https", "-", started.nginx(nginx, "nginx-https", https)))
+    else:
+        print("no nginx on PATH (apt-get install nginx-light): its rows are left out")
+    if not args.quick:
+        targets += [
+            ("bare", "asyncio", started.bare("bare-asyncio", "--loop", "asyncio")),
+            ("gateway", "asyncio", started.gateway("gateway-asyncio", "asyncio", True)),
+        ]
+    return targets
+
+
+def measure_all(
+    wrk: str, targets: list[Target], upstream: str, args: argparse.Namespace, wanted: set[str]
+) -> list[Row]:
+    """Each scenario wanted against each of its targets, a row printed as it is measured."""
     scale = 0.1 if args.quick else 1.0
     seconds = 1.0 if args.quick else args.duration
-    wanted = set(args.scenarios.split(","))
-    wrk = ensure_wrk()
-
-    with ExitStack() as stack:
-        # With --out, the children's logs and configs stay there too.
-        out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-")))
-        out.mkdir(parents=True, exist_ok=True)
-        workdir = out
-        redis = start_redis(stack)
-
-        def child(name: str, module: str, args_: list[str]) -> Child:
-            port = free_port()
-            started = Child(
-                name, module, port, [a.replace("{port}", str(port)) for a in args_], workdir
-            )
-            stack.callback(started.stop)
-            return started
-
-        upstream = child("upstream", "loadtest.upstream", ["--port", "{port}"])
-
-        def gateway(
-            name: str, loop: str, pipeline: bool, tls: tuple[str, str] | None = None
-        ) -> Child:
-            port, admin_port = free_port(), free_port()
-            config = workdir / f"{name}.yaml"
-            config.write_text(
-                yaml.safe_dump(
-                    gateway_config(port, upstream.url, redis.url, loop, pipeline, admin_port, tls)
-                )
-            )
-            # One process, like the bare proxy: CPU and RSS are read from this very PID.
-            args = ["--config", str(config), "--workers", "1"]
-            started = Child(name, "gateway", port, args, workdir)
-            stack.callback(started.stop)
-            started.admin_url = f"http://127.0.0.1:{admin_port}"
-            if tls is not None:
-                started.scheme = "https"
-            return started
-
-        targets: list[tuple[str, str, Child | Nginx]] = [
-            (
-                "bare",
-                "uvloop",
-                child(
-                    "bare", "loadtest.bare_proxy", ["--port", "{port}", "--upstream", upstream.url]
-                ),
-            ),
-            ("gateway", "uvloop", gateway("gateway", "uvloop", True)),
-            ("gateway-nopipe", "uvloop", gateway("gateway-nopipe", "uvloop", False)),
-        ]
-        https = None
-        if wanted & set(https_rows.SCENARIOS) and not args.no_https:
-            https = https_rows.certificate(workdir / "tls")
-            served = gateway("gateway-https", "uvloop", True, https)
-            targets.append(("gateway-https", "uvloop", served))
-        for name, (kind, scenario_name) in FLOORS.items():
-            if scenario_name not in wanted:
+    rows: list[Row] = []
+    for scenario in SCENARIOS:
+        if scenario.name not in wanted:
+            continue
+        for target, loop, proc in targets:
+            if loop not in ("uvloop", "-") and not scenario.extra_loops:
                 continue
-            floor = child(
-                name,
-                "loadtest.floors",
-                [
-                    "--kind",
-                    kind,
-                    "--port",
-                    "{port}",
-                    "--upstream",
-                    upstream.url,
-                    "--redis",
-                    redis.url,
-                ],
-            )
-            targets.append((name, "uvloop", floor))
-        nginx = find_nginx()
-        if nginx is not None:
-            port = free_port()
-            started = Nginx(nginx, "nginx", port, upstream.url, workdir)
-            stack.callback(started.stop)
-            targets.append(("nginx", "-", started))
-            if https is not None:
-                port = free_port()
-                started = Nginx(nginx, "nginx-https", port, upstream.url, workdir, https)
-                stack.callback(started.stop)
-                targets.append(("nginx-https", "-", started))
-        else:
-            print("no nginx on PATH (apt-get install nginx-light): its rows are left out")
-        if not args.quick:
-            targets += [
-                (
-                    "bare",
-                    "asyncio",
-                    child(
-                        "bare-asyncio",
-                        "loadtest.bare_proxy",
-                        ["--port", "{port}", "--upstream", upstream.url, "--loop", "asyncio"],
-                    ),
-                ),
-                ("gateway", "asyncio", gateway("gateway-asyncio", "asyncio", True)),
-            ]
-        rows: list[Row] = []
-        for scenario in SCENARIOS:
-            if scenario.name not in wanted:
+            if target in FLOORS and FLOORS[target][1] != scenario.name:
                 continue
-            for target, loop, proc in targets:
-                if loop not in ("uvloop", "-") and not scenario.extra_loops:
-                    continue
-                if target in FLOORS and FLOORS[target][1] != scenario.name:
-                    continue
-                if target in https_rows.TARGETS and scenario.name not in https_rows.SCENARIOS:
-                    continue
-                row = measure(
-                    wrk, scenario, proc, target, loop, upstream.url, seconds, scale, args.profile
-                )
-                rows.append(row)
-                print(format_table([row]).splitlines()[-1], flush=True)
+            if target in https_rows.TARGETS and scenario.name not in https_rows.SCENARIOS:
+                continue
+            row = measure(wrk, scenario, proc, target, loop, upstream, seconds, scale, args.profile)
+            rows.append(row)
+            print(format_table([row]).splitlines()[-1], flush=True)
+    return rows
 
-        claims = []
-        if not args.no_claim_bench:
-            claims = claim_benchmark(redis.url, 2_000 if args.quick else 20_000)
 
-        results = {
-            "rows": [r.__dict__ for r in rows],
-            "claims": claims,
-            "machine": machine(),
-            "build": build.describe(),  # the gateway children import the same package
-        }
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-
+def report(rows: list[Row], claims: list[str], plot_to: Path | None) -> int:
+    """The table, the targets' ratios and the claim benchmark; 1 when a gateway ran a key
+    more than once."""
     print()
     print(f"gateway build: {build.describe()}")
     print(format_table(rows))
@@ -569,13 +434,37 @@ def main(argv: list[str] | None = None) -> int:
     print(targets_report(rows))
     for line in claims:
         print(line)
-    if args.plot:
-        plot(rows, args.plot)
+    if plot_to:
+        plot(rows, plot_to)
     failed = [r for r in rows if r.target.startswith("gateway") and r.duplicates]
     if failed:
         print("EXACTLY-ONCE VIOLATED:", ", ".join(f"{r.scenario}/{r.target}" for r in failed))
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    wanted = set(args.scenarios.split(","))
+    wrk = ensure_wrk()
+    with ExitStack() as stack:
+        # With --out, the children's logs and configs stay there too.
+        out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="idem-")))
+        out.mkdir(parents=True, exist_ok=True)
+        started = Targets(stack, out)
+        targets = start_targets(started, args, wanted)
+        rows = measure_all(wrk, targets, started.upstream.url, args, wanted)
+        claims = []
+        if not args.no_claim_bench:
+            claims = claim_benchmark(started.redis.url, 2_000 if args.quick else 20_000)
+        results = {
+            "rows": [r.__dict__ for r in rows],
+            "claims": claims,
+            "machine": machine(),
+            "build": build.describe(),  # the gateway children import the same package
+        }
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+    return report(rows, claims, args.plot)
 
 
 def claim_benchmark(url: str, claims: int) -> list[str]:

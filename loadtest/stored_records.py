@@ -45,8 +45,8 @@ from .bench import (
     paired_ratios,
     summary_table,
 )
+from .drive import ensure_wrk, prefill
 from .procs import start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 BODY = b'{"amount":100,"currency":"EUR"}'  # what loadtest/wrk/idem.lua sends
 BATCH = 5_000  # records per pipeline (two commands each)

@@ -32,8 +32,8 @@ from .bench import (
     paired_ratios,
     summary_table,
 )
+from .drive import ensure_wrk, prefill
 from .procs import cpu_seconds, start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 
 def main(argv: list[str] | None = None) -> int:

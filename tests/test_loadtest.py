@@ -15,8 +15,8 @@ import redis
 import yaml
 
 from loadtest import floors
+from loadtest.drive import find_duplicates, gateway_config
 from loadtest.instructions import drive, payment, total_instructions
-from loadtest.run import find_duplicates, gateway_config
 from testkit.ports import free_port, wait_for_port
 
 from .upstream import CountingUpstream
