@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
 def claim_benchmark(url: str, claims: int) -> list[str]:
     """The claim as Lua and as WATCH/MULTI/EXEC, in a child process of its own."""
     out = subprocess.run(
-        [sys.executable, "-m", "loadtest.claim_bench", "--url", url, "--claims", str(claims)],
+        [sys.executable, "-m", "loadtest.probes", "claim_bench", "--url", url,
+         "--claims", str(claims)],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     return [

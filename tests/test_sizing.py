@@ -17,7 +17,7 @@ from gateway.ops.sizing import Inputs, main, plan, shard_limits
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
-from loadtest.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
+from loadtest.probes.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 

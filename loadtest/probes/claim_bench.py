@@ -1,6 +1,6 @@
 """The claim two ways, for comparison only: our Lua script and WATCH/MULTI/EXEC.
 
-`python -m loadtest.claim_bench --url redis://127.0.0.1:6379/0` runs N claims from
+`python -m loadtest.probes claim_bench --url redis://127.0.0.1:6379/0` runs N claims from
 `concurrency` concurrent tasks, `per_key` claims per key (so claims of one key race), and
 reports claims per second, p50/p99 latency and that exactly one claim per key won. The
 optimistic version reads the record under WATCH and writes it in MULTI/EXEC, retrying when
@@ -139,14 +139,14 @@ async def bench(
     )  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--claims", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--per-key", type=int, default=10)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     loop = new_loop(args.loop)
     try:
         for method in ("lua", "watch", "lua-pipeline", "lua-lean"):
@@ -160,7 +160,8 @@ def main() -> None:
             )
     finally:
         loop.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
