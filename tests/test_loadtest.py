@@ -16,11 +16,29 @@ import redis
 from loadtest import floors
 from loadtest.drive import find_duplicates
 from loadtest.instructions import drive, payment, total_instructions
+from loadtest.probes.__main__ import PROBES
 from testkit.ports import free_port, wait_for_port
 
 from .upstream import CountingUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_readme_tables_name_exactly_the_modules_there_are() -> None:
+    """loadtest/README.md's tables, first column: every script, server, helper and probe, and
+    nothing that is gone; `python -m loadtest.probes` runs every probe module."""
+    here = ROOT / "loadtest"
+    named = {
+        line.split("|")[1].strip().strip("`")
+        for line in (here / "README.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    probes = {path.stem for path in (here / "probes").glob("*.py")} - {
+        "__init__", "__main__", "bench",
+    }  # fmt: skip
+    assert set(PROBES) == probes
+    modules = {path.stem for path in here.glob("*.py")} - {"__init__"}
+    assert named == modules | probes | {"verify/", "probes/bench", "wrk/idem.lua"}
 
 
 def test_find_duplicates_names_every_key_not_run_exactly_once() -> None:
