@@ -56,6 +56,8 @@ PURE = {
     " function cannot carry); the admin listener's",
     "gateway/ops/keyroutes.py": "a pydantic model (the resolve body); the admin listener's",
     "gateway/ops/reload.py": "async generators; a reload, off the request path",
+    "gateway/ops/sizing.py": "a capacity planner run by hand (`idem-gateway sizing`): arithmetic"
+    " once, never in a serving gateway",
 }
 BUILDS = {"build", "build_ext", "bdist_wheel", "bdist", "install"}  # setuptools' build commands
 

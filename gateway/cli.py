@@ -24,7 +24,7 @@ from gateway.errors import ConfigError
 from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
 from gateway.http.server import site
 from gateway.http.server.certificates import attach_tls
-from gateway.ops import keyscli
+from gateway.ops import keyscli, sizing
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
 from gateway.ops.listener import ListenError, bind
@@ -157,7 +157,7 @@ def interrupted() -> int:
 def _main(argv: Sequence[str] | None) -> int:
     parser = _Parser(
         prog="idem-gateway",
-        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys ... | schema]",
+        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys|schema|sizing ...]",
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
     )
     parser.add_argument(
@@ -179,9 +179,12 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
     parser.add_argument("--serving", help=argparse.SUPPRESS)
-    commands = parser.add_subparsers(dest="command", metavar="keys|schema", prog="idem-gateway")
+    commands = parser.add_subparsers(
+        dest="command", metavar="keys|schema|sizing", prog="idem-gateway"
+    )
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
+    sizing.add_parser(commands)
     args = parser.parse_args(argv)
     for option, given in (("--check", args.check), ("--config", getattr(args, "config", None))):
         if given == "":  # `--check "$CONFIG"` with CONFIG unset: not the built-in config
@@ -190,6 +193,8 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error(f"--workers must be from 1 to {MAX_WORKERS}")
     if args.command == "schema":
         return say(schema_text())
+    if args.command == "sizing":
+        return sizing.run(args)
 
     path = args.check or args.config
     first_tls: ServerTls | None = None

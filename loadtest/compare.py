@@ -11,7 +11,7 @@ ratio to the first one. It stops by itself and stops its children.
 requests, all by default), exporting by OTLP to a stand-in collector (`loadtest.otlp_sink`);
 a tree may be named more than once, e.g. `--tree off=. --tree on=. --traced on`.
 `--set NAME:SECTION.FIELD=VALUE` sets one config field (a YAML value) in that tree's gateway,
-e.g. `--tree lean=. --tree redis-py=. --set redis-py:redis.lean=false`.
+e.g. `--tree resp=. --tree redis-py=. --set redis-py:redis.pipeline_client=redis-py`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ import yaml
 
 from testkit.ports import free_port
 
-from .ablate import cpu_per_request
+from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis, start_upstream
-from .run import SCENARIOS, ensure_wrk, gateway_config
 
 MEASURED = ("new-key", "replay")
 

@@ -35,8 +35,8 @@ import yaml
 from testkit.ports import free_port, wait_for_port
 
 from . import instructions_gate as gate
+from .drive import gateway_config
 from .procs import start_redis, start_upstream
-from .run import gateway_config
 
 BODY = b'{"amount":100,"currency":"EUR"}'
 WARM = 50  # requests before each count: connections open, caches filled

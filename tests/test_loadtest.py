@@ -12,16 +12,33 @@ from pathlib import Path
 import aiohttp
 import pytest
 import redis
-import yaml
 
 from loadtest import floors
+from loadtest.drive import find_duplicates
 from loadtest.instructions import drive, payment, total_instructions
-from loadtest.run import find_duplicates, gateway_config
+from loadtest.probes.__main__ import PROBES
 from testkit.ports import free_port, wait_for_port
 
 from .upstream import CountingUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_readme_tables_name_exactly_the_modules_there_are() -> None:
+    """loadtest/README.md's tables, first column: every script, server, helper and probe, and
+    nothing that is gone; `python -m loadtest.probes` runs every probe module."""
+    here = ROOT / "loadtest"
+    named = {
+        line.split("|")[1].strip().strip("`")
+        for line in (here / "README.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    probes = {path.stem for path in (here / "probes").glob("*.py")} - {
+        "__init__", "__main__", "bench",
+    }  # fmt: skip
+    assert set(PROBES) == probes
+    modules = {path.stem for path in here.glob("*.py")} - {"__init__"}
+    assert named == modules | probes | {"verify/", "probes/bench", "wrk/idem.lua"}
 
 
 def test_find_duplicates_names_every_key_not_run_exactly_once() -> None:
@@ -64,43 +81,10 @@ def test_tiny_run_holds_exactly_once_through_the_gateway_only(tmp_path: Path) ->
     assert "scenario" in out.stdout and "RPS" in out.stdout
 
 
-async def test_an_ablated_gateway_really_goes_without_the_named_parts(
-    tmp_path: Path, redis_url: str, upstream: tuple[CountingUpstream, str]
-) -> None:
-    """`loadtest.ablate` reads costs off variants: each must lack what its name says."""
-    counting, origin = upstream
-    port = free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(gateway_config(port, origin, redis_url, "asyncio", True, free_port()))
-    )
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "loadtest.ablated_gateway", "--without", "redis,observe",
-            "--", "--config", str(config), "--workers", "1",
-        ],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        await asyncio.to_thread(wait_for_port, port, process)
-        async with aiohttp.ClientSession() as session:
-            for _ in range(2):
-                async with session.post(
-                    f"http://127.0.0.1:{port}/pay", data=b"x", headers={"Idempotency-Key": "k"}
-                ) as answer:
-                    assert answer.status == 201
-                    assert "Idempotent-Replayed" not in answer.headers  # nothing was claimed
-                    assert "X-Request-Id" not in answer.headers  # no request id either
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-    assert counting.count("/pay", "k") == 2
-
-
-def _quick(module: str, *args: str) -> str:
-    """`python -m loadtest.MODULE --quick`: its output, after checking it exited 0."""
+def _quick(probe: str, *args: str) -> str:
+    """`python -m loadtest.probes PROBE --quick`: its output, after checking it exited 0."""
     out = subprocess.run(
-        [sys.executable, "-m", f"loadtest.{module}", "--quick", *args],
+        [sys.executable, "-m", "loadtest.probes", probe, "--quick", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr

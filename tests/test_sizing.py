@@ -1,5 +1,5 @@
-"""The arithmetic of `loadtest.sizing`: cores and shards from measured costs, worked by hand;
-and the records `loadtest.script_cost` measures are the ones the gateway replays."""
+"""The arithmetic of `idem-gateway sizing`: cores and shards from measured costs, worked by
+hand; and the records `loadtest.probes script_cost` measures are the ones the gateway replays."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from gateway import cli
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim, ClaimResult
+from gateway.ops.sizing import Inputs, main, plan, shard_limits
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from loadtest.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
-from loadtest.sizing import Inputs, main, plan, shard_limits
+from loadtest.probes.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
 from testkit.stores import make_store
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
@@ -86,6 +87,18 @@ def test_bad_rates_are_one_line_and_exit_2(rates: str, capsys: pytest.CaptureFix
         main(["--rates", rates])
     assert exit_.value.code == 2
     assert "--rates" in capsys.readouterr().err
+
+
+def test_idem_gateway_sizing_needs_no_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """The installed command: `idem-gateway sizing`, with no config and no Redis."""
+    assert cli.main(["sizing", "--rates", "10000", "--replicas", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 10k | 1k |" in out and "1 replicas per shard" in out
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sizing", "--headroom", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("idem-gateway sizing: argument --headroom") and err.count("\n") == 1
 
 
 async def _replay(url: str, key: str) -> ClaimResult:

@@ -1,6 +1,6 @@
 """A thousand client connections at once: new keys and replays through one gateway process.
 
-    python -m loadtest.many_connections [--connections 1000] [--seconds 10] [--rounds 2]
+    python -m loadtest.probes many_connections [--connections 1000] [--seconds 10] [--rounds 2]
                                         [--backlog 4096 --backlog 64] [--quick]
 
 Starts on loopback a redis-server, the counting upstream and one gateway (`--workers 1`) per
@@ -31,6 +31,8 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+from ..drive import ensure_wrk, prefill
+from ..procs import start_redis, start_upstream
 from .bench import (
     NEW_KEY,
     REPLAY,
@@ -43,8 +45,6 @@ from .bench import (
     raise_open_files,
     summary_table,
 )
-from .procs import start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 DEFAULT_BACKLOG = 4096  # gateway/config/settings.py, Listen.backlog
 

@@ -22,8 +22,8 @@ import yaml
 
 from testkit.ports import free_port
 
-from .procs import Child, cpu_seconds
-from .run import Scenario, find_duplicates, run_wrk, settle
+from ..drive import Scenario, find_duplicates, run_wrk, settle
+from ..procs import Child, cpu_seconds
 
 NEW_KEY = Scenario("new-key", "unique", 50)
 REPLAY = Scenario("replay", "fixed", 50)

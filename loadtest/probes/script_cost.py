@@ -1,8 +1,8 @@
 """Redis's own CPU per new key and per replay, and the memory each stored record takes.
 
-    python -m loadtest.script_cost [--keys 200000] [--batch 100 | --concurrency N] [--rounds 2]
-                                   [--replica] [--hash-value BYTES] [--redis-server PATH]
-                                   [--lua DIR ...]
+    python -m loadtest.probes script_cost [--keys 200000] [--batch 100 | --concurrency N]
+                                          [--rounds 2] [--replica] [--hash-value BYTES]
+                                          [--redis-server PATH] [--lua DIR ...]
 
 Starts a redis-server on loopback (the one the tests use) and, for each folder of scripts
 (default: the gateway's own; name another tree's `lua/` to compare), makes the script calls
@@ -43,7 +43,7 @@ from gateway.core.keys import digest, hashed_record_key
 from gateway.core.record import Record
 from testkit.redis_server import RedisServer
 
-from .procs import cpu_seconds
+from ..procs import cpu_seconds
 
 LEASE_MS = 30_000
 RETENTION_MS = 86_400_000
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "own is shown",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    folders = args.lua or [Path(__file__).resolve().parent.parent / "lua"]
+    folders = args.lua or [Path(__file__).resolve().parents[2] / "lua"]  # the checkout's
     server = _server(args.redis_server)
     server.start()
     replica = None

@@ -1,15 +1,16 @@
 """Gateway cores, Redis Cluster shards and Redis memory for a rate of new keys, from measured costs.
 
-    python -m loadtest.sizing [--rates 10000,100000,1000000] [--retention-hours 24] ...
+    idem-gateway sizing [--rates 10000,100000,1000000] [--retention-hours 24] ...
 
 Pure arithmetic on measured inputs, each a command-line option whose default is a measured
-figure (where it comes from: docs/production.md#sizing):
+figure (where each comes from, and how to measure it on your own machines:
+docs/production.md#sizing):
 
 - the gateway's CPU per new key and per replay, one core (`loadtest.run`, one process);
 - Redis's CPU per new key (claim + complete) and per replay read, the redis-server process's
   user+sys time with the scripts sent as the gateway sends them to a Cluster
-  (`loadtest.script_cost --concurrency 50`);
-- Redis's memory per stored record (`used_memory` growth, `loadtest.script_cost`).
+  (`loadtest.probes script_cost --concurrency 50`);
+- Redis's memory per stored record (`used_memory` growth, `loadtest.probes script_cost`).
 
 Every core, gateway or Redis, is run at most at `--headroom` of its capacity, and a shard's
 memory is filled to at most `--headroom` of `--shard-memory-gb`. Redis holds every record for
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 GB = 1e9
 # Gateway: the one-process rows of `loadtest.run` for the compiled build in loadtest/RESULTS.md
@@ -30,7 +33,7 @@ GB = 1e9
 GATEWAY_NEW_US = 116.0
 GATEWAY_REPLAY_US = 61.0
 # Redis 6.2, the calls as the gateway sends them to a Redis Cluster, one at a time per
-# connection: `python -m loadtest.script_cost --keys 100000 --concurrency 50`, the lowest of
+# connection: `python -m loadtest.probes script_cost --keys 100000 --concurrency 50`, the lowest of
 # two runs of two rounds (the least disturbed on a shared machine). Pipelined as the gateway
 # sends them to one node or Sentinel (`--keys 200000`): 16.3 and 10.1.
 REDIS_NEW_US = 28.9
@@ -164,24 +167,52 @@ def _rates(text: str) -> list[float]:
     return rates
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text!r}")
+    return share
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the `sizing` command, each measured input with its default."""
     add = parser.add_argument
     add("--rates", type=_rates, default="10000,100000,1000000",
-        help="new keys per second, comma-separated")  # fmt: skip
-    add("--gateway-new-us", type=float, default=GATEWAY_NEW_US)
-    add("--gateway-replay-us", type=float, default=GATEWAY_REPLAY_US)
-    add("--redis-new-us", type=float, default=REDIS_NEW_US)
-    add("--redis-replay-us", type=float, default=REDIS_REPLAY_US)
-    add("--record-bytes", type=float, default=RECORD_BYTES)
-    add("--retention-hours", type=float, default=24.0)
-    add("--replay-ratio", type=float, default=0.1, help="replays per new key")
-    add("--headroom", type=float, default=0.7)
-    add("--shard-memory-gb", type=float, default=25.0)
-    add("--replicas", type=int, default=0, help="replicas per shard")
-    args = parser.parse_args(argv)
-    if not 0 < args.headroom <= 1:
-        parser.error("--headroom must be above 0 and at most 1")
+        help="new keys per second, comma-separated (default: %(default)s)")  # fmt: skip
+    add("--gateway-new-us", type=float, default=GATEWAY_NEW_US,
+        help="gateway CPU per new key, µs of one core (default: %(default)s)")  # fmt: skip
+    add("--gateway-replay-us", type=float, default=GATEWAY_REPLAY_US,
+        help="gateway CPU per replay (default: %(default)s)")  # fmt: skip
+    add("--redis-new-us", type=float, default=REDIS_NEW_US,
+        help="Redis CPU per new key, claim + complete (default: %(default)s)")  # fmt: skip
+    add("--redis-replay-us", type=float, default=REDIS_REPLAY_US,
+        help="Redis CPU per replay (default: %(default)s)")  # fmt: skip
+    add("--record-bytes", type=float, default=RECORD_BYTES,
+        help="Redis memory per stored record (default: %(default)s)")  # fmt: skip
+    add("--retention-hours", type=float, default=24.0, help="default: %(default)s")
+    add("--replay-ratio", type=float, default=0.1,
+        help="replays per new key (default: %(default)s)")  # fmt: skip
+    add("--headroom", type=_share, default=0.7,
+        help="share of a core, or of a shard's memory, used at most (default: %(default)s)",
+    )  # fmt: skip
+    add("--shard-memory-gb", type=float, default=25.0, help="default: %(default)s")
+    add("--replicas", type=int, default=0, help="replicas per shard (default: %(default)s)")
+
+
+def add_parser(commands: Any) -> None:
+    """The `sizing` command of `idem-gateway`."""
+    sizing = commands.add_parser(
+        "sizing",
+        help="gateway cores, Redis shards and memory for a rate of new keys",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    add_arguments(sizing)
+
+
+def run(args: argparse.Namespace) -> int:
     inputs = Inputs(
         args.gateway_new_us, args.gateway_replay_us, args.redis_new_us, args.redis_replay_us,
         args.record_bytes, args.retention_hours * 3600, args.replay_ratio, args.headroom,
@@ -191,5 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    """`idem-gateway sizing`'s work on its own arguments (the command's options only)."""
+    parser = argparse.ArgumentParser(prog="idem-gateway sizing")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,6 +1,6 @@
 """`idem-gateway --workers 2` against `--workers 1`: RPS, latency and CPU per request.
 
-    python -m loadtest.workers_scaling [--seconds 5] [--rounds 3] [--quick]
+    python -m loadtest.probes workers_scaling [--seconds 5] [--rounds 3] [--quick]
 
 Starts on loopback a redis-server, the counting upstream and two gateways (`--workers 1`,
 `--workers 2`), then drives them in turns, round after round (the order flips each round so
@@ -21,6 +21,8 @@ from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
+from ..drive import ensure_wrk, prefill
+from ..procs import cpu_seconds, start_redis, start_upstream
 from .bench import (
     NEW_KEY,
     REPLAY,
@@ -32,8 +34,6 @@ from .bench import (
     paired_ratios,
     summary_table,
 )
-from .procs import cpu_seconds, start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 
 def main(argv: list[str] | None = None) -> int:

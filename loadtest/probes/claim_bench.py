@@ -1,6 +1,6 @@
 """The claim two ways, for comparison only: our Lua script and WATCH/MULTI/EXEC.
 
-`python -m loadtest.claim_bench --url redis://127.0.0.1:6379/0` runs N claims from
+`python -m loadtest.probes claim_bench --url redis://127.0.0.1:6379/0` runs N claims from
 `concurrency` concurrent tasks, `per_key` claims per key (so claims of one key race), and
 reports claims per second, p50/p99 latency and that exactly one claim per key won. The
 optimistic version reads the record under WATCH and writes it in MULTI/EXEC, retrying when
@@ -107,7 +107,7 @@ async def bench(
     url: str, method: str, claims: int = 20_000, concurrency: int = 200, per_key: int = 10
 ) -> BenchResult:
     """`method`: "lua" (one EVALSHA a claim), "lua-pipeline" (coalesced on redis-py's
-    connections), "lua-lean" (coalesced on the gateway's own connection), or "watch"."""
+    connections), "lua-resp" (coalesced on the gateway's own connection), or "watch"."""
     pool = BlockingConnectionPool.from_url(url, max_connections=concurrency + 8, timeout=10)
     client = Redis.from_pool(pool)
     run = f"{method}-{time.monotonic_ns()}"
@@ -119,12 +119,12 @@ async def bench(
             seconds, latencies, winners = await _drive(watch, run, claims, concurrency, per_key)
             retries = watch.retries
         else:
-            pipeline, lean = method in ("lua-pipeline", "lua-lean"), method == "lua-lean"
+            pipeline, resp = method in ("lua-pipeline", "lua-resp"), method == "lua-resp"
             store = make_store(
                 client,
                 CircuitBreaker(10**6, 1.0),
                 pipeline=pipeline,
-                pipeline_client="resp" if lean else "redis-py",
+                pipeline_client="resp" if resp else "redis-py",
             )
 
             async def lua(key: str, fingerprint: str, token: str) -> Claim:
@@ -144,17 +144,17 @@ async def bench(
     )  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", required=True)
     parser.add_argument("--claims", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--per-key", type=int, default=10)
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     loop = new_loop(args.loop)
     try:
-        for method in ("lua", "watch", "lua-pipeline", "lua-lean"):
+        for method in ("lua", "watch", "lua-pipeline", "lua-resp"):
             r = loop.run_until_complete(
                 bench(args.url, method, args.claims, args.concurrency, args.per_key)
             )
@@ -165,7 +165,8 @@ def main() -> None:
             )
     finally:
         loop.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,7 @@
 """Claim and replay latency with a million records stored, against an empty Redis.
 
-    python -m loadtest.stored_records [--records 1000000] [--seconds 5] [--rounds 3] [--quick]
+    python -m loadtest.probes stored_records [--records 1000000] [--seconds 5] [--rounds 3]
+                                             [--quick]
 
 Starts on loopback two redis-servers, the counting upstream and one gateway (`--workers 1`)
 on each Redis. One request through the gateway of the "full" Redis stores a real record; its
@@ -35,6 +36,8 @@ import redis
 from gateway.core.keys import digest, hashed_record_key
 from gateway.store.store import load_script
 
+from ..drive import ensure_wrk, prefill
+from ..procs import start_redis, start_upstream
 from .bench import (
     NEW_KEY,
     REPLAY,
@@ -45,8 +48,6 @@ from .bench import (
     paired_ratios,
     summary_table,
 )
-from .procs import start_redis, start_upstream
-from .run import ensure_wrk, prefill
 
 BODY = b'{"amount":100,"currency":"EUR"}'  # what loadtest/wrk/idem.lua sends
 BATCH = 5_000  # records per pipeline (two commands each)

@@ -1,10 +1,11 @@
 """Large bodies through a gateway process: memory and throughput.
 
-    python -m loadtest.big_body [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
-    python -m loadtest.big_body --curve 1KiB,16KiB,256KiB,1MiB,8MiB,64MiB [--budget-mib 256]
+    python -m loadtest.probes big_body [--size-mib 200] [--rounds 3] [--blob-url file:///DIR]
+    python -m loadtest.probes big_body --curve 1KiB,16KiB,256KiB,1MiB,8MiB,64MiB [--budget-mib 256]
 
-Starts a redis-server, an upstream answering POST /big with SIZE MiB (Content-Length), and
-the gateway (`python -m gateway`) in child processes; then sends, per round,
+Starts a redis-server, the counting upstream (`loadtest.upstream`: POST /big answers SIZE MiB
+with its Content-Length) and the gateway (`python -m gateway`) in child processes; then
+sends, per round,
   plain:    POST without Idempotency-Key (the pass-through path, nothing recorded),
   recorded: POST with a fresh key (streamed to the client and into the blob store),
   replay:   the same POST again (streamed back from the blob store, digest checked).
@@ -24,56 +25,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import random
 import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import yaml
-from aiohttp import web
 
 from gateway.config.units import parse_size
 from testkit.ports import free_port
 from testkit.redis_server import RedisServer
 
+from ..procs import Child, cpu_seconds
+from ..upstream import BLOCK, MiB
 from .bench import load_average
-from .procs import Child, cpu_seconds
-
-MiB = 1 << 20
-BLOCK = random.Random(0).randbytes(MiB)  # the same in the upstream child
-
-
-def serve_upstream(port: int, default_size: int) -> None:
-    """The upstream: POST /big answers `size` bytes (the query's `size`, else the default),
-    one random MiB block repeated; GET /__calls: its calls so far per Idempotency-Key."""
-    calls: Counter[str] = Counter()
-
-    async def counts(request: web.Request) -> web.Response:
-        return web.json_response(calls)
-
-    async def big(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        calls[request.headers.get("Idempotency-Key", "")] += 1
-        size = int(request.query.get("size", default_size))
-        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-        response.content_length = size
-        await response.prepare(request)
-        sent = 0
-        while sent < size:
-            piece = BLOCK[: min(MiB, size - sent)]
-            await response.write(piece)
-            sent += len(piece)
-        await response.write_eof()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/big", big)
-    app.router.add_get("/__calls", counts)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
 def expected_digest(size: int) -> str:
@@ -187,8 +154,8 @@ async def curve(
                 row[phase] = (statistics.median(times), min(times), before / 1024, peak / 1024)
                 if phase == "recorded":
                     row["blobs"] = sum(1 for f in blobs.rglob("*") if f.is_file()) - files
-            async with session.get(f"{upstream}/__calls") as answer:
-                calls = await answer.json()
+            async with session.get(f"{upstream}/__counts") as answer:
+                calls = (await answer.json())["keys"]
             row["once"] = all(calls.get(key) == 1 for key in keys)
             rows.append(row)
             print(curve_line(row), flush=True)
@@ -216,7 +183,7 @@ CURVE_HEAD = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
@@ -229,15 +196,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small --curve, for the tests")
     parser.add_argument("--blob-url", help="blob.url (default: file:// in a temp dir)")
     parser.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
-    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.curve, args.budget_mib = args.curve or "1KiB,256KiB,2MiB", 4
     sizes = [parse_size(part) for part in args.curve.split(",")] if args.curve else []
     size = args.size_mib * MiB
-    if args.serve_upstream:
-        serve_upstream(args.serve_upstream, size)
-        return 0
     largest = max(sizes) if sizes else size
 
     print(f"load average at start: {load_average()}", flush=True)
@@ -248,8 +211,8 @@ def main() -> int:
         children: list[Child] = []
         try:
             port = free_port()
-            upstream_args = ["--size-mib", str(args.size_mib), "--serve-upstream", str(port)]
-            children.append(Child("upstream", "loadtest.big_body", port, upstream_args, work))
+            upstream_args = ["--port", str(port), "--big-mib", str(args.size_mib)]
+            children.append(Child("upstream", "loadtest.upstream", port, upstream_args, work))
             config = {
                 "listen": {"host": "127.0.0.1", "port": free_port()},
                 "redis": {"url": redis.url},

@@ -7,12 +7,12 @@ of the master and of the replica redis-server processes (user+sys; the master's 
 WAIT, its replication stream and the replica's acknowledgements), with the master's own
 `usec_per_call` of WAIT from `INFO commandstats`, and this process's own CPU per claim (the
 Store's client side). With `--complete`, each claimed key is completed with a typical answer
-(`loadtest.script_cost`'s), as a new key is: the CPU columns are then per new key. Modes:
+(`loadtest.probes script_cost`'s), as a new key is: the CPU columns are then per new key. Modes:
 `none` (claim_replicas 0, one EVALSHA per claim), `none+pipeline` (claim_replicas 0, calls of
 one loop turn coalesced: the default), `wait-1` (claim_replicas 1: EVALSHA + WAIT 1 in one
 pipeline per claim).
 
-    python -m loadtest.replication_wait [--claims 5000] [--concurrency 1,50] [--complete]
+    python -m loadtest.probes replication_wait [--claims 5000] [--concurrency 1,50] [--complete]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gateway.store.client import make_client
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
-from .procs import cpu_seconds
+from ..procs import cpu_seconds
 from .script_cost import BODY, answer
 
 MODES = {"none": (0, False), "none+pipeline": (0, True), "wait-1": (1, False)}
@@ -88,12 +88,12 @@ async def run(
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=5000)
     parser.add_argument("--concurrency", default="1,50")
     parser.add_argument("--complete", action="store_true", help="complete each claimed key")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     master = RedisServer()
     master.start()
     replica = RedisServer(extra=["--replicaof", "127.0.0.1", str(master.port)])
@@ -123,7 +123,8 @@ def main() -> None:
     finally:
         replica.close()
         master.close()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
