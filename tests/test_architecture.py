@@ -5,6 +5,7 @@ grows past what a reader holds at once."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,3 +189,15 @@ def test_the_function_check_reads_methods_and_nested_functions(tmp_path: Path) -
 def test_few_modules_sit_directly_in_the_package() -> None:
     top = [p.name for p in PACKAGE.glob("*.py")]
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+
+
+def test_docs_architecture_names_every_module_and_no_other() -> None:
+    """docs/architecture.md's module map: each module of the package by its path, once a
+    module is added or moved, and no path that has gone."""
+    named = set(re.findall(r"`(gateway/[\w/]+\.py)`", ARCHITECTURE.read_text(encoding="utf-8")))
+    modules = {path.relative_to(PACKAGE.parent).as_posix() for path in _modules().values()}
+    assert sorted(modules - named) == [], "modules docs/architecture.md does not name"
+    assert sorted(named - modules) == [], "paths docs/architecture.md names that do not exist"
