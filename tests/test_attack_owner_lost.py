@@ -34,12 +34,13 @@ from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 from testkit.topologies import SentinelServers
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
 from .scripted import answering, scripted
 from .upstream import CountingUpstream, serving_app
 

@@ -24,6 +24,7 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit import topologies
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.topologies import (
     ClusterServers,
@@ -36,7 +37,6 @@ from testkit.topologies import (
     wait_until,
 )
 
-from .faultkit import until
 from .upstream import CountingUpstream
 
 KEYS = 1000

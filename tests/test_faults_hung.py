@@ -17,10 +17,11 @@ from aiohttp.test_utils import TestClient
 from gateway.http.app import SERVICES
 from gateway.store.lean import LeanPipeline
 from gateway.store.pipeline import Coalescer
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
 from .upstream import serving_app
 
 SOCKET_TIMEOUT = 1.0

@@ -10,10 +10,11 @@ import time
 import pytest
 import redis
 
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
 from .test_store import fill_to_maxmemory
 from .upstream import CountingUpstream
 

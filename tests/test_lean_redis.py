@@ -21,6 +21,7 @@ from gateway.store.client import make_client
 from gateway.store.lean import LeanPipeline
 from gateway.store.lean_conn import RedisProtocol
 from gateway.store.store import Store
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -72,10 +73,7 @@ async def until_sent(store: Store) -> None:
     """Until a batch is out (written, its replies not all back)."""
     batch = store._batch
     assert isinstance(batch, LeanPipeline)
-    deadline = time.monotonic() + 5
-    while not batch._busy:
-        assert time.monotonic() < deadline, "no batch went out"
-        await asyncio.sleep(0)
+    await until(lambda: batch._busy, 5, "a batch out", every=0)
 
 
 def redis_port(url: str) -> int:

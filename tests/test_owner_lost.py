@@ -27,10 +27,11 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 
 from .conftest import AdminFactory, GatewayFactory
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
 from .scripted import answering, scripted
 from .upstream import CountingUpstream, serving_app
 

@@ -19,11 +19,11 @@ from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client, tls_options
 from gateway.store.store import Store
+from testkit.polling import until, wait_until
 from testkit.redis_server import RedisServer
-from testkit.topologies import SentinelServers, start_all, wait_until
+from testkit.topologies import SentinelServers, start_all
 
 from .conftest import GatewayFactory
-from .faultkit import until
 from .tls_certs import private_ca
 from .upstream import CountingUpstream
 

@@ -22,6 +22,7 @@ from gateway.ops.console import FILES
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.store import Store
+from testkit.polling import until
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "idem:{api:t:k}"
@@ -168,7 +169,8 @@ async def test_a_stalled_owner_stores_its_outcome_when_nobody_claimed_since(
     await store.claim(KEY, "fp", "tok", 0.05)
     plain = redis.Redis.from_url(redis_url)
     try:
-        await until_gone(plain)  # the lease ended while the owner stalled
+        # the lease ended while the owner stalled
+        await until(lambda: not plain.exists(KEY), 5, "the lease ended", every=0.01)
     finally:
         plain.close()
     assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
@@ -207,13 +209,6 @@ async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url:
         assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
     finally:
         await store.close()
-
-
-async def until_gone(plain: redis.Redis) -> None:
-    deadline = asyncio.get_running_loop().time() + 5
-    while plain.exists(KEY):
-        assert asyncio.get_running_loop().time() < deadline, "the lease did not end"
-        await asyncio.sleep(0.01)
 
 
 def fill_to_maxmemory(plain: redis.Redis) -> None:
