@@ -26,12 +26,14 @@ from gateway.config.settings import Settings
 from gateway.http.app import create_app
 from gateway.http.server import start_site
 from gateway.ops.admin import AdminState, create_admin_app
+from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
+from .stores import make_store
 from .upstream import CountingUpstream, serving_app
 
 
@@ -129,6 +131,14 @@ def redis_url(redis_server: RedisServer) -> str:
     client.flushall()
     client.close()
     return redis_server.url
+
+
+@pytest.fixture
+async def redis_store(redis_url: str) -> AsyncIterator[Store]:
+    """A Store on the test's Redis (`stores.make_store`, its defaults), closed after."""
+    store = make_store(redis_url)
+    yield store
+    await store.close()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.core.fingerprint import fingerprint
 from gateway.core.record import Record
@@ -32,7 +31,6 @@ from gateway.http import settle
 from gateway.http.app import LIVE
 from gateway.ops.keyops import locate
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.polling import until
 from testkit.procs import GatewayProcess
@@ -42,6 +40,7 @@ from testkit.topologies import SentinelServers
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, value
 from .scripted import answering, scripted
+from .stores import make_store
 from .upstream import CountingUpstream, serving_app
 
 KEY = {"Idempotency-Key": "k-attack"}
@@ -166,7 +165,7 @@ def located(gw: TestClient) -> tuple[str, str]:
 
 
 def direct_store(redis_url: str) -> Store:
-    return Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    return make_store(redis_url)
 
 
 async def claim_as_owner(
@@ -457,7 +456,10 @@ def settled_is_due(redis_url: str) -> bool:
 
 
 async def test_mark_sent_an_owner_frozen_before_its_mark_sends_nothing_when_it_resumes(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    redis_store: Store,
 ) -> None:
     """Frozen between its claim and its `sent` mark: the retry runs it as new (UNSENT); the
     owner that resumes is refused the mark, so it never sends."""
@@ -468,11 +470,7 @@ async def test_mark_sent_an_owner_frozen_before_its_mark_sends_nothing_when_it_r
     answer = await settled(gw)
     assert (answer[0], answer[2]) == (201, b"gated #1")
     rkey, _ = located(gw)
-    store = direct_store(redis_url)
-    try:
-        assert not await store.sent(rkey, DEAD)
-    finally:
-        await store.close()
+    assert not await redis_store.sent(rkey, DEAD)
     assert counting.count("/gate") == 1
 
 
@@ -637,7 +635,7 @@ async def sent_then_failover(
     """Claim (replicated), lose the link, mark sent, kill the master, promote the replica:
     what a retry's claim finds there (None: the mark failed, nothing would be sent)."""
     breaker = CircuitBreaker(1000, 1.0)
-    store = Store(make_client(RedisSettings(), master.url), breaker, replicas=1)
+    store = make_store(master.url, breaker=breaker, replicas=1)
     try:
         claimed = await store.claim("idem:{sent}", "fp", "owner", 0.2, 60.0, mark_sent=True)
         assert claimed.outcome is Claim.CLAIMED
@@ -655,7 +653,7 @@ async def sent_then_failover(
         promoted.replicaof("NO", "ONE")
     finally:
         promoted.close()
-    store = Store(make_client(RedisSettings(), replica.url), breaker)
+    store = make_store(replica.url, breaker=breaker)
     try:
         await until(lambda: lease_over(replica.url, "idem:{sent}"), timeout=5)
         retry = await store.claim("idem:{sent}", "fp", "retry", 1.0, 60.0, mark_sent=True)

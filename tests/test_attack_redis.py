@@ -13,11 +13,10 @@ import uvloop
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store, load_script
 from testkit.redis_server import RedisServer
 
+from .stores import make_store
 from .test_lean_redis import lean_store, redis_port, serving
 
 # RESP3 out-of-band data (a client-side caching invalidation): never the reply to a command.
@@ -27,7 +26,7 @@ PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"
 def pipelined_store(url: str, lean: bool) -> Store:
     """The lean connection, or redis-py's (the reference) under the same batches."""
     settings = RedisSettings(connect_timeout=2.0, socket_timeout=2.0)
-    return Store(make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=True, lean=lean)
+    return make_store(url, settings, pipeline=True, lean=lean)
 
 
 def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(

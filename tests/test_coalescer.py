@@ -13,12 +13,12 @@ import redis
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.lean import LeanPipeline
 from gateway.store.pipeline import Coalescer
 from gateway.store.store import Store
 from testkit.redis_server import RedisServer
+
+from .stores import make_store
 
 
 @pytest.fixture(params=[True, False], ids=["lean", "redis-py"])
@@ -30,8 +30,7 @@ def lean(request: pytest.FixtureRequest) -> bool:
 def pipelined_store(url: str, lean: bool, pipeline: bool = True, timeout: float = 5.0) -> Store:
     # Generous timeouts: the tests share a loaded machine and open many connections at once.
     settings = RedisSettings(connect_timeout=5.0, socket_timeout=timeout)
-    client = make_client(settings, url)
-    store = Store(client, CircuitBreaker(1000, 1.0), pipeline=pipeline, timeout=timeout, lean=lean)
+    store = make_store(url, settings, pipeline=pipeline, timeout=timeout, lean=lean)
     if pipeline:
         assert isinstance(store._batch, LeanPipeline if lean else Coalescer)
     return store

@@ -16,20 +16,20 @@ import uvloop
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.lean import LeanPipeline
 from gateway.store.lean_conn import RedisProtocol
 from gateway.store.store import Store
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
+from .stores import make_store
+
 Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
 def lean_store(url: str, timeout: float = 5.0, connect_timeout: float = 5.0) -> Store:
     settings = RedisSettings(connect_timeout=connect_timeout, socket_timeout=timeout)
-    store = Store(make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=True, lean=True)
+    store = make_store(url, settings, pipeline=True, lean=True)
     assert isinstance(store._batch, LeanPipeline)
     return store
 

@@ -18,13 +18,10 @@ import pytest
 import redis
 from aiohttp import web
 
-from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.core.fingerprint import fingerprint
 from gateway.http.app import LIVE
 from gateway.ops.keyops import locate
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
 from testkit.polling import until
@@ -33,6 +30,7 @@ from testkit.procs import GatewayProcess
 from .conftest import AdminFactory, GatewayFactory
 from .faultkit import metrics_of, records, value
 from .scripted import answering, scripted
+from .stores import make_store
 from .upstream import CountingUpstream, serving_app
 
 LEASE = 1.0
@@ -305,7 +303,7 @@ async def claim_as_a_dead_owner(
 ) -> None:
     route, rkey = locate(settings, "api", [], KEY["Idempotency-Key"])
     fp = fingerprint(route.fingerprint, "POST", "/gate", "", (), b"x")
-    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
+    store = make_store(redis_url)
     try:
         result = await store.claim(
             rkey, fp, "dead-owner", 0.2, route.retention, mark_sent=mark_sent
@@ -405,7 +403,7 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
 
 
 async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
-    redis_url: str,
+    redis_url: str, redis_store: Store
 ) -> None:
     """A PENDING key written before the lease became a field (no 'l'): in flight for as long
     as its TTL, as that version meant, then free."""
@@ -413,12 +411,8 @@ async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
     raw.hset("idem:{old}", mapping={"s": "P", "t": "old-owner", "f": "fp"})
     raw.pexpire("idem:{old}", 60_000)
     raw.close()
-    store = Store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
-    try:
-        result = await store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
-        assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000
-    finally:
-        await store.close()
+    result = await redis_store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
+    assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000
 
 
 async def test_an_operator_resolves_a_kept_lost_owners_key(

@@ -20,9 +20,10 @@ from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.ops.console import FILES
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store
 from testkit.polling import until
+
+from .stores import make_store
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "idem:{api:t:k}"
@@ -32,9 +33,9 @@ RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3
 @pytest.fixture(params=["plain", "lean", "redis-py"])
 async def store(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     """Each call alone, or pipelined on the gateway's own connection or on redis-py's."""
-    client = make_client(RedisSettings(url=redis_url), redis_url)
     pipeline, lean = request.param != "plain", request.param == "lean"
-    s = Store(client, CircuitBreaker(5, 1.0), pipeline=pipeline, lean=lean)
+    settings = RedisSettings(url=redis_url)
+    s = make_store(redis_url, settings, CircuitBreaker(5, 1.0), pipeline=pipeline, lean=lean)
     yield s
     await s.close()
 
@@ -199,7 +200,7 @@ async def test_a_full_noeviction_redis_still_takes_an_outcome_but_no_new_claim(
 
 async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url: str) -> None:
     breaker = CircuitBreaker(1, 60.0)
-    store = Store(make_client(RedisSettings(url=redis_url), redis_url), breaker)
+    store = make_store(redis_url, RedisSettings(url=redis_url), breaker)
     try:
         assert (await store.claim(KEY, "fp", "tok", 30)).outcome is Claim.CLAIMED
         breaker.failure()  # as after a Redis error: open for a minute
