@@ -36,6 +36,9 @@ from .s3 import MotoServer
 from .stores import make_store
 from .upstream import CountingUpstream, serving_app
 
+# Kits whose fixtures some test files share (loaded as plugins: their fixtures are global).
+pytest_plugins = ["tests.lostowner"]
+
 
 class _ContainedLoops(asyncio.DefaultEventLoopPolicy):
     """The tests' loops run tasks as the gateway's do (`build.contain_compiled_tasks`)."""
