@@ -3,7 +3,7 @@
 `python -m loadtest.floors --kind KIND --port 8082 --upstream http://127.0.0.1:9000` serves
 one of three floors, each a row of `loadtest.run`:
 
-- `hop` (the new-key scenario): aiohttp's low-level server and the gateway's own lean
+- `hop` (the new-key scenario): aiohttp's low-level server and the gateway's own
   upstream client, forwarding each request once, as the gateway does, but with no key, no
   Redis, no record. No new key through the gateway can cost less than this.
 - `answer` (the replay scenario): aiohttp's low-level server answering every request with
@@ -11,7 +11,7 @@ one of three floors, each a row of `loadtest.run`:
   aiohttp can cost less than this.
 - `hop-redis`, `answer-redis`: the same, plus the Redis calls of a new key (two: a claim,
   then the answer stored) or of a replay (one, that reads a record-sized value), made on the
-  gateway's own lean Redis connection with scripts as small as Redis allows. What is left
+  gateway's own RESP connection with scripts as small as Redis allows. What is left
   above these is the gateway's own work in Python: its checks, decisions and records.
 - `raw` (the replay scenario): an asyncio protocol that finds each request's end (its
   Content-Length) and writes the same answer's bytes. Not an HTTP server, no checks at all:
@@ -73,7 +73,7 @@ Call = Callable[[str, str, bytes], Awaitable[Any]]
 
 
 async def _calls(redis_url: str | None) -> Call:
-    """One script call on the gateway's lean Redis connection: `call(script, key, value)`."""
+    """One script call on the gateway's RESP connection: `call(script, key, value)`."""
     if redis_url is None:
         raise SystemExit("--redis is needed for this kind")
     client = Redis.from_url(redis_url)

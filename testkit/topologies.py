@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import random
 import socket
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import redis
 
+from testkit.polling import wait_until
 from testkit.redis_server import RedisServer
 
 SLOTS = 16384
@@ -26,14 +26,6 @@ def start_all(servers: Iterable[RedisServer], timeout: float = 10.0) -> None:
         server.launch()
     for server in started:
         server.wait_ready(timeout)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not true after {timeout}s")
-        time.sleep(0.02)
 
 
 def _cluster_ports() -> range:

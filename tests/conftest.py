@@ -26,13 +26,18 @@ from gateway.config.settings import Settings
 from gateway.http.app import create_app
 from gateway.http.server.site import start_site
 from gateway.ops.admin import AdminState, create_admin_app
+from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
+from testkit.stores import make_store
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
+
+# Kits whose fixtures some test files share (loaded as plugins: their fixtures are global).
+pytest_plugins = ["tests.lostowner"]
 
 
 class _ContainedLoops(asyncio.DefaultEventLoopPolicy):
@@ -129,6 +134,14 @@ def redis_url(redis_server: RedisServer) -> str:
     client.flushall()
     client.close()
     return redis_server.url
+
+
+@pytest.fixture
+async def redis_store(redis_url: str) -> AsyncIterator[Store]:
+    """A Store on the test's Redis (`stores.make_store`, its defaults), closed after."""
+    store = make_store(redis_url)
+    yield store
+    await store.close()
 
 
 @pytest.fixture

@@ -1,11 +1,8 @@
-"""Helpers for the fault tests: polling with a deadline, reading Redis and metrics."""
+"""Helpers for the fault tests: reading Redis and metrics, filling a disk."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import redis
@@ -13,22 +10,6 @@ from aiohttp.test_utils import TestClient
 
 from gateway.http.app import METRICS
 from gateway.telemetry.metrics import Metrics
-
-
-async def until(
-    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, every: float = 0.02
-) -> None:
-    """Poll `condition` until it holds; fail the test when `timeout` passes first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(every)
 
 
 def redis_keys(url: str) -> list[bytes]:

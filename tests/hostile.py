@@ -9,12 +9,11 @@ import os
 import socket
 import ssl
 import struct
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit.polling import until
 from testkit.ports import wait_for_port
 from testkit.procs import GatewayProcess
 
@@ -192,16 +191,6 @@ def tcp_state(sock: socket.socket) -> int:
     return int(struct.unpack("B", info[:1])[0])
 
 
-async def until(check: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll `check` until it holds; the seconds it took (AssertionError after `timeout`)."""
-    started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
-
-
 async def every_worker_serving(
     gateway: GatewayProcess, admin_port: int, workers: int, timeout: float = 20, scheme: str = ""
 ) -> None:
@@ -210,7 +199,9 @@ async def every_worker_serving(
     assert gateway.process is not None
     wait_for_port(admin_port, gateway.process)
     said = f"idem-gateway listening on {scheme}".rstrip()
-    await until(lambda: gateway.log().count(said) == workers, timeout, "every worker serving")
+    await until(
+        lambda: gateway.log().count(said) == workers, timeout, "every worker serving", every=0.05
+    )
 
 
 def open_fds(pid: int) -> int:

@@ -9,7 +9,6 @@ import re
 import signal
 import socket
 import ssl
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import orjson
 import pytest
 from cryptography import x509
 
+from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
@@ -56,18 +56,6 @@ def worker_pids(gateway: GatewayProcess) -> list[int]:
     return [int(pid) for pid in children.read_text().split()]
 
 
-async def until(check: Any, what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if asyncio.iscoroutine(found):
-            found = await found
-        if found:
-            return found
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 @pytest.fixture
 async def two_workers(
     upstream: tuple[CountingUpstream, str], redis_url: str, tmp_path: Path
@@ -89,7 +77,7 @@ async def two_workers(
                 async with http.get(f"{admin}/readyz") as resp:  # it listens as the gateway does
                     return resp.status == 200
 
-            await until(both_ready, "the gateway never became ready")
+            await until(both_ready, 20.0, "the gateway ready", every=0.05)
         yield gateway, admin
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0
@@ -140,7 +128,7 @@ async def test_one_metrics_counts_every_workers_requests_with_a_worker_label(
                 for w in ("0", "1")
             )
 
-        await until(both_served, "the kernel gave one worker every connection")
+        await until(both_served, 20.0, "connections served by both workers", every=0.05)
         text = await metrics(http, admin)
     assert sample(text, "idem_requests_total", outcome="forwarded") == sent
     assert sample(text, "idem_workers") == 2 and sample(text, "idem_workers_up") == 2
@@ -163,7 +151,7 @@ async def test_counts_carry_on_across_a_worker_restart(
             pids = {w["pid"] for w in body["workers"]}
             return resp.status == 200 and victim not in pids and None not in pids
 
-        await until(replaced, "the killed worker was not replaced")
+        await until(replaced, 20.0, "the killed worker replaced", every=0.05)
         text = await metrics(http, admin)
         assert sample(text, "idem_requests_total", outcome="forwarded") == 20
         assert sample(text, "idem_worker_restarts_total") == 1
@@ -221,7 +209,7 @@ async def test_key_operations_through_the_one_address_name_the_operator(
         lines = [line for line in gateway.log().splitlines() if '"gateway.audit"' in line]
         return [orjson.loads(line) for line in lines]
 
-    await until(lambda: len(audited()) == 2, "no audit lines")
+    await until(lambda: len(audited()) == 2, 20.0, "two audit lines", every=0.05)
     refused, line = audited()  # the purge without the token, then the purge
     assert (refused["action"], refused["why"], refused["remote"]) == (
         "refused",
@@ -279,7 +267,12 @@ async def test_the_one_admin_address_shows_admin_tls_and_rotates_it_with_sighup(
         assert await presented(admin_port, context) == der(cert)
         new = rotate(ca, cert, key)
         gateway.signal(signal.SIGHUP)
-        await until(lambda: "admin.tls: certificate reloaded" in gateway.log(), "the reload")
+        await until(
+            lambda: "admin.tls: certificate reloaded" in gateway.log(),
+            20.0,
+            "the reload",
+            every=0.05,
+        )
         assert await presented(admin_port, context) == new
         async with aiohttp.ClientSession() as http:
             url = f"https://127.0.0.1:{admin_port}/metrics"

@@ -8,6 +8,7 @@ import orjson
 import pytest
 import redis
 
+from gateway.core.keys import digest, hashed_record_key, tenant_id
 from testkit.ports import free_port
 
 from .conftest import GatewayFactory, gateway_settings
@@ -374,4 +375,28 @@ async def test_a_corrupt_record_is_502_even_when_failing_open(
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 502
     assert orjson.loads(await resp.read())["type"].endswith("record-corrupt")
+    assert counting.count("/pay") == 1
+
+
+@pytest.mark.parametrize("status", [999, 42, 600, 99, "201", True])
+async def test_a_recorded_status_outside_100_to_599_replays_as_corrupt(
+    make_gateway: GatewayFactory, upstream, redis_url: str, status: object
+) -> None:
+    counting, origin = upstream
+    settings = gateway_settings(origin)
+    client = await make_gateway(settings)
+    raw_key = f"tampered-{status!r}"
+    key = {"Idempotency-Key": raw_key}
+    assert (await client.post("/pay", data=b"x", headers=key)).status == 201
+    prefix = settings.redis.key_prefix
+    rkey = hashed_record_key(prefix, "api", tenant_id([""]), digest(raw_key))
+    r = redis.Redis.from_url(redis_url)
+    try:
+        stored = orjson.loads(r.hget(rkey, "m"))
+        r.hset(rkey, "m", orjson.dumps({**stored, "st": status}))
+    finally:
+        r.close()
+    answer = await client.post("/pay", data=b"x", headers=key)
+    assert answer.status == 502
+    assert orjson.loads(await answer.read())["code"] == "record-corrupt"
     assert counting.count("/pay") == 1

@@ -10,8 +10,6 @@ import asyncio
 import gzip
 import hashlib
 import random
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import METRICS
+from testkit.polling import until
 
 from .blob_stores import StoredBlobs
 from .conftest import GatewayFactory
@@ -76,24 +75,13 @@ async def completed(url: str, count: int = 1) -> None:
         finally:
             client.close()
 
-    await wait_until(done)
+    await until(done)
 
 
 def blob_errors(client: TestClient, reason: str) -> float:
     registry = client.server.app[METRICS].registry
     value = registry.get_sample_value("idem_blob_errors_total", {"route": "api", "reason": reason})
     return value or 0.0
-
-
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await _pause()
-
-
-async def _pause() -> None:
-    await asyncio.sleep(0.01)
 
 
 SIZES = [0, 1, INLINE_MAX - 1, INLINE_MAX, INLINE_MAX + 1, 5 * MiB]
@@ -162,7 +150,7 @@ async def test_hundred_mib_replay_is_byte_exact(
     assert len(stored_blobs.names()) == 1
     registry = client.server.app[METRICS].registry
     assert registry.get_sample_value("idem_blob_written_bytes_total") == size
-    await wait_until(lambda: registry.get_sample_value("idem_blob_read_bytes_total") == size)
+    await until(lambda: registry.get_sample_value("idem_blob_read_bytes_total") == size)
 
 
 async def test_gzip_encoded_body_passes_untouched(
@@ -271,7 +259,7 @@ async def test_cut_upstream_answer_leaves_no_blob(
     resp = await client.post(f"/blob?size={size}&cut=1", headers=key("cut"))
     with pytest.raises(aiohttp.ClientPayloadError):
         await resp.read()
-    await wait_until(lambda: not stored_blobs.names() and not stored_blobs.unfinished())
+    await until(lambda: not stored_blobs.names() and not stored_blobs.unfinished())
 
 
 async def test_blob_of_an_outcome_that_could_not_be_stored_is_deleted(
@@ -294,11 +282,9 @@ async def test_blob_of_an_outcome_that_could_not_be_stored_is_deleted(
     assert "Idempotency-Outcome" not in resp.headers  # the head went before the fence
     with pytest.raises(aiohttp.ClientPayloadError):
         await digest_of(resp)
-    await wait_until(lambda: stored_blobs.names() == [])
+    await until(lambda: stored_blobs.names() == [])
     registry: Any = client.server.app[METRICS].registry
-    await wait_until(
-        lambda: registry.get_sample_value("idem_lease_lost_total", {"route": "api"}) == 1
-    )
+    await until(lambda: registry.get_sample_value("idem_lease_lost_total", {"route": "api"}) == 1)
     assert registry.get_sample_value("idem_fenced_completions_total", {"route": "api"}) == 1
 
 

@@ -21,8 +21,8 @@ from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from testkit import topologies
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.stores import make_store
 from testkit.topologies import (
@@ -36,7 +36,6 @@ from testkit.topologies import (
     wait_until,
 )
 
-from .faultkit import until
 from .upstream import CountingUpstream
 
 KEYS = 1000
@@ -134,7 +133,7 @@ async def test_a_slot_migrating_under_load_is_followed_without_errors_or_connect
     ASKed to the importing node), while its keys are moved, and after its owner changed
     (MOVED): none fails, and the client opens a bounded number of connections."""
     settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, max_connections=64)
-    store = make_store(make_client(settings, ""), CircuitBreaker(1000, 1.0))
+    store = make_store(settings=settings)
     slot = key_slot(b"idem:{moving}:0")
     source = slot_owner(cluster.servers, slot)
     target = next(server for server in cluster.servers if server is not source)
@@ -183,7 +182,7 @@ async def test_one_hung_shard_opens_its_own_breaker_and_the_others_serve(
     cluster: ClusterServers,
 ) -> None:
     settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, socket_timeout=0.3)
-    store = make_store(make_client(settings, ""), CircuitBreaker(2, 10.0))
+    store = make_store(settings=settings, breaker=CircuitBreaker(2, 10.0))
     by_owner: dict[int, str] = {}
     for n in itertools.count():  # a key on each master
         key = f"idem:{{shard-{n}}}"
@@ -236,8 +235,7 @@ async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged
     settings = RedisSettings(
         cluster={"nodes": replicated.nodes[:1]}, claim_replicas=1, claim_replicas_timeout=0.5
     )
-    store = make_store(make_client(settings, ""), CircuitBreaker(1000, 1.0), replicas=1,
-                  replicas_timeout=0.5)  # fmt: skip
+    store = make_store(settings=settings, replicas=1, replicas_timeout=0.5)
     done: Counter[str] = Counter()
     failed: dict[str, str] = {}
     keys = itertools.count()
@@ -311,8 +309,7 @@ async def test_a_redirect_to_a_master_the_slot_map_does_not_list_yet_is_followed
         is master
     )
     settings = RedisSettings(cluster={"nodes": replicated.nodes[:1]})
-    redis_client = make_client(settings, "")
-    store = make_store(redis_client, CircuitBreaker(1000, 1.0))
+    store = make_store(settings=settings)
     try:
         assert (await store.claim(f"{key}:warm", "f", "t", 30.0)).outcome is Claim.CLAIMED
 
@@ -328,7 +325,7 @@ async def test_a_redirect_to_a_master_the_slot_map_does_not_list_yet_is_followed
             each.execute_command("CLUSTER", "FAILOVER")
         wait_until(moved_to_promoted, 10, "the old master redirects to the new one")
 
-        manager = redis_client.nodes_manager
+        manager = store.client.nodes_manager
         manager.nodes_cache.pop(f"127.0.0.1:{promoted.port}")
 
         async def unreadable(*args: Any, **kwargs: Any) -> None:
@@ -346,7 +343,7 @@ async def test_a_lost_owners_key_is_told_apart_on_every_master(cluster: ClusterS
     """The lease's end is read with each node's own clock (TIME in the script): on every
     master, a key whose owner stopped renewing is taken over, never claimed as new."""
     settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]})
-    store = make_store(make_client(settings, ""), CircuitBreaker(1000, 1.0))
+    store = make_store(settings=settings)
     keys = [f"idem:{{lost-{n}}}" for n in range(12)]  # spread over the slots of 3 masters
     try:
         for key in keys:

@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
@@ -146,17 +147,16 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
 
 
 async def _until_ready(admin: str) -> None:
-    deadline = time.monotonic() + 20
     async with aiohttp.ClientSession() as http:
-        while True:
+
+        async def ready() -> bool:
             try:
                 async with http.get(f"{admin}/readyz") as resp:
-                    if resp.status == 200:
-                        return
+                    return resp.status == 200
             except aiohttp.ClientError:
-                pass
-            assert time.monotonic() < deadline, "the gateway never became ready"
-            await asyncio.sleep(0.05)
+                return False
+
+        await until(ready, 20, "the gateway ready", every=0.05)
 
 
 class Console:

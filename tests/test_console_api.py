@@ -21,8 +21,8 @@ from gateway.ops.supervisor.merged_metrics import WorkerMetrics, parse
 from gateway.telemetry.metrics import Metrics
 from testkit.redis_server import RedisServer
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory, gateway_settings
-from .test_owner_lost import KEY, claim_as_a_dead_owner, settle_in_process
+from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .lostowner import KEY, claim_as_dead_owner, settled
 from .upstream import CountingUpstream
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -258,10 +258,9 @@ async def test_a_key_taken_over_from_a_lost_owner_needs_attention_until_resolved
     upstream: tuple[CountingUpstream, str],
     redis_url: str,
 ) -> None:
-    _, origin = upstream
-    await claim_as_a_dead_owner(redis_url, gateway_settings(origin))
     gw = await make_gateway(on_owner_lost=on_owner_lost)
-    assert (await settle_in_process(gw))[0] == status
+    await claim_as_dead_owner(redis_url, gw, mark_sent=False, sent=False)
+    assert (await settled(gw))[0] == status
     admin = await make_admin(gw)
     resp = await admin.get("/console/api/attention", headers=AUTH)
     (item,) = orjson.loads(await resp.read())["items"]

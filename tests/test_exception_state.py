@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .faultkit import metrics_of, until, value
+from .faultkit import metrics_of, value
 from .upstream import CountingUpstream
 
 REDIS = {"breaker": {"failures": 1000}, "socket_timeout": "300ms",

@@ -17,10 +17,11 @@ from aiohttp.test_utils import TestClient
 from gateway.http.app import SERVICES
 from gateway.store.redispy_pipeline import RedisPyPipeline
 from gateway.store.resp_pipeline import RespPipeline
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import GatewayFactory, gateway_settings
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
 from .upstream import serving_app
 
 SOCKET_TIMEOUT = 1.0
@@ -83,12 +84,12 @@ def _stores_out(client: TestClient, lanes: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("pipeline", "lean"), [(True, True), (True, False), (False, False)],
-    ids=["lean", "pipelined", "plain"],
+    ("pipeline", "resp"), [(True, True), (True, False), (False, False)],
+    ids=["resp", "pipelined", "plain"],
 )  # fmt: skip
 async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     pipeline: bool,
-    lean: bool,
+    resp: bool,
     make_gateway: GatewayFactory,
     held: tuple[HeldUpstream, str],
     own_redis: RedisServer,
@@ -97,12 +98,12 @@ async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     redis = {
         "socket_timeout": f"{SOCKET_TIMEOUT}s",
         "pipeline": pipeline,
-        "pipeline_client": "resp" if lean else "redis-py",
+        "pipeline_client": "resp" if resp else "redis-py",
     }
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     batch = getattr(client.server.app[SERVICES].store.sender, "batches", None)
     assert type(batch) is {(True, True): RespPipeline, (True, False): RedisPyPipeline}.get(
-        (pipeline, lean), type(None)
+        (pipeline, resp), type(None)
     )
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every
     # pipelined batch out (one group per batch) while new claims arrive.

@@ -10,8 +10,10 @@ import time
 import pytest
 import redis
 
+from testkit.polling import until
+
 from .conftest import GatewayFactory
-from .faultkit import metrics_of, records, state, until, value
+from .faultkit import metrics_of, records, state, value
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-lease"}

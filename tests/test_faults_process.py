@@ -13,10 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 
-from .faultkit import records, until
+from .faultkit import records
 from .upstream import CountingUpstream
 
 LEASE = 2.0

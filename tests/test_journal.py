@@ -27,9 +27,10 @@ from gateway.http.app import SERVICES, create_app
 from gateway.store import journal as journal_module
 from gateway.store.journal import Journal, Unstored, orphans
 from gateway.telemetry.metrics import Metrics
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .faultkit import fill, metrics_of, until, value
+from .faultkit import fill, metrics_of, value
 from .test_reconcile import Orders
 from .test_reconcile import _reconcile as reconcile_config
 from .upstream import CountingUpstream, serving_app

@@ -19,18 +19,10 @@ from gateway.config.settings import Limits
 from gateway.http.app import LIVE
 from gateway.http.server.limits import SPARE_FILES, fit_open_files
 from gateway.ops.reload import apply
+from testkit.polling import until
 
 from .conftest import GatewayFactory, gateway_settings
-from .hostile import (
-    BigAnswers,
-    Wire,
-    closed_by_peer,
-    connect,
-    exchange,
-    request,
-    start_gateway,
-    until,
-)
+from .hostile import BigAnswers, Wire, closed_by_peer, connect, exchange, request, start_gateway
 from .upstream import serving
 
 LONG = 30  # a limit kept out of the way of the one under test

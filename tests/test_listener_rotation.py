@@ -21,10 +21,10 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from gateway.config.server_tls import ServerTls
 from gateway.http.server.certificates import Certificates
+from testkit.polling import until
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
-from .hostile import until
 from .scrape import sample
 from .tls_certs import PrivateCa, private_ca
 from .upstream import CountingUpstream, serving_app

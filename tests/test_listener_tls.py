@@ -1,6 +1,7 @@
 """HTTPS on the gateway's own listeners (`listen.tls`, `admin.tls`), against real TLS clients:
-the README walk-through over HTTPS, curl with `--cacert`, mutual TLS on the admin port, and
-`--check` refusing certificate files that cannot serve."""
+the README walk-through over HTTPS, curl with `--cacert`, mutual TLS on the admin port (a
+client certificate's subject read as `openssl -nameopt RFC2253` prints it), and `--check`
+refusing certificate files that cannot serve."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
 
+from gateway.http.server.client_cert import subject_of
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
@@ -387,3 +393,36 @@ def test_check_refuses_certificate_files_that_cannot_serve(
     said = check(tmp_path, tls)
     assert said.startswith("idem-gateway: invalid config ") and "listen.tls" in said
     assert expected in said, said
+
+
+def test_a_subject_with_an_email_address_reads_as_openssl_prints_it(tmp_path: Path) -> None:
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COUNTRY_NAME, "DE"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Example, Inc."),
+            x509.NameAttribute(NameOID.COMMON_NAME, "tenant-a"),
+            x509.NameAttribute(NameOID.EMAIL_ADDRESS, "ops@example.test"),
+            x509.NameAttribute(NameOID.SERIAL_NUMBER, "42"),
+        ]
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - timedelta(days=1))
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    path = tmp_path / "client.pem"
+    path.write_bytes(cert.public_bytes(Encoding.PEM))
+    printed = subprocess.run(
+        ["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", str(path)],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert printed.startswith("subject=")
+    assert subject_of(cert) == printed.removeprefix("subject=")
+    assert "emailAddress=ops@example.test" in subject_of(cert)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 
 from .hostile import (
@@ -26,7 +27,6 @@ from .hostile import (
     request,
     start_gateway,
     tls_wire,
-    until,
 )
 from .upstream import serving
 

@@ -1,13 +1,15 @@
 """A key whose owner stopped renewing its lease after it may have sent the request (a gateway
 SIGKILLed or frozen mid-call) is an unknown outcome, never a free key: the next claim asks
-the route's reconcile lookup, else follows its `on_owner_lost` policy."""
+the route's reconcile lookup, else follows its `on_owner_lost` policy. The same under faults
+(the takeover's reply lost, owners that resume, retries racing): test_owner_lost_faults.py;
+both use the kit in lostowner.py."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,25 +20,31 @@ import pytest
 import redis
 from aiohttp import web
 
-from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
-from gateway.core.fingerprint import fingerprint
-from gateway.http.app import LIVE
-from gateway.ops.keyops import locate
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
+from gateway.store.store import Store
 from gateway.telemetry.logs import FIELDS
+from testkit.polling import until
 from testkit.procs import GatewayProcess
-from testkit.stores import make_store
 
 from .conftest import AdminFactory, GatewayFactory
-from .faultkit import metrics_of, records, until, value
+from .faultkit import metrics_of, records, value
+from .lostowner import (
+    AUTH,
+    KEY,
+    Answer,
+    claim_as_dead_owner,
+    code,
+    lookup_app,
+    process_config,
+    reconcile,
+    retry,
+    settle,
+    settled,
+)
 from .scripted import answering, scripted
 from .upstream import CountingUpstream, serving_app
 
 LEASE = 1.0
-KEY = {"Idempotency-Key": "k-lost"}
-AUTH = {"Authorization": "Bearer test-admin-token-0123456789"}
 LOOKED_UP = {"id": "pay_looked_up", "status": "captured"}
 
 
@@ -58,50 +66,22 @@ class Lookup:
             return web.json_response({"error": "no such payment"}, status=404)
         return web.Response(status=500, text="lookup broke")
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/by-key/{key}", self.find)
-        return app
-
 
 @asynccontextmanager
 async def serving_lookup(mode: str) -> AsyncIterator[tuple[Lookup, str]]:
     lookup = Lookup(mode)
-    async with serving_app(lookup.app()) as origin:
+    async with serving_app(lookup_app(lookup.find)) as origin:
         yield lookup, origin
-
-
-def reconcile(origin: str) -> dict[str, Any]:
-    return {"url": f"{origin}/by-key/{{key}}", "status": 201, "timeout": "300ms"}
-
-
-def config(origin: str, redis_url: str, **route: Any) -> dict[str, Any]:
-    return {
-        "loop": "asyncio",
-        "log_level": "warning",
-        "redis": {"url": redis_url},
-        "routes": [
-            {"name": "api", "path_prefix": "/", "upstream": origin, "lease": f"{LEASE}s", **route}
-        ],
-    }
-
-
-@pytest.fixture
-def gateways() -> Iterator[list[GatewayProcess]]:
-    started: list[GatewayProcess] = []
-    yield started
-    for gateway in started:
-        if gateway.process is not None and gateway.process.poll() is None:
-            gateway.process.send_signal(signal.SIGCONT)
-            gateway.kill()
 
 
 async def two_gateways(
     gateways: list[GatewayProcess], tmp_path: Path, origin: str, redis_url: str, **route: Any
 ) -> tuple[GatewayProcess, GatewayProcess]:
     """The one that will be lost, and the one its client's retries go to."""
-    victim = GatewayProcess(config(origin, redis_url, **route), tmp_path)
-    survivor = GatewayProcess(config(origin, redis_url, **route), tmp_path)
+    victim, survivor = (
+        GatewayProcess(process_config(origin, redis_url, lease=f"{LEASE}s", **route), tmp_path)
+        for _ in range(2)
+    )
     gateways.extend((victim, survivor))
     await asyncio.gather(*(asyncio.to_thread(g.start) for g in (victim, survivor)))
     return victim, survivor
@@ -119,30 +99,9 @@ async def killed_after_sending(
     counting.release.set()  # the orphaned call ends upstream; nobody hears its answer
 
 
-Answer = tuple[int, dict[str, str], bytes]
-
-
-async def retry(session: aiohttp.ClientSession, url: str) -> Answer:
-    async with session.post(f"{url}/gate", data=b"x", headers=KEY) as resp:
-        return resp.status, dict(resp.headers), await resp.read()
-
-
 async def retry_past_the_lease(session: aiohttp.ClientSession, url: str) -> Answer:
-    """Retry as a client would: 409 in-flight while the lost owner's lease lasts, then the
-    answer the gateway settles the key with."""
-    answers: list[Answer] = []
-
-    async def settled() -> bool:
-        answers.append(await retry(session, url))
-        status, _, body = answers[-1]
-        return not (status == 409 and orjson.loads(body)["code"] == "in-flight")
-
-    await until(settled, timeout=LEASE + 10, every=0.1)
-    return answers[-1]
-
-
-def code(answer: Answer) -> str:
-    return str(orjson.loads(answer[2])["code"])
+    """`settle` on the gateway process at `url`."""
+    return await settle(lambda: retry(session, url), timeout=LEASE + 10, every=0.1)
 
 
 class Killed:
@@ -251,6 +210,42 @@ async def test_a_lookup_that_cannot_tell_falls_back_to_on_owner_lost(
     assert killed.survivor is not None and "Traceback" not in killed.survivor.log()
 
 
+CONTROL_BYTE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\x01\r\nContent-Length: 2\r\n"
+    b"Connection: close\r\n\r\n{}"
+)
+
+
+@pytest.mark.parametrize("mode", ["redirect", "huge", "control-byte"])
+async def test_a_lookup_that_redirects_or_answers_huge_or_unreplayable_is_unclear(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str, mode: str
+) -> None:
+    """Never followed, never recorded: the route's on_owner_lost (record), no second run."""
+    counting, _ = upstream
+
+    async def find(request: web.Request) -> web.StreamResponse:
+        if mode == "redirect":
+            raise web.HTTPFound("/found")
+        return web.Response(status=200, body=b"x" * (4 << 20))
+
+    async def found(request: web.Request) -> web.Response:
+        return web.json_response({"id": "pay_elsewhere"})
+
+    app = web.Application()
+    app.router.add_get("/by-key/{key}", find)
+    app.router.add_get("/found", found)
+    async with serving_app(app) as lookup, scripted(answering(CONTROL_BYTE, keep=False)) as raw:
+        where = raw[1] if mode == "control-byte" else lookup
+        rule = {**reconcile(where), "happened": [200], "max_body": "64KiB"}
+        gw = await make_gateway(on_owner_lost="record", reconcile=rule)
+        await claim_as_dead_owner(redis_url, gw)
+        answer = await settled(gw)
+        if mode == "control-byte":
+            assert raw[0].requests  # it was asked, and answered
+    assert answer[0] == 502 and code(answer) == "owner-lost", answer
+    assert counting.count("/gate") == 0
+
+
 async def test_a_stalled_owner_that_comes_back_replaces_the_unknown_with_its_answer(
     upstream: tuple[CountingUpstream, str],
     redis_url: str,
@@ -299,43 +294,14 @@ async def test_release_runs_it_again_marked_rerun(
 # In process: a claim left as a dead gateway leaves it, written by the store itself.
 
 
-async def claim_as_a_dead_owner(
-    redis_url: str, settings: Any, mark_sent: bool = False, sent: bool = False
-) -> None:
-    route, rkey = locate(settings, "api", [], KEY["Idempotency-Key"])
-    fp = fingerprint(route.fingerprint, "POST", "/gate", "", (), b"x")
-    store = make_store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
-    try:
-        result = await store.claim(
-            rkey, fp, "dead-owner", 0.2, route.retention, mark_sent=mark_sent
-        )
-        assert result.outcome is Claim.CLAIMED
-        if sent:
-            assert await store.sent(rkey, "dead-owner")
-    finally:
-        await store.close()
-
-
-async def settle_in_process(gw: Any) -> Any:
-    answers: list[Any] = []
-
-    async def settled() -> bool:
-        resp = await gw.post("/gate", data=b"x", headers=KEY)
-        answers.append((resp.status, dict(resp.headers), await resp.read()))
-        return not (resp.status == 409 and orjson.loads(answers[-1][2])["code"] == "in-flight")
-
-    await until(settled, timeout=10, every=0.05)
-    return answers[-1]
-
-
 async def test_mark_sent_a_key_whose_owner_died_before_sending_runs_as_new(
     make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
 ) -> None:
     counting, _ = upstream
     counting.release.set()
     gw = await make_gateway(mark_sent=True, on_owner_lost="record")
-    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings, mark_sent=True)
-    status, headers, body = await settle_in_process(gw)
+    await claim_as_dead_owner(redis_url, gw, sent=False)
+    status, headers, body = await settled(gw)
     assert (status, body) == (201, b"gated #1") and "Idempotency-Outcome" not in headers
     assert counting.count("/gate") == 1
     metrics = metrics_of(gw)
@@ -349,9 +315,8 @@ async def test_mark_sent_a_key_marked_sent_is_a_lost_owners(
 ) -> None:
     counting, _ = upstream
     gw = await make_gateway(mark_sent=True, on_owner_lost="record")
-    settings = gw.server.app[LIVE].settings
-    await claim_as_a_dead_owner(redis_url, settings, mark_sent=True, sent=True)
-    status, _, body = await settle_in_process(gw)
+    await claim_as_dead_owner(redis_url, gw)
+    status, _, body = await settled(gw)
     assert status == 502 and orjson.loads(body)["code"] == "owner-lost"
     assert counting.count("/gate") == 0
 
@@ -380,7 +345,7 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
     counting, _ = upstream
     gw = await make_gateway(on_owner_lost="record")
     admin = await make_admin(gw)
-    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings)
+    await claim_as_dead_owner(redis_url, gw, mark_sent=False, sent=False)
     show = {"route": "api", "key": KEY["Idempotency-Key"]}
 
     async def lost() -> bool:
@@ -391,7 +356,7 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
     doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
     assert doc["maybe_sent"] is True and doc["lease_ended_seconds_ago"] >= 0
     caplog.set_level(logging.INFO, logger="gateway.http.server.access")
-    status, headers, _ = await settle_in_process(gw)
+    status, headers, _ = await settled(gw)
     assert status == 502 and headers["Idempotency-Outcome"] == "unknown"
     metrics = metrics_of(gw)
     assert value(metrics, "idem_owner_lost_total", route="api", resolution="held") == 1
@@ -404,7 +369,7 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
 
 
 async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
-    redis_url: str,
+    redis_url: str, redis_store: Store
 ) -> None:
     """A PENDING key written before the lease became a field (no 'l'): in flight for as long
     as its TTL, as that version meant, then free."""
@@ -412,12 +377,8 @@ async def test_a_key_claimed_by_an_earlier_version_keeps_its_ttl_as_its_lease(
     raw.hset("idem:{old}", mapping={"s": "P", "t": "old-owner", "f": "fp"})
     raw.pexpire("idem:{old}", 60_000)
     raw.close()
-    store = make_store(make_client(RedisSettings(), redis_url), CircuitBreaker(1000, 1.0))
-    try:
-        result = await store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
-        assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000
-    finally:
-        await store.close()
+    result = await redis_store.claim("idem:{old}", "fp", "new", 5.0, 60.0)
+    assert result.outcome is Claim.IN_FLIGHT and 50_000 < result.pttl_ms <= 60_000
 
 
 async def test_an_operator_resolves_a_kept_lost_owners_key(
@@ -440,8 +401,8 @@ async def test_an_operator_resolves_a_kept_lost_owners_key(
     assert (await live).status == 201
     await admin.post("/keys/purge", json=target, headers=AUTH)
 
-    await claim_as_a_dead_owner(redis_url, gw.server.app[LIVE].settings)
-    status, _, body = await settle_in_process(gw)
+    await claim_as_dead_owner(redis_url, gw, mark_sent=False, sent=False)
+    status, _, body = await settled(gw)
     assert status == 409 and orjson.loads(body)["code"] == "owner-lost"
     resolve = {**target, "status": 201, "body": "settled by hand"}
     assert (await admin.post("/keys/resolve", json=resolve, headers=AUTH)).status == 200

@@ -1,5 +1,6 @@
-"""README.md stays true: its commands are the ones CI runs, and its curl walk-through gives
-the answers it shows, against the real CLI on the embedded default."""
+"""README.md stays true: its commands are the ones CI runs, its curl walk-through gives the
+answers it shows, against the real CLI on the embedded default, and the default it names for
+a dead owner's key is the policy's."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import aiohttp
 import pytest
 
 from gateway.config.loading import load_settings, protects_nothing
+from gateway.config.policy import Policy
 from testkit.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,3 +275,11 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
             process.terminate()
             process.wait(timeout=30)
         log.close()
+
+
+def test_the_readme_names_the_default_a_dead_owners_key_is_handled_by() -> None:
+    default = Policy.model_fields["on_unknown_outcome"].default
+    (row,) = [line for line in README.splitlines() if "dies before storing" in line]
+    assert f"by default (`on_unknown_outcome: {default}`)" in row
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert re.match(r"by default, again", cells[2]), cells[2]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +14,12 @@ from aiohttp.test_utils import TestServer
 from gateway.config.loading import settings_from_dict
 from gateway.http.app import LIVE
 from gateway.ops.reload import apply
+from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .conftest import GatewayFactory
 from .upstream import CountingUpstream
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def config(origin: str, redis_url: str, admin_port: int, **route: Any) -> dict[str, Any]:
@@ -66,7 +58,7 @@ async def test_sighup_changes_routes_for_new_requests_and_refuses_a_broken_file(
             )
             gateway.config_path.write_text(yaml.safe_dump(changed))
             gateway.signal(signal.SIGHUP)
-            await eventually(lambda: _logged(gateway, "config reloaded"), "the reload")
+            await until(lambda: _logged(gateway, "config reloaded"), what="the reload")
 
             async with http.post(f"{gateway.url}/pay") as resp:
                 assert resp.status == 400  # the new rule applies to new requests
@@ -80,7 +72,7 @@ async def test_sighup_changes_routes_for_new_requests_and_refuses_a_broken_file(
 
             gateway.config_path.write_text("routes: [{name: broken}]\n")
             gateway.signal(signal.SIGHUP)
-            await eventually(lambda: _logged(gateway, "config reload refused"), "the refusal")
+            await until(lambda: _logged(gateway, "config reload refused"), what="the refusal")
             assert "routes[0].path_prefix: is required" in gateway.log()
             async with http.post(f"{gateway.url}/pay") as resp:
                 assert resp.status == 400  # the running config stayed

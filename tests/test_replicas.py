@@ -16,14 +16,13 @@ from gateway.config.settings import RedisSettings
 from gateway.core.fingerprint import fingerprint
 from gateway.errors import ConfigError, StoreUnavailable
 from gateway.ops.keyops import locate
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client, tls_options
+from gateway.store.client import tls_options
+from testkit.polling import until, wait_until
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
-from testkit.topologies import SentinelServers, start_all, wait_until
+from testkit.topologies import SentinelServers, start_all
 
 from .conftest import GatewayFactory
-from .faultkit import until
 from .tls_certs import private_ca
 from .upstream import CountingUpstream
 
@@ -151,8 +150,7 @@ async def test_a_claim_whose_wait_failed_is_released(
     settings = RedisSettings(
         url=master.url, socket_timeout=5.0, claim_replicas=1, claim_replicas_timeout=4.0
     )
-    store = make_store(make_client(settings, master.url), CircuitBreaker(1000, 1.0), replicas=1,
-                  replicas_timeout=4.0)  # fmt: skip
+    store = make_store(master.url, settings, replicas=1, replicas_timeout=4.0)
     assert replica.process is not None
     assert await store.ready()  # the scripts are loaded: the claim is one EVALSHA and WAIT
     replica.process.send_signal(signal.SIGSTOP)  # the WAIT blocks: no acknowledgement comes
@@ -203,7 +201,7 @@ async def test_an_unacknowledged_takeover_of_a_lost_owners_key_gives_it_back_as_
     key = {"Idempotency-Key": "lost-owner"}
     route, rkey = locate(settings, "api", [], key["Idempotency-Key"])
     fp = fingerprint(route.fingerprint, "POST", "/pay", "", (), b"1")
-    dead = make_store(make_client(RedisSettings(), master.url), CircuitBreaker(1000, 1.0))
+    dead = make_store(master.url)
     try:  # a gateway that claimed, sent and died: its lease runs out unrenewed
         assert (await dead.claim(rkey, fp, "dead", 0.1, route.retention)).outcome.value == "CLAIMED"
     finally:

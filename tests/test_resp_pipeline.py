@@ -1,6 +1,7 @@
-"""The gateway's own pipelined Redis connection (`redis.lean`): what redis-py's connections
-did for the RedisPyPipeline, it does itself: replies read in pieces, a connection reset in the
-middle of a batch, AUTH and SELECT, connect failures, cancelled callers, and uvloop."""
+"""The gateway's own pipelined Redis connection (`redis.pipeline_client: resp`): what redis-py's
+connections did for the RedisPyPipeline, it does itself: replies read in pieces, a connection
+reset in the middle of a batch, AUTH and SELECT, connect failures, cancelled callers, and
+uvloop."""
 
 from __future__ import annotations
 
@@ -16,22 +17,19 @@ import uvloop
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.resp import RedisProtocol
 from gateway.store.resp_pipeline import RespPipeline
 from gateway.store.store import Store
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
 Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
-def lean_store(url: str, timeout: float = 5.0, connect_timeout: float = 5.0) -> Store:
+def resp_store(url: str, timeout: float = 5.0, connect_timeout: float = 5.0) -> Store:
     settings = RedisSettings(connect_timeout=connect_timeout, socket_timeout=timeout)
-    store = make_store(
-        make_client(settings, url), CircuitBreaker(1000, 1.0), pipeline=True, pipeline_client="resp"
-    )
+    store = make_store(url, settings, pipeline=True, pipeline_client="resp")
     assert isinstance(getattr(store.sender, "batches", None), RespPipeline)
     return store
 
@@ -75,10 +73,7 @@ async def until_sent(store: Store) -> None:
     """Until a batch is out (written, its replies not all back)."""
     batch = getattr(store.sender, "batches", None)
     assert isinstance(batch, RespPipeline)
-    deadline = time.monotonic() + 5
-    while not batch._busy:
-        assert time.monotonic() < deadline, "no batch went out"
-        await asyncio.sleep(0)
+    await until(lambda: batch._busy, 5, "a batch out", every=0)
 
 
 def redis_port(url: str) -> int:
@@ -121,7 +116,7 @@ async def test_replies_read_one_byte_at_a_time_each_reach_their_own_call(
             up_writer.close()
 
     async with serving(trickle) as port:
-        store = lean_store(f"redis://127.0.0.1:{port}/0")
+        store = resp_store(f"redis://127.0.0.1:{port}/0")
         try:
             keys = [f"idem:{{t:{n % 4}}}" for n in range(8)]
             results = await asyncio.gather(
@@ -163,7 +158,7 @@ async def test_a_connection_reset_in_the_middle_of_a_batch_sends_the_rest_once_m
             up_writer.close()
 
     async with serving(cut) as port:
-        store = lean_store(f"redis://127.0.0.1:{port}/0")
+        store = resp_store(f"redis://127.0.0.1:{port}/0")
         try:
             results = await asyncio.gather(
                 *(store.claim(f"idem:{{t:{n}}}", "f", f"t{n}", 30.0) for n in range(5))
@@ -197,7 +192,7 @@ async def test_a_call_whose_connection_breaks_twice_fails_as_a_store_error(
             up_writer.close()
 
     async with serving(resets) as port:
-        store = lean_store(f"redis://127.0.0.1:{port}/0")
+        store = resp_store(f"redis://127.0.0.1:{port}/0")
         try:
             with pytest.raises(StoreUnavailable, match="ConnectionError"):
                 await store.claim("idem:{t:a}", "f", "t", 30.0)
@@ -212,7 +207,7 @@ async def test_auth_with_a_user_and_select_of_the_url_db(own_redis: RedisServer)
     plain.config_set("requirepass", "default-secret")  # no unauthenticated calls from here
     plain.close()
     port = own_redis.port
-    store = lean_store(f"redis://alice:s3cret@127.0.0.1:{port}/3")
+    store = resp_store(f"redis://alice:s3cret@127.0.0.1:{port}/3")
     try:
         assert (await store.claim("idem:{t:a}", "f", "t", 30.0)).outcome is Claim.CLAIMED
     finally:
@@ -222,7 +217,7 @@ async def test_auth_with_a_user_and_select_of_the_url_db(own_redis: RedisServer)
         assert alice.exists("idem:{t:a}") == 1
     finally:
         alice.close()
-    wrong = lean_store(f"redis://alice:wrong@127.0.0.1:{port}/3")
+    wrong = resp_store(f"redis://alice:wrong@127.0.0.1:{port}/3")
     try:
         with pytest.raises(StoreUnavailable, match="AuthenticationError"):
             await wrong.claim("idem:{t:b}", "f", "t", 30.0)
@@ -241,7 +236,7 @@ async def test_a_redis_that_does_not_answer_auth_gives_a_clear_error_in_time(ser
             await reader.read()  # until the client gives up
 
     async with serving(auth) as port:
-        store = lean_store(f"redis://:pw@127.0.0.1:{port}/0", connect_timeout=0.3)
+        store = resp_store(f"redis://:pw@127.0.0.1:{port}/0", connect_timeout=0.3)
         try:
             started = time.monotonic()
             with pytest.raises(StoreUnavailable) as failed:
@@ -258,7 +253,7 @@ async def test_a_redis_that_does_not_answer_auth_gives_a_clear_error_in_time(ser
 
 
 async def test_close_waits_for_the_batch_in_flight(redis_url: str) -> None:
-    store = lean_store(redis_url)
+    store = resp_store(redis_url)
     calls = [
         asyncio.ensure_future(store.claim(f"idem:{{t:{n}}}", "f", "t", 30.0)) for n in range(20)
     ]
@@ -271,7 +266,7 @@ async def test_close_waits_for_the_batch_in_flight(redis_url: str) -> None:
 async def test_a_cancelled_callers_reply_goes_to_no_other_call(redis_url: str) -> None:
     """The reply of a call whose caller was cancelled (a request that went away, shutdown)
     is read and dropped: the calls after it still get their own."""
-    store = lean_store(redis_url)
+    store = resp_store(redis_url)
     try:
         assert (await store.claim("idem:{t:warm}", "f", "t", 30.0)).outcome is Claim.CLAIMED
         gone = asyncio.ensure_future(store.claim("idem:{t:gone}", "f", "t", 30.0))
@@ -289,7 +284,7 @@ def test_claims_and_outcomes_under_uvloop(redis_url: str) -> None:
     """The gateway runs on uvloop, whose transports are not asyncio's classes."""
 
     async def flow() -> list[Claim]:
-        store = lean_store(redis_url)
+        store = resp_store(redis_url)
         try:
             claims = await asyncio.gather(
                 *(store.claim(f"idem:{{t:{n % 3}}}", "f", f"t{n}", 30.0) for n in range(6))

@@ -23,7 +23,8 @@ from gateway.http.app import METRICS, SERVICES, TASKS
 from gateway.store.client import FollowsMaster, make_client
 from gateway.store.redispy_pipeline import RedisPyPipeline
 from gateway.store.sentinel import PROMOTING, SentinelMaster, moved_to
-from testkit.topologies import SERVICE, SentinelServers, client, wait_until
+from testkit.polling import until, wait_until
+from testkit.topologies import SERVICE, SentinelServers, client
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca
@@ -81,10 +82,7 @@ class Traffic:
                 await asyncio.sleep(RETRY_PAUSE)
 
     async def until_done(self, count: int, timeout: float) -> None:
-        give_up = asyncio.get_running_loop().time() + timeout
-        while len(self.done) < count:
-            assert asyncio.get_running_loop().time() < give_up, f"{len(self.done)} of {count}"
-            await asyncio.sleep(0.02)
+        await until(lambda: len(self.done) >= count, timeout, f"{count} keys answered 201")
 
 
 async def test_failover_under_traffic_runs_no_key_twice(

@@ -16,7 +16,6 @@ from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim, ClaimResult
 from gateway.ops.sizing import Inputs, main, plan, shard_limits
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from loadtest.probes.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
 from testkit.stores import make_store
 
@@ -102,7 +101,7 @@ def test_idem_gateway_sizing_needs_no_config(capsys: pytest.CaptureFixture[str])
 
 
 async def _replay(url: str, key: str) -> ClaimResult:
-    store = make_store(make_client(RedisSettings(url=url), url), CircuitBreaker(5, 1.0))
+    store = make_store(url, RedisSettings(url=url), CircuitBreaker(5, 1.0))
     try:
         return await store.claim(key, FINGERPRINT, "a-retry", 30.0)
     finally:

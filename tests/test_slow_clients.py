@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from testkit.polling import until
+
 from .conftest import GatewayFactory, gateway_settings
-from .hostile import (
-    BigAnswers,
-    closed_by_peer,
-    connect,
-    exchange,
-    pattern,
-    request,
-    start_gateway,
-    until,
-)
+from .hostile import BigAnswers, closed_by_peer, connect, exchange, pattern, request, start_gateway
 from .upstream import serving
 
 SIZE = 12 << 20  # far more than the socket buffers of both ends hold

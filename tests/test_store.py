@@ -20,8 +20,8 @@ from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.ops.console import FILES
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store
+from testkit.polling import until
 from testkit.stores import make_store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,16 +29,17 @@ KEY = "idem:{api:t:k}"
 RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3, "d")
 
 
-@pytest.fixture(params=["plain", "lean", "redis-py"])
+@pytest.fixture(params=["plain", "resp", "redis-py"])
 async def store(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     """Each call alone, or pipelined on the gateway's own connection or on redis-py's."""
-    client = make_client(RedisSettings(url=redis_url), redis_url)
-    pipeline, lean = request.param != "plain", request.param == "lean"
+    pipeline, resp = request.param != "plain", request.param == "resp"
+    settings = RedisSettings(url=redis_url)
     s = make_store(
-        client,
+        redis_url,
+        settings,
         CircuitBreaker(5, 1.0),
         pipeline=pipeline,
-        pipeline_client="resp" if lean else "redis-py",
+        pipeline_client="resp" if resp else "redis-py",
     )
     yield s
     await s.close()
@@ -174,7 +175,8 @@ async def test_a_stalled_owner_stores_its_outcome_when_nobody_claimed_since(
     await store.claim(KEY, "fp", "tok", 0.05)
     plain = redis.Redis.from_url(redis_url)
     try:
-        await until_gone(plain)  # the lease ended while the owner stalled
+        # the lease ended while the owner stalled
+        await until(lambda: not plain.exists(KEY), 5, "the lease ended", every=0.01)
     finally:
         plain.close()
     assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
@@ -203,7 +205,7 @@ async def test_a_full_noeviction_redis_still_takes_an_outcome_but_no_new_claim(
 
 async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url: str) -> None:
     breaker = CircuitBreaker(1, 60.0)
-    store = make_store(make_client(RedisSettings(url=redis_url), redis_url), breaker)
+    store = make_store(redis_url, RedisSettings(url=redis_url), breaker)
     try:
         assert (await store.claim(KEY, "fp", "tok", 30)).outcome is Claim.CLAIMED
         breaker.failure()  # as after a Redis error: open for a minute
@@ -213,13 +215,6 @@ async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url:
         assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
     finally:
         await store.close()
-
-
-async def until_gone(plain: redis.Redis) -> None:
-    deadline = asyncio.get_running_loop().time() + 5
-    while plain.exists(KEY):
-        assert asyncio.get_running_loop().time() < deadline, "the lease did not end"
-        await asyncio.sleep(0.01)
 
 
 def fill_to_maxmemory(plain: redis.Redis) -> None:

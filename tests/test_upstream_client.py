@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.core.decision import Failure
-from gateway.upstream import httptools_client as lean_module
+from gateway.upstream import httptools_client as httptools_module
 from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsent, failure_of
 from gateway.upstream.httptools_client import UpstreamPool, httptools_serves
 from gateway.upstream.httptools_conn import HIGH_WATER, MAX_HEAD
@@ -347,7 +347,7 @@ async def test_an_answer_before_the_whole_body_was_sent_leaves_the_connection_un
 
 
 async def test_the_pool_shrinks_back_after_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lean_module, "KEEPALIVE_SECONDS", 0.0)
+    monkeypatch.setattr(httptools_module, "KEEPALIVE_SECONDS", 0.0)
     async with scripted(answering(OK)) as (upstream, origin):
         pool = UpstreamPool(origin, 8)
         answers = [await pool.request("POST", "/pay", [], b"x", 1.0, 1.0) for _ in range(3)]
@@ -380,7 +380,7 @@ async def test_header_bytes_that_are_not_utf8_are_sent_as_they_came() -> None:
 async def test_a_connection_idle_too_long_is_closed_not_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(lean_module, "KEEPALIVE_SECONDS", 0.0)
+    monkeypatch.setattr(httptools_module, "KEEPALIVE_SECONDS", 0.0)
     async with scripted(answering(OK)) as (upstream, origin):
         pool = UpstreamPool(origin, 8)
         await read_all(pool)
@@ -446,7 +446,7 @@ def test_an_exchange_under_uvloop() -> None:
 
 
 @pytest.mark.parametrize(
-    ("origin", "lean"),
+    ("origin", "httptools"),
     [
         ("http://127.0.0.1:9000", True),
         ("http://[::1]:9000/base", True),
@@ -456,8 +456,8 @@ def test_an_exchange_under_uvloop() -> None:
         ("ftp://127.0.0.1:9000", False),
     ],
 )
-def test_http_and_https_origins_take_the_lean_client(origin: str, lean: bool) -> None:
-    assert httptools_serves(origin) is lean
+def test_http_and_https_origins_take_the_httptools_client(origin: str, httptools: bool) -> None:
+    assert httptools_serves(origin) is httptools
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """One set of conformance tests for both upstream clients behind the `Answer` interface: the
-lean httptools client and aiohttp's. Each answer is written as exact bytes by a scripted raw
+httptools client and aiohttp's. Each answer is written as exact bytes by a scripted raw
 upstream, over plain http and over TLS (https, a private CA both clients are configured to
 trust); both clients must read it the same way and fail the same way."""
 
@@ -36,7 +36,7 @@ FAST = Timeouts(connect=1.0, total=0.5, read=0.5)
 
 
 @contextlib.asynccontextmanager
-async def _lean(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
+async def _httptools(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
     pool = UpstreamPool(origin, 8, tls)
 
     async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
@@ -63,7 +63,7 @@ async def _aiohttp(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Sen
         await session.close()
 
 
-CLIENTS = {"lean": _lean, "aiohttp": _aiohttp}
+CLIENTS = {"httptools": _httptools, "aiohttp": _aiohttp}
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ async def test_a_204_has_no_body(client: Client) -> None:
 async def test_a_head_answer_has_no_body_whatever_its_length(
     client: Client, request: pytest.FixtureRequest
 ) -> None:
-    if client.name == "lean":
+    if client.name == "httptools":
         pytest.skip("HEAD always goes over aiohttp's client (see the chooser's test below)")
     raw = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"
     status, _, headers, body = await _exchange(client, raw, method="HEAD")
@@ -294,7 +294,7 @@ async def test_a_204_naming_a_transfer_coding_has_no_body(client: Client) -> Non
 
 
 @pytest.mark.parametrize(
-    ("origin", "method", "body", "lean"),
+    ("origin", "method", "body", "httptools"),
     [
         ("http://127.0.0.1:1", "POST", b"x", True),
         ("http://127.0.0.1:1", "GET", None, True),
@@ -303,12 +303,12 @@ async def test_a_204_naming_a_transfer_coding_has_no_body(client: Client) -> Non
         ("https://127.0.0.1:1", "HEAD", None, False),
     ],
 )
-async def test_the_chooser_sends_only_what_the_lean_client_serves(
-    origin: str, method: str, body: bytes | None, lean: bool
+async def test_the_chooser_sends_only_what_the_httptools_client_serves(
+    origin: str, method: str, body: bytes | None, httptools: bool
 ) -> None:
     upstreams = Upstreams([origin])
     try:
-        assert upstreams.httptools_for(origin, method, body) is lean
+        assert upstreams.httptools_for(origin, method, body) is httptools
     finally:
         await upstreams.close()
 

@@ -129,7 +129,7 @@ async def test_a_handshake_never_answered_is_unsent_at_the_connect_timeout(kind:
     assert received[:1] == b"\x16" and b"POST" not in received  # a handshake record only
 
 
-async def test_over_tls_the_lean_client_sends_what_aiohttp_sends(ca: PrivateCa) -> None:
+async def test_over_tls_the_httptools_client_sends_what_aiohttp_sends(ca: PrivateCa) -> None:
     tls = UpstreamTls(ca=ca.ca_file).context()
     headers = [("X-Forwarded-For", "127.0.0.1"), ("Idempotency-Key", "k")]
     async with scripted(answering(OK), ca.server()) as (upstream, origin):
@@ -212,7 +212,7 @@ def test_a_tls_exchange_under_uvloop(tmp_path: Path) -> None:
     async def exchanges() -> tuple[list[bytes], int, Failure]:
         tls = UpstreamTls(ca=ca.ca_file).context()
         async with scripted(answering(OK), ca.server()) as (upstream, origin):
-            bodies = await _call("lean", origin, tls, times=2)
+            bodies = await _call("httptools", origin, tls, times=2)
         async with scripted(answering(OK), ca.server("billing.test")) as (_, origin):
             pool = UpstreamPool(origin, 8, tls)
             try:

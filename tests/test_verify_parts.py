@@ -17,8 +17,7 @@ from aiohttp import web
 from loadtest.verify.history import read_executions
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
-
-from .faultkit import until
+from testkit.polling import until
 
 
 @contextlib.asynccontextmanager

@@ -23,10 +23,11 @@ from gateway.config.loading import load_settings
 from gateway.config.server_tls import ServerTls
 from gateway.http.server.certificates import Certificates
 from gateway.ops.supervisor.serving import Serving, worker_settings
+from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
-from .hostile import every_worker_serving, until
+from .hostile import every_worker_serving
 from .scrape import sample
 from .test_admin_workers import worker_pids
 from .test_listener_rotation import der, presented

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import aiohttp
 
+from testkit.polling import wait_until
 from testkit.procs import GatewayProcess
-from testkit.topologies import wait_until
 
 from .upstream import CountingUpstream
 

@@ -121,8 +121,8 @@ async def bench(
         else:
             pipeline, resp = method in ("lua-pipeline", "lua-resp"), method == "lua-resp"
             store = make_store(
-                client,
-                CircuitBreaker(10**6, 1.0),
+                breaker=CircuitBreaker(10**6, 1.0),
+                client=client,
                 pipeline=pipeline,
                 pipeline_client="resp" if resp else "redis-py",
             )

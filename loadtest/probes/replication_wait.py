@@ -27,7 +27,6 @@ import redis
 
 from gateway.config.settings import RedisSettings
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
@@ -48,9 +47,13 @@ async def run(
 ) -> str:
     settings = RedisSettings(url=url)
     store = make_store(
-        make_client(settings, url), CircuitBreaker(5, 1.0), pipeline=pipeline,
-        replicas=replicas, replicas_timeout=0.5,
-    )  # fmt: skip
+        url,
+        settings,
+        CircuitBreaker(5, 1.0),
+        pipeline=pipeline,
+        replicas=replicas,
+        replicas_timeout=0.5,
+    )
     prefix = os.urandom(4).hex()
     latencies: list[float] = []
     queue = iter(range(claims))

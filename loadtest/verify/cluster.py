@@ -11,6 +11,7 @@ import redis
 
 from loadtest.verify.replication import demoted, in_sync, replica_of, replicas
 from loadtest.verify.topology import DURABLE
+from testkit.polling import wait_until
 from testkit.redis_server import RedisServer
 from testkit.topologies import (
     ClusterServers,
@@ -18,7 +19,6 @@ from testkit.topologies import (
     finish_migration,
     hold_migrating,
     node_id,
-    wait_until,
 )
 
 MIGRATED_SLOTS = 64  # moved at once by one `redis-migrate`: the source's fullest

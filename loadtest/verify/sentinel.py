@@ -10,8 +10,9 @@ import redis
 
 from loadtest.verify.replication import demoted, replicas
 from loadtest.verify.topology import DURABLE
+from testkit.polling import wait_until
 from testkit.redis_server import RedisServer
-from testkit.topologies import client, start_all, wait_until
+from testkit.topologies import client, start_all
 
 SERVICE = "idem-verify"
 

@@ -74,7 +74,9 @@ async def test_a_large_head_within_the_limits_passes_every_way_alike(
         gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
         direct = parse(await raw_exchange(port, corpus_request(name, None)))
         answers = {
-            "first (lean client)": await raw_exchange(gateway.port, corpus_request(name, "L1")),
+            "first (httptools client)": await raw_exchange(
+                gateway.port, corpus_request(name, "L1")
+            ),
             "replay": await raw_exchange(gateway.port, corpus_request(name, "L1")),
             "pass-through (aiohttp)": await raw_exchange(gateway.port, corpus_request(name, None)),
         }

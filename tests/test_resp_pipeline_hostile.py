@@ -1,5 +1,6 @@
-"""The lean Redis connection (`redis.lean`) against a failing or hostile Redis: each call
-gets its own answer or a store error within the socket timeout, never a hang."""
+"""The gateway's own RESP connection (`redis.pipeline_client: resp`) against a failing or
+hostile Redis: each call gets its own answer or a store error within the socket timeout, never a
+hang."""
 
 from __future__ import annotations
 
@@ -13,27 +14,20 @@ import uvloop
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
 from gateway.store.store import Store, load_script
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
-from .test_resp_pipeline import lean_store, redis_port, serving
+from .test_resp_pipeline import redis_port, resp_store, serving
 
 # RESP3 out-of-band data (a client-side caching invalidation): never the reply to a command.
 PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"
 
 
-def pipelined_store(url: str, lean: bool) -> Store:
-    """The lean connection, or redis-py's (the reference) under the same batches."""
+def pipelined_store(url: str, resp: bool) -> Store:
+    """The RESP connection, or redis-py's (the reference) under the same batches."""
     settings = RedisSettings(connect_timeout=2.0, socket_timeout=2.0)
-    return make_store(
-        make_client(settings, url),
-        CircuitBreaker(1000, 1.0),
-        pipeline=True,
-        pipeline_client="resp" if lean else "redis-py",
-    )
+    return make_store(url, settings, pipeline=True, pipeline_client="resp" if resp else "redis-py")
 
 
 def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(
@@ -48,7 +42,7 @@ def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(
     holder.config_set("maxclients", 1)  # this connection is the one client Redis takes
 
     async def flow() -> tuple[list[str], float, Claim]:
-        store = lean_store(own_redis.url, timeout=0.5)
+        store = resp_store(own_redis.url, timeout=0.5)
         errors: list[str] = []
         slowest = 0.0
         try:
@@ -80,15 +74,15 @@ def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(
     assert outcome is Claim.CLAIMED
 
 
-@pytest.mark.parametrize("lean", [True, False], ids=["lean", "redis-py"])
+@pytest.mark.parametrize("resp", [True, False], ids=["resp", "redis-py"])
 async def test_a_push_frame_before_the_replies_shifts_no_answer_to_another_key(
-    redis_url: str, lean: bool
+    redis_url: str, resp: bool
 ) -> None:
     """A Redis (or a proxy) that sends a RESP3 push frame in front of a batch's replies: a
     push answers no command. Each call still gets its own key's answer, as redis-py gives
     (it sets pushes aside); matched to a call, every answer after it would be the previous
     key's."""
-    setup = lean_store(redis_url)
+    setup = resp_store(redis_url)
     try:
         assert (await setup.claim("idem:{t:held}", "f", "owner", 30.0)).outcome is Claim.CLAIMED
     finally:
@@ -120,7 +114,7 @@ async def test_a_push_frame_before_the_replies_shifts_no_answer_to_another_key(
             up_writer.close()
 
     async with serving(pushing) as port:
-        store = pipelined_store(f"redis://127.0.0.1:{port}/0", lean)
+        store = pipelined_store(f"redis://127.0.0.1:{port}/0", resp)
         try:
             held, fresh = await asyncio.gather(
                 store.claim("idem:{t:held}", "f", "other", 30.0),
