@@ -41,6 +41,9 @@ def check_wheel(path: Path) -> None:
     needed = {"gateway/_compiled.json"}
     needed |= {f"gateway/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     needed |= {f"gateway/ops/static/{p.name}" for p in (ROOT / "gateway/ops/static").iterdir()}
+    # Every module's source ships, compiled or not: a package left out of pyproject's list
+    # would ship its compiled modules alone, and none of its pure ones.
+    needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway").rglob("*.py")}
     if missing := sorted(needed - names):
         fail(f"{path.name} lacks {missing[:5]}")
     if not any(n.startswith("gateway/compiled__mypyc") and n.endswith(".so") for n in names):
