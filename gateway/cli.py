@@ -154,7 +154,9 @@ def interrupted() -> int:
     return EXIT_INTERRUPTED
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _parser() -> _Parser:
+    """The command line: the gateway's options, its subcommands, and the hidden options its
+    `--workers` parent sets for each worker."""
     parser = _Parser(
         prog="idem-gateway",
         usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys|schema|sizing ...]",
@@ -185,6 +187,11 @@ def _main(argv: Sequence[str] | None) -> int:
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     sizing.add_parser(commands)
+    return parser
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     for option, given in (("--check", args.check), ("--config", getattr(args, "config", None))):
         if given == "":  # `--check "$CONFIG"` with CONFIG unset: not the built-in config
