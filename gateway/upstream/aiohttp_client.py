@@ -30,7 +30,7 @@ def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.Client
     connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls)
     # A closing TLS connection waits for the upstream's close_notify as the httptools client's
     # does, not asyncio's 30 s. The parameter is deprecated, the attribute private:
-    # tests/test_attack_tls.py fails when aiohttp stops reading it.
+    # tests/test_upstream_tls_hostile.py fails when aiohttp stops reading it.
     connector._ssl_shutdown_timeout = TLS_SHUTDOWN_SECONDS
     made = aiohttp.ClientSession(
         connector=connector,
