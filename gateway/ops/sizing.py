@@ -89,10 +89,19 @@ def plan(inputs: Inputs, rate: float) -> Plan:
     for_memory = _up(memory / (inputs.shard_memory_bytes * inputs.headroom))
     shards = max(for_cpu, for_memory)
     return Plan(
-        rate, replays, gateway_busy, _up(gateway_busy / inputs.headroom), redis_busy, records,
-        memory, for_cpu, for_memory, shards, shards * (1 + inputs.replicas),
+        rate,
+        replays,
+        gateway_busy,
+        _up(gateway_busy / inputs.headroom),
+        redis_busy,
+        records,
+        memory,
+        for_cpu,
+        for_memory,
+        shards,
+        shards * (1 + inputs.replicas),
         "memory" if for_memory > for_cpu else "CPU",
-    )  # fmt: skip
+    )
 
 
 def shard_limits(inputs: Inputs) -> tuple[float, float, float]:
@@ -180,24 +189,52 @@ def _share(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of the `sizing` command, each measured input with its default."""
     add = parser.add_argument
-    add("--rates", type=_rates, default="10000,100000,1000000",
-        help="new keys per second, comma-separated (default: %(default)s)")  # fmt: skip
-    add("--gateway-new-us", type=float, default=GATEWAY_NEW_US,
-        help="gateway CPU per new key, µs of one core (default: %(default)s)")  # fmt: skip
-    add("--gateway-replay-us", type=float, default=GATEWAY_REPLAY_US,
-        help="gateway CPU per replay (default: %(default)s)")  # fmt: skip
-    add("--redis-new-us", type=float, default=REDIS_NEW_US,
-        help="Redis CPU per new key, claim + complete (default: %(default)s)")  # fmt: skip
-    add("--redis-replay-us", type=float, default=REDIS_REPLAY_US,
-        help="Redis CPU per replay (default: %(default)s)")  # fmt: skip
-    add("--record-bytes", type=float, default=RECORD_BYTES,
-        help="Redis memory per stored record (default: %(default)s)")  # fmt: skip
+    add(
+        "--rates",
+        type=_rates,
+        default="10000,100000,1000000",
+        help="new keys per second, comma-separated (default: %(default)s)",
+    )
+    add(
+        "--gateway-new-us",
+        type=float,
+        default=GATEWAY_NEW_US,
+        help="gateway CPU per new key, µs of one core (default: %(default)s)",
+    )
+    add(
+        "--gateway-replay-us",
+        type=float,
+        default=GATEWAY_REPLAY_US,
+        help="gateway CPU per replay (default: %(default)s)",
+    )
+    add(
+        "--redis-new-us",
+        type=float,
+        default=REDIS_NEW_US,
+        help="Redis CPU per new key, claim + complete (default: %(default)s)",
+    )
+    add(
+        "--redis-replay-us",
+        type=float,
+        default=REDIS_REPLAY_US,
+        help="Redis CPU per replay (default: %(default)s)",
+    )
+    add(
+        "--record-bytes",
+        type=float,
+        default=RECORD_BYTES,
+        help="Redis memory per stored record (default: %(default)s)",
+    )
     add("--retention-hours", type=float, default=24.0, help="default: %(default)s")
-    add("--replay-ratio", type=float, default=0.1,
-        help="replays per new key (default: %(default)s)")  # fmt: skip
-    add("--headroom", type=_share, default=0.7,
+    add(
+        "--replay-ratio", type=float, default=0.1, help="replays per new key (default: %(default)s)"
+    )
+    add(
+        "--headroom",
+        type=_share,
+        default=0.7,
         help="share of a core, or of a shard's memory, used at most (default: %(default)s)",
-    )  # fmt: skip
+    )
     add("--shard-memory-gb", type=float, default=25.0, help="default: %(default)s")
     add("--replicas", type=int, default=0, help="replicas per shard (default: %(default)s)")
 
@@ -214,10 +251,17 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     inputs = Inputs(
-        args.gateway_new_us, args.gateway_replay_us, args.redis_new_us, args.redis_replay_us,
-        args.record_bytes, args.retention_hours * 3600, args.replay_ratio, args.headroom,
-        args.shard_memory_gb * GB, args.replicas,
-    )  # fmt: skip
+        args.gateway_new_us,
+        args.gateway_replay_us,
+        args.redis_new_us,
+        args.redis_replay_us,
+        args.record_bytes,
+        args.retention_hours * 3600,
+        args.replay_ratio,
+        args.headroom,
+        args.shard_memory_gb * GB,
+        args.replicas,
+    )
     print(report(inputs, args.rates))
     return 0
 
