@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
+import pytest
+import redis
 
 from testkit.procs import GatewayProcess
 
@@ -36,6 +41,52 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2] != "Z"  # a zombie has exited
+
+
+def thread(pid: int, name: str) -> int:
+    """The id of the thread named `name` in process `pid`."""
+    (tid,) = [
+        int(task.name)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        if (task / "comm").read_text().strip() == name
+    ]
+    return tid
+
+
+PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+WALL = 0x40000000  # waitpid's __WALL: a thread of another process, traced by this one
+
+
+@contextlib.contextmanager
+def frozen(pid: int, tid: int) -> Iterator[Callable[[], None]]:
+    """Thread `tid` of process `pid` stopped (ptrace), the rest of the process running: a
+    disk where every fsync that thread is given hangs. Yields what SIGKILLs the process (and
+    reaps the traced thread, without which its parent could not reap it); the thread is let
+    go on the way out when the process was not killed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.restype = ctypes.c_long
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    if libc.ptrace(PTRACE_SEIZE, tid, None, None) != 0:
+        pytest.skip(f"ptrace refused: {os.strerror(ctypes.get_errno())}")
+    killed = False
+
+    def kill() -> None:
+        nonlocal killed
+        os.kill(pid, signal.SIGKILL)
+        killed = True
+        while True:
+            _, status = os.waitpid(tid, WALL)
+            if os.WIFEXITED(status) or os.WIFSIGNALED(status):
+                return
+
+    try:
+        assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
+        _, status = os.waitpid(tid, WALL)
+        assert os.WIFSTOPPED(status)
+        yield kill
+    finally:
+        if not killed:
+            libc.ptrace(PTRACE_DETACH, tid, None, None)
 
 
 async def test_embedded_redis_stops_when_the_gateway_is_killed(upstream, tmp_path: Path) -> None:
@@ -100,3 +151,51 @@ async def test_an_embedded_redis_that_dies_is_started_again_with_its_records(
         gateway.stop()
     assert counting.count("/pay", "before") == 1
     assert counting.count("/pay", "after") == 1
+
+
+async def test_a_kill_of_the_embedded_redis_loses_no_acknowledged_record_on_a_slow_disk(
+    upstream, tmp_path: Path, state_dir: Path
+) -> None:
+    """An OOM kill of the embedded redis-server while its disk is slow to fsync loses nothing
+    Redis acknowledged. With `appendfsync everysec` Redis holds every write back in its own
+    memory while its background fsync is pending (up to 2 s), acknowledging all the same: the
+    key's claim and record died with it, and the retry ran the call a second time."""
+    counting, origin = upstream
+    config = {
+        "redis": {"url": "embedded"},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+    gateway = GatewayProcess(config, tmp_path).start()
+
+    async def post(session: aiohttp.ClientSession, key: str) -> tuple[int, bool]:
+        headers = {"Idempotency-Key": key}
+        async with session.post(f"{gateway.url}/pay", data=b"x", headers=headers) as r:
+            return r.status, "Idempotent-Replayed" in r.headers
+
+    try:
+        assert gateway.process is not None
+        (redis_pid,) = children(gateway.process.pid, "redis-server")
+        client = redis.Redis(unix_socket_path=str(state_dir / "redis" / "redis.sock"))
+        with client, frozen(redis_pid, thread(redis_pid, "bio_aof_fsync")) as kill:
+            if client.config_get("appendfsync")["appendfsync"] == "everysec":
+                # Such a Redis hands the fsync of a write to the frozen thread within a
+                # second: from then on it holds back what it writes (the stalled disk).
+                client.set("written", "1")
+                deadline = time.monotonic() + 10
+                while not client.info("persistence")["aof_pending_bio_fsync"]:
+                    assert time.monotonic() < deadline, "no fsync was handed to the thread"
+                    await asyncio.sleep(0.01)
+            async with aiohttp.ClientSession() as session:
+                assert await post(session, "before") == (201, False)
+            kill()  # the OOM killer
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 15
+            while (status := await post(session, "after"))[0] != 201:
+                assert status[0] == 503
+                assert time.monotonic() < deadline, "the embedded Redis was not started again"
+                await asyncio.sleep(0.1)
+            replayed = await post(session, "before")
+    finally:
+        gateway.stop()
+    assert counting.count("/pay", "before") == 1, "the call ran again"
+    assert replayed == (201, True)
