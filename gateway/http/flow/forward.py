@@ -8,7 +8,6 @@ import logging
 import time
 from dataclasses import replace
 from itertools import chain
-from typing import Final
 
 from aiohttp import web
 
@@ -20,20 +19,18 @@ from gateway.core.decision import Failure, Settle, may_still_send, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError, StoreUnavailable
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import IN_FLIGHT, LEASE_EXPIRED, OUTCOME, STORE_UNAVAILABLE
 from gateway.http.answers.writing import start_response
 from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.feed import ClientFeed, Rest
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.outgoing import forward_headers, target
-from gateway.http.flow.settle import FENCED, OUTCOME, Kept, record_answer, release, settle_failure
+from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import UpstreamError, failure_of, forget_frames
 
 log = logging.getLogger(__name__)
-
-RETRY: Final = {"Retry-After": "1"}
 
 
 async def forward(s: Services, c: Claimed) -> web.StreamResponse:
@@ -55,18 +52,12 @@ async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
     try:
         if await s.store.sent(c.key, c.token):
             return None
-        answer = problem(  # the lease ended before the mark: another request holds the key
-            409, "in-flight", "Request in progress",
-            "a request with this key is in progress; retry later", {"Retry-After": "1"},
-        )  # fmt: skip
+        answer = IN_FLIGHT.answer()  # the lease ended before the mark: another holds the key
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         log.error("route %s: the send could not be marked, nothing sent: %s", c.route.name, exc)
         await release(s, c.route, c.key, c.token)
-        answer = problem(
-            503, "store-unavailable", "Idempotency store unavailable",
-            "the request was not forwarded; retry later", {"Retry-After": "1"},
-        )  # fmt: skip
+        answer = STORE_UNAVAILABLE.answer()
     s.metrics.request(c.route.name, c.request.method, m.ERROR)
     return answer
 
@@ -202,8 +193,7 @@ async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
     log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
     await release(s, route, c.key, c.token)
     s.metrics.request(route.name, c.request.method, m.ERROR)
-    detail = "the request was held up before it could be sent and was not forwarded; retry"
-    feed.fail(problem(503, "lease-expired", "Held up past the key's lease", detail, RETRY))
+    feed.fail(LEASE_EXPIRED.answer())
 
 
 def _size(headers: list[tuple[str, str]]) -> int:

@@ -23,15 +23,28 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.answers.problems import code_for, problem
+from gateway.http.answers.problems import (
+    BAD_HEADER,
+    BODY_TOO_LARGE,
+    ENDED_UNRECORDED,
+    IN_FLIGHT,
+    KEY_PROBLEMS,
+    KEY_REUSED,
+    MISSING_KEY,
+    NO_ROUTE,
+    OUTCOME_UNKNOWN,
+    SCOPE_PROBLEMS,
+    STORE_UNAVAILABLE,
+    TRANSFER_CODING,
+    Problem,
+    code_for,
+)
 from gateway.http.answers.replay import replay, replay_marker, unreadable_record
 from gateway.http.flow.claiming import give_back, take
 from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.incoming import (
-    KEY_TITLES,
-    SCOPE_TITLES,
     BodyTimeout,
     BodyTooLarge,
     fingerprint_fields,
@@ -41,26 +54,16 @@ from gateway.http.flow.incoming import (
     scope_of,
 )
 from gateway.http.flow.passthrough import pass_through
-from gateway.http.flow.settle import OUTCOME_UNKNOWN, release
+from gateway.http.flow.settle import release
 from gateway.http.flow.takeover import let_go, lost_conflict, owner_lost, settle_lost
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER: Final = "1"
 REPLAY_SPAN: Final = "idempotency.replay"  # tracing's name for answering from a record
 # 409s: the request with the key is still running, or ended without a recorded answer.
-CONFLICTS: Final = {
-    Action.CONFLICT: (
-        409, "in-flight", "Request in progress",
-        "a request with this key is in progress; retry later",
-    ),
-    Action.UNRECORDED: (
-        409, "ended-unrecorded", "Request ended without an answer",
-        "the request with this key ended without a recorded answer; retry to run it",
-    ),
-}  # fmt: skip
+CONFLICTS: Final = {Action.CONFLICT: IN_FLIGHT, Action.UNRECORDED: ENDED_UNRECORDED}
 UNSENT_CLAIMS: Final = (Claim.CLAIMED, Claim.UNSENT)
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD: Final = {
@@ -88,16 +91,16 @@ class Gateway:
         if bad_header is not None:
             self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
             detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
-            return problem(400, "bad-header", "Undecodable header", detail)
+            return BAD_HEADER.answer(detail)
         if hdrs.TRANSFER_ENCODING in request.headers:
             coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
             if coding is not None:
                 self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
                 detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
-                return problem(501, "transfer-coding", "Unsupported transfer coding", detail)
+                return TRANSFER_CODING.answer(detail)
         if route is None:
             if settings.upstream is None:
-                return problem(404, "no-route", "No route", f"no route matches {request.path}")
+                return NO_ROUTE.answer(f"no route matches {request.path}")
             return await self._unprotected(request, "-", settings.upstream, settings.defaults)
         if request.method not in route.methods:
             return await self._unprotected(request, route.name, route.upstream, route)
@@ -113,22 +116,22 @@ class Gateway:
         except BadKey as bad_key:
             if route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
-            title = KEY_TITLES[bad_key.problem]
-            return self._rejected(route, request, 400, bad_key.problem.value, title, str(bad_key))
+            refusal = KEY_PROBLEMS[bad_key.problem]
+            return self._rejected(route, request, refusal, str(bad_key))
         if key is None:
             if route.require_key and route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
             if route.require_key:
                 detail = f"this route requires an {route.key_header} header"
-                return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
+                return self._rejected(route, request, MISSING_KEY, detail)
             return await self._unprotected(request, route.name, route.upstream, route, body)
         try:
             scope = scope_of(request, route)
         except BadScope as unscoped:
             if route.mode == "shadow":
                 return await self._shadow(request, route, body, m.REJECTED)
-            title = SCOPE_TITLES[unscoped.problem]
-            return self._rejected(route, request, 400, unscoped.problem.value, title, str(unscoped))
+            refusal = SCOPE_PROBLEMS[unscoped.problem]
+            return self._rejected(route, request, refusal, str(unscoped))
         key_hash = digest(key)
         note_key_hash(key_hash)
         if body is None:
@@ -172,7 +175,7 @@ class Gateway:
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
-        return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+        return self._rejected(route, request, BODY_TOO_LARGE, detail)
 
     async def _too_slow(self, route: Route, request: web.Request) -> web.StreamResponse:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
@@ -180,10 +183,10 @@ class Gateway:
         return await refuse_slow_body(request, detail)
 
     def _rejected(
-        self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
+        self, route: Route, request: web.Request, kind: Problem, detail: str
     ) -> web.Response:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
-        return problem(status, slug, title, detail, code=code_for(slug, route.problem_codes))
+        return kind.answer(detail, code=code_for(kind.slug, route.problem_codes))
 
     async def _idempotent(
         self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
@@ -229,15 +232,8 @@ class Gateway:
                 return await replay(self.s, request, route, result, anonymous)
         if action is Action.REPLAY_UNKNOWN:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
-            detail = (
-                "the upstream was called but its outcome is unknown; an operator must resolve it"
-            )
-            headers = {
-                **replay_marker(route),
-                **OUTCOME_UNKNOWN,
-                **expires(result.pttl_ms / 1000),
-            }
-            return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+            kept_for = expires(result.pttl_ms / 1000)
+            return OUTCOME_UNKNOWN.answer(replayed=replay_marker(route), headers=kept_for)
         if action is Action.TAKE_OVER:
             late = await settle_lost(self.s, claimed)
             if isinstance(late, web.StreamResponse):  # settled as a lost owner's key
@@ -254,13 +250,11 @@ class Gateway:
             return lost_conflict()
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
-            detail = "this key was used with another request payload"
-            code = code_for("key-reused", route.problem_codes)
-            return problem(422, "key-reused", "Key reused with another payload", detail, code=code)
+            return KEY_REUSED.answer(code=code_for(KEY_REUSED.slug, route.problem_codes))
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
         if action is Action.UNRECORDED:
             await release(self.s, route, claimed.key, claimed.token)
-        return problem(*CONFLICTS[action], {"Retry-After": RETRY_AFTER})
+        return CONFLICTS[action].answer()
 
     async def _store_down(
         self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
@@ -276,13 +270,7 @@ class Gateway:
             return await self._passed(request, route.name, route.upstream, route, marked, body)
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.s.metrics.request(route.name, request.method, m.ERROR)
-        return problem(
-            503,
-            "store-unavailable",
-            "Idempotency store unavailable",
-            "the request was not forwarded; retry later",
-            {"Retry-After": RETRY_AFTER},
-        )
+        return STORE_UNAVAILABLE.answer()
 
     async def _shadow(
         self, request: web.Request, route: Route, body: bytes | None, would: str
