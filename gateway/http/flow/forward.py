@@ -215,7 +215,7 @@ class _Call:
         """Store the recorded answer, then let its held-back bytes go to the client, or cut
         the client off: the outcome the client got."""
         s, c, feed = self.s, self.c, self.feed
-        kept = await record_answer(s, c, status, reason, headers, recorded, lease_lost)
+        kept = await record_answer(s, c, status, reason, headers, recorded, lease_lost=lease_lost)
         fenced = kept is Kept.FENCED
         spill = recorded.spill  # removed below unless a client behind is fed from it
         outcome = m.FORWARDED

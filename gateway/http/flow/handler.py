@@ -154,7 +154,7 @@ class Gateway:
         body: bytes | None = None,
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
-        return await self._passed(request, name, origin, policy, None, body)
+        return await self._passed(request, name, origin, policy, body=body)
 
     async def _passed(
         self,
@@ -162,16 +162,23 @@ class Gateway:
         name: str,
         origin: str,
         policy: Policy,
-        extra: dict[str, str] | None,
+        *,
         body: bytes | None,
+        extra: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Forwarded untouched, the upstream's time counted for route `name`; a body still
         streaming in (`body` None) is held to the limits."""
         return await pass_through(
-            request, self.s.upstreams, origin, policy.timeouts, extra, body, policy.preserve_host,
+            request,
+            self.s.upstreams,
+            origin,
+            policy.timeouts,
+            extra=extra,
+            body=body,
+            preserve_host=policy.preserve_host,
             limits=self.s.settings.limits,
             upstream_time=partial(self.s.metrics.upstream, name),
-        )  # fmt: skip
+        )
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
@@ -267,7 +274,9 @@ class Gateway:
                 self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
             # shadow changes no answer
             marked = {route.degraded_header: "true"} if route.mode == "enforce" else None
-            return await self._passed(request, route.name, route.upstream, route, marked, body)
+            return await self._passed(
+                request, route.name, route.upstream, route, body=body, extra=marked
+            )
         log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
         self.s.metrics.request(route.name, request.method, m.ERROR)
         return STORE_UNAVAILABLE.answer()
@@ -278,4 +287,4 @@ class Gateway:
         """Shadow mode: count what enforce would have answered, and forward untouched."""
         self.s.metrics.would(route.name, would)
         self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return await self._passed(request, route.name, route.upstream, route, None, body)
+        return await self._passed(request, route.name, route.upstream, route, body=body)

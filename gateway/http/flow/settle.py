@@ -71,6 +71,7 @@ async def record_answer(
     reason: str,
     headers: list[tuple[str, str]],
     body: RecordedBody,
+    *,
     lease_lost: bool,
 ) -> Kept:
     """Store an upstream answer, or keep it until Redis takes it."""
@@ -286,7 +287,7 @@ async def record_found(
         await recorder.feed(found.body)
         recorded = await recorder.finish()
     reason = HTTPStatus(config.status).phrase
-    kept = await record_answer(s, c, config.status, reason, headers, recorded, False)
+    kept = await record_answer(s, c, config.status, reason, headers, recorded, lease_lost=False)
     if kept is Kept.IN_MEMORY:
         return None
     response = web.Response(status=config.status, reason=reason, body=found.body)
