@@ -79,7 +79,12 @@ WOULD: Final = {
 
 
 class Gateway:
-    """Routes each request: pass it through, or run it through the idempotency state machine."""
+    """Routes each request: pass it through, or run it through the idempotency state machine.
+
+    A shadow route answers nothing itself: every request but the claimed call is forwarded
+    untouched, counted as what enforce would have done (`_shadowed`, the one place that turns
+    a refusal or a claim's answer into that); it never waits for another request with its
+    key, and it fails open."""
 
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -87,6 +92,20 @@ class Gateway:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         settings = self.s.settings  # one reading per request: a reload changes later ones
         route = route_for(settings.routes, request.path, request.rel_url.raw_path)
+        unforwardable = self._unforwardable(request, route)
+        if unforwardable is not None:
+            return unforwardable
+        if route is None:
+            if settings.upstream is None:
+                return NO_ROUTE.answer(f"no route matches {request.path}")
+            return await self._unprotected(request, "-", settings.upstream, settings.defaults)
+        if request.method not in route.methods:
+            return await self._unprotected(request, route.name, route.upstream, route)
+        return await self._keyed(request, route, settings.redis.key_prefix)
+
+    def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
+        """The refusal of a request that cannot be forwarded intact: a header that is not
+        UTF-8, a transfer coding other than chunked. None: it can."""
         bad_header = undecodable_header(request.raw_headers)
         if bad_header is not None:
             self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
@@ -98,40 +117,32 @@ class Gateway:
                 self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
                 detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
                 return TRANSFER_CODING.answer(detail)
-        if route is None:
-            if settings.upstream is None:
-                return NO_ROUTE.answer(f"no route matches {request.path}")
-            return await self._unprotected(request, "-", settings.upstream, settings.defaults)
-        if request.method not in route.methods:
-            return await self._unprotected(request, route.name, route.upstream, route)
+        return None
+
+    async def _keyed(self, request: web.Request, route: Route, prefix: str) -> web.StreamResponse:
+        """A request on a protected method: its key, tenant scope and body read, then claimed;
+        one without a key passes untouched unless the route requires one."""
         body: bytes | None = None
         try:
             if route.key_json_pointer is not None:  # the key may be in the body: read it first
                 body = await read_body(request, route.max_request_body, self.s.settings.limits)
             key = key_of(request, route, body)
+            scope = scope_of(request, route) if key is not None else []
         except BodyTooLarge:
             return self._too_large(route, request)
         except BodyTimeout:
             return await self._too_slow(route, request)
         except BadKey as bad_key:
-            if route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
             refusal = KEY_PROBLEMS[bad_key.problem]
-            return self._rejected(route, request, refusal, str(bad_key))
-        if key is None:
-            if route.require_key and route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
-            if route.require_key:
-                detail = f"this route requires an {route.key_header} header"
-                return self._rejected(route, request, MISSING_KEY, detail)
-            return await self._unprotected(request, route.name, route.upstream, route, body)
-        try:
-            scope = scope_of(request, route)
+            return await self._refused(request, route, body, refusal, str(bad_key))
         except BadScope as unscoped:
-            if route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
             refusal = SCOPE_PROBLEMS[unscoped.problem]
-            return self._rejected(route, request, refusal, str(unscoped))
+            return await self._refused(request, route, body, refusal, str(unscoped))
+        if key is None:
+            if not route.require_key:
+                return await self._unprotected(request, route.name, route.upstream, route, body)
+            detail = f"this route requires an {route.key_header} header"
+            return await self._refused(request, route, body, MISSING_KEY, detail)
         key_hash = digest(key)
         note_key_hash(key_hash)
         if body is None:
@@ -141,8 +152,7 @@ class Gateway:
                 return self._too_large(route, request)
             except BodyTimeout:
                 return await self._too_slow(route, request)
-        tenant = tenant_id(scope)
-        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant, key_hash)
+        rkey = hashed_record_key(prefix, route.name, tenant_id(scope), key_hash)
         return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
 
     async def _unprotected(
@@ -180,6 +190,27 @@ class Gateway:
             upstream_time=partial(self.s.metrics.upstream, name),
         )
 
+    async def _shadowed(
+        self, request: web.Request, route: Route, body: bytes | None, would: str
+    ) -> web.StreamResponse | None:
+        """On a shadow route, a request the claimed call does not take is forwarded
+        untouched, and `would` counted as what enforce would have answered: that answer.
+        None on an enforce route, which answers for itself."""
+        if route.mode != "shadow":
+            return None
+        self.s.metrics.would(route.name, would)
+        self.s.metrics.request(route.name, request.method, m.SHADOWED)
+        return await self._passed(request, route.name, route.upstream, route, body=body)
+
+    async def _refused(
+        self, request: web.Request, route: Route, body: bytes | None, kind: Problem, detail: str
+    ) -> web.StreamResponse:
+        """400 for a key or a tenant scope that is wrong or missing: nothing is claimed."""
+        shadowed = await self._shadowed(request, route, body, m.REJECTED)
+        if shadowed is not None:
+            return shadowed
+        return self._rejected(route, request, kind, detail)
+
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
         return self._rejected(route, request, BODY_TOO_LARGE, detail)
@@ -205,7 +236,7 @@ class Gateway:
         token = secrets.token_hex(16)
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
-            may_wait = route.mode != "shadow"  # a shadow route waits for nothing
+            may_wait = route.mode != "shadow"  # a shadow route holds up no request
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as down:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
@@ -215,8 +246,14 @@ class Gateway:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
         claimed = Claimed(request, route, rkey, token, fp, body, unsent, leased_at=leased_at)
-        if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
-            owner_lost(self.s, claimed, LostStep.UNSENT)
+        if action is Action.FORWARD:
+            if result.outcome is Claim.UNSENT:  # runs as new
+                owner_lost(self.s, claimed, LostStep.UNSENT)
+            # In a task of its own: a client gone away neither stops the call nor loses its outcome.
+            return await forward(self.s, claimed)
+        shadowed = await self._shadowed(request, route, body, WOULD[action])
+        if shadowed is not None:
+            return shadowed
         return await self._act(request, route, action, result, claimed, anonymous)
 
     async def _act(
@@ -228,11 +265,7 @@ class Gateway:
         claimed: Claimed,
         anonymous: bool,
     ) -> web.StreamResponse:
-        if route.mode == "shadow" and action is not Action.FORWARD:
-            return await self._shadow(request, route, claimed.body, WOULD[action])
-        if action is Action.FORWARD:
-            # In a task of its own: a client gone away neither stops the call nor loses its outcome.
-            return await forward(self.s, claimed)
+        """What the key's state answers instead of the call."""
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             with self.s.span(REPLAY_SPAN):
@@ -246,6 +279,8 @@ class Gateway:
             if isinstance(late, web.StreamResponse):  # settled as a lost owner's key
                 return late
             action = on_claim(late, route, may_wait=False)  # the key as another left it
+            if action is Action.FORWARD:
+                return await forward(self.s, claimed)
             return await self._act(request, route, action, late, claimed, anonymous)
         if action is Action.OWNER_LOST:
             if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back
@@ -267,24 +302,16 @@ class Gateway:
         self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
     ) -> web.StreamResponse:
         self.s.metrics.redis_errors.inc()
-        if route.fail_mode == "open" or route.mode == "shadow":
-            log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
-            self.s.metrics.request(route.name, request.method, m.BYPASSED)
-            if route.mode == "shadow" and route.fail_mode == "closed":
-                self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
-            # shadow changes no answer
-            marked = {route.degraded_header: "true"} if route.mode == "enforce" else None
-            return await self._passed(
-                request, route.name, route.upstream, route, body=body, extra=marked
-            )
-        log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
-        self.s.metrics.request(route.name, request.method, m.ERROR)
-        return STORE_UNAVAILABLE.answer()
-
-    async def _shadow(
-        self, request: web.Request, route: Route, body: bytes | None, would: str
-    ) -> web.StreamResponse:
-        """Shadow mode: count what enforce would have answered, and forward untouched."""
-        self.s.metrics.would(route.name, would)
-        self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return await self._passed(request, route.name, route.upstream, route, body=body)
+        shadow = route.mode == "shadow"  # changes no answer: it fails open, unmarked
+        if route.fail_mode == "closed" and not shadow:
+            log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
+            self.s.metrics.request(route.name, request.method, m.ERROR)
+            return STORE_UNAVAILABLE.answer()
+        log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
+        self.s.metrics.request(route.name, request.method, m.BYPASSED)
+        if shadow and route.fail_mode == "closed":
+            self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
+        marked = None if shadow else {route.degraded_header: "true"}
+        return await self._passed(
+            request, route.name, route.upstream, route, body=body, extra=marked
+        )
