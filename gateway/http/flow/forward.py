@@ -10,7 +10,6 @@ from dataclasses import replace
 from itertools import chain
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from gateway.blobs.base import BlobStore
 from gateway.blobs.readback import read_back
@@ -42,7 +41,7 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
         if refused is not None:
             return refused
     feed = ClientFeed(s.settings.limits.client_buffer)
-    s.tasks.spawn(_call(s, c, feed))
+    s.tasks.spawn(_Call(s, c, feed).run())
     return await feed.serve(c.request)
 
 
@@ -63,17 +62,12 @@ async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
     return answer
 
 
-async def _call(s: Services, c: Claimed, feed: ClientFeed) -> None:
-    if not may_still_send(time.monotonic() - c.leased_at, c.route.lease):
-        await _too_late(s, c, feed)
-        return
-    await _Call(s, c, feed).run()
-
-
 class _Call:
-    """One claimed call, from its send to its settled outcome: `run` sends the request
-    (`_answered`), feeds the answer on (`_pass_on`) or records it as it streams (`_record`),
-    and settles the key (`_settle`), or settles a call that got no answer (`_failed`)."""
+    """One claimed call, from its send to its settled outcome: `run` sends the request,
+    gives the answer's head to the feed (`_begin`), feeds the body on (`_pass_on`) or
+    records it as it streams (`_record`), and settles the key (`_settle`), or settles a
+    call that got no complete answer (`_failed`). The steps are awaited one after another
+    from `run`, never nested: each level of awaiting costs again at every chunk."""
 
     def __init__(self, s: Services, c: Claimed, feed: ClientFeed) -> None:
         self.s = s
@@ -81,19 +75,44 @@ class _Call:
         self.feed = feed
         self.started = 0.0  # when the request was sent
         self.timed = False  # the upstream's time observed
+        self.headers_kept = True  # the answer's headers within max_recorded_headers
+        self.kept_headers: list[tuple[str, str]] = []  # the headers recorded
         self.held = b""  # a recorded answer's last bytes, held back until it is stored
         self.keeping = False  # the recorded body kept to its end
 
     async def run(self) -> None:
+        """The task of the call: in a task of its own, so that a client gone away neither
+        stops the call nor loses its outcome."""
         s, c = self.s, self.c
         route = c.route
+        if not may_still_send(time.monotonic() - c.leased_at, route.lease):
+            await _too_late(s, c, self.feed)
+            return
         headers = forward_headers(c.request, route.preserve_host)
         self.started = time.monotonic()
         beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
         beat.start()
         s.watch.calling(c.key, route.name)
+        outcome = m.FORWARDED
         try:
-            outcome = await self._answered(headers, beat)
+            upstream = await s.upstreams.send(
+                route.upstream, c.request.method, target(c.request), headers, c.body, route.timeouts
+            )
+            async with upstream:
+                settle = on_answer(upstream.status, route)
+                if settle is Settle.RELEASE:
+                    await release(s, route, c.key, c.token)  # a retry may run while it streams
+                response = self._begin(upstream, settle)
+                if settle is Settle.RECORD:
+                    recorded = await self._record(upstream)
+                else:
+                    await self._pass_on(upstream)
+                    recorded = None
+            # The answer is read: the upstream connection is back in its pool.
+            if recorded is None:
+                self.feed.end()
+            else:
+                outcome = await self._settle(upstream, response, recorded, beat.lost)
         except Exception as exc:
             await self._failed(exc)
             return
@@ -102,53 +121,27 @@ class _Call:
             s.watch.called(c.key)
         s.metrics.request(route.name, c.request.method, outcome)
 
-    async def _answered(self, headers: CIMultiDict[str], beat: Heartbeat) -> str:
-        """Send the request and take its answer to the end: the outcome the client got."""
-        s, c = self.s, self.c
-        route = c.route
-        upstream = await s.upstreams.send(
-            route.upstream, c.request.method, target(c.request), headers, c.body, route.timeouts
-        )
-        async with upstream:
-            settle = on_answer(upstream.status, route)
-            recorded_headers = answer_headers(upstream.raw_headers)
-            # Headers too large to keep: the upstream ran, so the key completes all the
-            # same, without the answer (retries get 502, never a second run), while this
-            # client gets the answer whole, as for a body over max_recorded_body.
-            headers_kept = _size(recorded_headers) <= route.max_recorded_headers
-            if settle is Settle.RELEASE:
-                await release(s, route, c.key, c.token)  # a retry may run while it streams
-            response = self._response(upstream, settle, recorded_headers)
-            if settle is not Settle.RECORD:
-                self.feed.begin(response, eager=True)
-                await self._pass_on(upstream)
-                recorded = None
-            else:
-                # A recorded answer's last bytes (its head, when the body is empty) are held
-                # back until the outcome is stored: no client sees a complete answer that a
-                # crash could leave unrecorded, to be run again by a retry.
-                self.feed.begin(response, eager=False)
-                recorded = await self._record(upstream, headers_kept)
-        # The answer is read: the upstream connection is back in its pool.
-        if recorded is None:
-            self.feed.end()
-            return m.FORWARDED
-        kept = recorded_headers if headers_kept else []
-        status, reason = upstream.status, upstream.reason
-        return await self._settle(status, reason, kept, response, recorded, beat.lost)
-
-    def _response(
-        self, upstream: Answer, settle: Settle, headers: list[tuple[str, str]]
-    ) -> web.StreamResponse:
-        """The answer's head as the client gets it."""
+    def _begin(self, upstream: Answer, settle: Settle) -> web.StreamResponse:
+        """The answer's head as the client gets it, given to the feed."""
         route, outcome = self.c.route, self.c.outcome
+        headers = answer_headers(upstream.raw_headers)
+        # Headers too large to keep: the upstream ran, so the key completes all the same,
+        # without the answer (retries get 502, never a second run), while this client gets
+        # the answer whole, as for a body over max_recorded_body.
+        self.headers_kept = _size(headers) <= route.max_recorded_headers
+        self.kept_headers = headers if self.headers_kept else []
         # An answer that is recorded says until when (shadow mode adds nothing).
         enforced = settle is Settle.RECORD and route.mode == "enforce"
         extra = expires(route.retention) if enforced else {}
         if outcome is not None:  # this answer alone: a replay is the upstream's
             extra = {**extra, OUTCOME: outcome}
         length = upstream.content_length
-        return start_response(upstream.status, upstream.reason, headers, length, extra)
+        response = start_response(upstream.status, upstream.reason, headers, length, extra)
+        # A recorded answer's last bytes (its head, when the body is empty) are held back
+        # until the outcome is stored: no client sees a complete answer that a crash could
+        # leave unrecorded, to be run again by a retry.
+        self.feed.begin(response, eager=settle is not Settle.RECORD)
+        return response
 
     async def _pass_on(self, upstream: Answer) -> None:
         """An answer that is not recorded: fed at the client's pace, nobody waits for it."""
@@ -157,9 +150,10 @@ class _Call:
         limit = timeouts.read or timeouts.total
         while chunk := await upstream.read_chunk(limit):
             await feed.put(chunk)
-        self._upstream_done()
+        self.s.metrics.upstream(self.c.route.name, time.monotonic() - self.started)
+        self.timed = True
 
-    async def _record(self, upstream: Answer, headers_kept: bool) -> RecordedBody:
+    async def _record(self, upstream: Answer) -> RecordedBody:
         """Record the answer at the upstream's pace, feeding the client all but its last
         bytes (`held`); what is to be recorded."""
         s, route, feed = self.s, self.c.route, self.feed
@@ -168,7 +162,7 @@ class _Call:
         async with BodyRecorder(
             s.blobs,
             route.inline_max,
-            route.max_recorded_body if headers_kept else 0,
+            route.max_recorded_body if self.headers_kept else 0,
             upstream.content_length,
             route.max_replay_body,
             spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
@@ -182,14 +176,15 @@ class _Call:
                     feed.offer(chunk)  # never waits: a client behind is fed later
                 elif chunk:
                     await feed.put(chunk)  # no record to feed it from later
-            self._upstream_done()
+            s.metrics.upstream(route.name, time.monotonic() - self.started)
+            self.timed = True
             recorded = await recorder.finish()
         self.held, self.keeping = held, recorder.keeping
         if recorder.failure is not None:
             _blob_write_failed(s, route, recorder.failure)
         elif recorded.blob is not None:
             s.metrics.blob_written.inc(recorded.size)
-        if headers_kept:
+        if self.headers_kept:
             return recorded
         log.warning(
             "route %s: answer headers over max_recorded_headers; "
@@ -198,16 +193,9 @@ class _Call:
         )
         return replace(recorded, not_recorded=HEADERS_TOO_LARGE)
 
-    def _upstream_done(self) -> None:
-        """The answer is read to its end: the upstream's time is counted."""
-        self.s.metrics.upstream(self.c.route.name, time.monotonic() - self.started)
-        self.timed = True
-
     async def _settle(
         self,
-        status: int,
-        reason: str,
-        headers: list[tuple[str, str]],
+        upstream: Answer,
         response: web.StreamResponse,
         recorded: RecordedBody,
         lease_lost: bool,
@@ -215,6 +203,7 @@ class _Call:
         """Store the recorded answer, then let its held-back bytes go to the client, or cut
         the client off: the outcome the client got."""
         s, c, feed = self.s, self.c, self.feed
+        status, reason, headers = upstream.status, upstream.reason, self.kept_headers
         kept = await record_answer(s, c, status, reason, headers, recorded, lease_lost=lease_lost)
         fenced = kept is Kept.FENCED
         spill = recorded.spill  # removed below unless a client behind is fed from it

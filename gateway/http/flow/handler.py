@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import Final
 
@@ -190,25 +191,25 @@ class Gateway:
             upstream_time=partial(self.s.metrics.upstream, name),
         )
 
-    async def _shadowed(
+    def _shadowed(
         self, request: web.Request, route: Route, body: bytes | None, would: str
-    ) -> web.StreamResponse | None:
+    ) -> Awaitable[web.StreamResponse] | None:
         """On a shadow route, a request the claimed call does not take is forwarded
-        untouched, and `would` counted as what enforce would have answered: that answer.
-        None on an enforce route, which answers for itself."""
+        untouched, and `would` counted as what enforce would have answered: that answer, to
+        await. None on an enforce route, which answers for itself."""
         if route.mode != "shadow":
             return None
         self.s.metrics.would(route.name, would)
         self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return await self._passed(request, route.name, route.upstream, route, body=body)
+        return self._passed(request, route.name, route.upstream, route, body=body)
 
     async def _refused(
         self, request: web.Request, route: Route, body: bytes | None, kind: Problem, detail: str
     ) -> web.StreamResponse:
         """400 for a key or a tenant scope that is wrong or missing: nothing is claimed."""
-        shadowed = await self._shadowed(request, route, body, m.REJECTED)
+        shadowed = self._shadowed(request, route, body, m.REJECTED)
         if shadowed is not None:
-            return shadowed
+            return await shadowed
         return self._rejected(route, request, kind, detail)
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
@@ -251,9 +252,9 @@ class Gateway:
                 owner_lost(self.s, claimed, LostStep.UNSENT)
             # In a task of its own: a client gone away neither stops the call nor loses its outcome.
             return await forward(self.s, claimed)
-        shadowed = await self._shadowed(request, route, body, WOULD[action])
+        shadowed = self._shadowed(request, route, body, WOULD[action])
         if shadowed is not None:
-            return shadowed
+            return await shadowed
         return await self._act(request, route, action, result, claimed, anonymous)
 
     async def _act(
