@@ -69,16 +69,19 @@ class _Call:
     call that got no complete answer (`_failed`). The steps are awaited one after another
     from `run`, never nested: each level of awaiting costs again at every chunk."""
 
+    # Until a step sets its own: defaults on the class, as a call is made per request and
+    # each attribute __init__ sets costs again at each one.
+    started = 0.0  # when the request was sent
+    timed = False  # the upstream's time observed
+    headers_kept = True  # the answer's headers within max_recorded_headers
+    kept_headers: list[tuple[str, str]]  # the headers recorded: set by _begin
+    held = b""  # a recorded answer's last bytes, held back until it is stored
+    keeping = False  # the recorded body kept to its end
+
     def __init__(self, s: Services, c: Claimed, feed: ClientFeed) -> None:
         self.s = s
         self.c = c
         self.feed = feed
-        self.started = 0.0  # when the request was sent
-        self.timed = False  # the upstream's time observed
-        self.headers_kept = True  # the answer's headers within max_recorded_headers
-        self.kept_headers: list[tuple[str, str]] = []  # the headers recorded
-        self.held = b""  # a recorded answer's last bytes, held back until it is stored
-        self.keeping = False  # the recorded body kept to its end
 
     async def run(self) -> None:
         """The task of the call: in a task of its own, so that a client gone away neither

@@ -102,27 +102,8 @@ class Gateway:
             return await self._unprotected(request, "-", settings.upstream, settings.defaults)
         if request.method not in route.methods:
             return await self._unprotected(request, route.name, route.upstream, route)
-        return await self._keyed(request, route, settings.redis.key_prefix)
-
-    def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
-        """The refusal of a request that cannot be forwarded intact: a header that is not
-        UTF-8, a transfer coding other than chunked. None: it can."""
-        bad_header = undecodable_header(request.raw_headers)
-        if bad_header is not None:
-            self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
-            detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
-            return BAD_HEADER.answer(detail)
-        if hdrs.TRANSFER_ENCODING in request.headers:
-            coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
-            if coding is not None:
-                self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
-                detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
-                return TRANSFER_CODING.answer(detail)
-        return None
-
-    async def _keyed(self, request: web.Request, route: Route, prefix: str) -> web.StreamResponse:
-        """A request on a protected method: its key, tenant scope and body read, then claimed;
-        one without a key passes untouched unless the route requires one."""
+        # A protected method: the key, the tenant scope and the body read, then the key claimed;
+        # a request without a key passes untouched unless the route requires one.
         body: bytes | None = None
         try:
             if route.key_json_pointer is not None:  # the key may be in the body: read it first
@@ -153,8 +134,24 @@ class Gateway:
                 return self._too_large(route, request)
             except BodyTimeout:
                 return await self._too_slow(route, request)
-        rkey = hashed_record_key(prefix, route.name, tenant_id(scope), key_hash)
+        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant_id(scope), key_hash)
         return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
+
+    def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
+        """The refusal of a request that cannot be forwarded intact: a header that is not
+        UTF-8, a transfer coding other than chunked. None: it can."""
+        bad_header = undecodable_header(request.raw_headers)
+        if bad_header is not None:
+            self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+            detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
+            return BAD_HEADER.answer(detail)
+        if hdrs.TRANSFER_ENCODING in request.headers:
+            coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
+            if coding is not None:
+                self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+                detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
+                return TRANSFER_CODING.answer(detail)
+        return None
 
     async def _unprotected(
         self,
