@@ -162,14 +162,15 @@ class _Call:
         s, route, feed = self.s, self.c.route, self.feed
         held = b""
         limit = route.timeouts.read or route.timeouts.total
-        async with BodyRecorder(
+        recorder = BodyRecorder(
             s.blobs,
             route.inline_max,
             route.max_recorded_body if self.headers_kept else 0,
             upstream.content_length,
             route.max_replay_body,
             spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
-        ) as recorder:
+        )
+        try:
             # Only waits for the upstream count towards `limit`: the client is fed apart,
             # so a slow one can never make a complete answer look lost.
             while chunk := await upstream.read_chunk(limit):
@@ -182,6 +183,9 @@ class _Call:
             s.metrics.upstream(route.name, time.monotonic() - self.started)
             self.timed = True
             recorded = await recorder.finish()
+        except BaseException as exc:
+            await recorder.discard()  # an unfinished blob is aborted
+            raise exc
         self.held, self.keeping = held, recorder.keeping
         if recorder.failure is not None:
             _blob_write_failed(s, route, recorder.failure)
