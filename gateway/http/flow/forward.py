@@ -162,14 +162,7 @@ class _Call:
         s, route, feed = self.s, self.c.route, self.feed
         held = b""
         limit = route.timeouts.read or route.timeouts.total
-        recorder = BodyRecorder(
-            s.blobs,
-            route.inline_max,
-            route.max_recorded_body if self.headers_kept else 0,
-            upstream.content_length,
-            route.max_replay_body,
-            spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
-        )
+        recorder = self._recorder(upstream)
         try:
             # Only waits for the upstream count towards `limit`: the client is fed apart,
             # so a slow one can never make a complete answer look lost.
@@ -199,6 +192,18 @@ class _Call:
             route.name,
         )
         return replace(recorded, not_recorded=HEADERS_TOO_LARGE)
+
+    def _recorder(self, upstream: Answer) -> BodyRecorder:
+        """The recorder of this answer's body, to the route's limits."""
+        route, feed = self.c.route, self.feed
+        return BodyRecorder(
+            self.s.blobs,
+            route.inline_max,
+            route.max_recorded_body if self.headers_kept else 0,
+            upstream.content_length,
+            route.max_replay_body,
+            spill_wanted=lambda: feed.behind,  # the rest of it can come from nowhere else
+        )
 
     async def _settle(
         self,
