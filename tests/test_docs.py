@@ -1,15 +1,13 @@
 """The docs stay true to the code: docs/configuration.md names every config field and no
-other, docs/problems.md every problem type the gateway emits and no other, and every relative
+other, docs/problems.md every problem type of the catalogue and no other, and every relative
 link in README.md, docs/*.md and loadtest/*.md leads to a file (and heading) that exists."""
 
 from __future__ import annotations
 
-import ast
 import re
 import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -19,6 +17,8 @@ from pydantic.fields import FieldInfo
 import gateway
 from gateway.config.policy import Policy, Route
 from gateway.config.settings import Settings
+from gateway.http.answers import problems
+from gateway.http.answers.problems import Problem
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -115,75 +115,13 @@ def test_configuration_md_states_each_default_as_the_model_has_it() -> None:
     assert checked >= 45  # most fields have a literal default
 
 
-@dataclass
-class Emitted:
-    """A problem type as the code emits it; status and title where the code states them."""
-
-    statuses: set[int] = field(default_factory=set)
-    titles: set[str] = field(default_factory=set)
-    where: set[str] = field(default_factory=set)
-
-
-def _constant(node: ast.AST | None) -> object:
-    return node.value if isinstance(node, ast.Constant) else None
-
-
-def _is_slug(value: object) -> bool:
-    return isinstance(value, str) and re.fullmatch(r"[a-z]+(?:-[a-z]+)*", value) is not None
-
-
-def emitted_problems() -> dict[str, Emitted]:
-    """Every problem type in gateway/'s code, found three ways:
-    - a call `problem(status, "slug", "title", ...)` (the one function that writes them);
-    - the values of an Enum whose name ends in `Problem` (the core's reasons: keys, scope),
-      with titles from a dict literal keyed by those members;
-    - a status followed by a slug and a title in any call or tuple (`_rejected(..., 413,
-      "body-too-large", "Body too large", ...)`, a table of upstream failures)."""
-    found: dict[str, Emitted] = {}
-    enum_members: dict[str, str] = {}  # "KeyProblem.EMPTY" -> "empty-key"
-    trees = {
-        path.relative_to(PACKAGE.parent).as_posix(): ast.parse(path.read_text())
-        for path in PACKAGE.rglob("*.py")
-    }
-
-    def add(slug: str, where: str, status: object = None, title: object = None) -> None:
-        entry = found.setdefault(slug, Emitted())
-        entry.where.add(where)
-        if isinstance(status, int):
-            entry.statuses.add(status)
-        if isinstance(title, str):
-            entry.titles.add(title)
-
-    for where, tree in trees.items():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and node.name.endswith("Problem"):
-                for item in node.body:
-                    if isinstance(item, ast.Assign) and _is_slug(_constant(item.value)):
-                        slug = str(_constant(item.value))
-                        for target in item.targets:
-                            assert isinstance(target, ast.Name)
-                            enum_members[f"{node.name}.{target.id}"] = slug
-                        add(slug, where)
-            args: list[ast.expr] = []
-            if isinstance(node, ast.Call):
-                args = list(node.args)
-                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-                if name == "problem" and len(args) >= 3 and _is_slug(_constant(args[1])):
-                    add(str(_constant(args[1])), where, _constant(args[0]), _constant(args[2]))
-            elif isinstance(node, ast.Tuple):
-                args = list(node.elts)
-            for first, second, third in zip(args, args[1:], args[2:], strict=False):
-                status = _constant(first)
-                is_status = isinstance(status, int) and 400 <= status <= 599
-                if is_status and _is_slug(_constant(second)):
-                    add(str(_constant(second)), where, status, _constant(third))
-    for where, tree in trees.items():  # titles of the enum-named problems
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Dict):
-                for key, value in zip(node.keys, node.values, strict=True):
-                    member = ast.unparse(key) if key is not None else ""
-                    if member in enum_members and isinstance(_constant(value), str):
-                        add(enum_members[member], where, title=_constant(value))
+def catalogued_problems() -> dict[str, list[Problem]]:
+    """The catalogue's entries (gateway/http/answers/problems.py) by slug: a slug answered
+    with two statuses (owner-lost) has an entry for each."""
+    found: dict[str, list[Problem]] = {}
+    for value in vars(problems).values():
+        if isinstance(value, Problem):
+            found.setdefault(value.slug, []).append(value)
     return found
 
 
@@ -200,30 +138,33 @@ def documented_problems() -> dict[str, dict[str, str]]:
     return documented
 
 
-def test_the_scan_finds_problems_of_each_kind() -> None:
-    """The scan itself works: one problem of each way the code writes them."""
-    found = emitted_problems()
-    assert found["in-flight"].statuses == {409}  # problem(409, "in-flight", ...)
-    assert found["empty-key"].titles == {"Empty idempotency key"}  # KeyProblem.EMPTY
-    assert found["upstream-timeout"].statuses == {504}  # the table of upstream failures
-    assert found["body-too-large"].statuses == {413}  # _rejected(..., 413, ...)
+def test_the_catalogue_holds_problems_of_each_kind() -> None:
+    """The catalogue is read whole: a conflict, a bad key, an upstream failure, a problem
+    answered with two statuses."""
+    found = catalogued_problems()
+    assert [p.status for p in found["in-flight"]] == [409]
+    assert [p.title for p in found["empty-key"]] == ["Empty idempotency key"]
+    assert [p.status for p in found["upstream-timeout"]] == [504]
+    assert sorted(p.status for p in found["owner-lost"]) == [409, 502]
 
 
-def test_problems_md_documents_every_problem_the_gateway_emits_and_no_other() -> None:
-    emitted = emitted_problems()
+def test_problems_md_documents_every_problem_in_the_catalogue_and_no_other() -> None:
+    catalogued = catalogued_problems()
     documented = documented_problems()
-    missing = sorted(set(emitted) - set(documented))
-    unknown = sorted(set(documented) - set(emitted))
+    missing = sorted(set(catalogued) - set(documented))
+    unknown = sorted(set(documented) - set(catalogued))
     assert missing == [], f"problem types missing from docs/problems.md: {missing}"
-    assert unknown == [], f"docs/problems.md documents types the code never emits: {unknown}"
+    assert unknown == [], f"docs/problems.md documents types the catalogue lacks: {unknown}"
     for slug, fields in documented.items():
+        entries = catalogued[slug]
         assert fields.get("type") == f"`urn:idem-gateway:problem:{slug}`", slug
         assert fields.get("code") == f"`{slug}`", slug
         statuses = {int(s) for s in re.findall(r"\b[45]\d\d\b", fields.get("status", ""))}
-        assert statuses, f"{slug}: no status"
-        assert emitted[slug].statuses <= statuses, f"{slug}: the code answers {emitted[slug]}"
+        assert statuses == {p.status for p in entries}, slug
         titles = {t.strip() for t in fields.get("title", "").split(" / ")}
-        assert emitted[slug].titles <= titles, f"{slug}: the code's titles {emitted[slug]}"
+        assert titles == {p.title for p in entries}, slug
+        says_retry = any("Retry-After" in value for value in fields.values())
+        assert says_retry == any(p.retry_after is not None for p in entries), slug
         for needed in ("when", "client"):
             assert fields.get(needed), f"{slug}: says nothing under {needed}"
 

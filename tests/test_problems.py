@@ -3,10 +3,17 @@ class name, address or traceback in any body."""
 
 from __future__ import annotations
 
+import ast
 import socket
+from pathlib import Path
 
 import orjson
 import pytest
+
+import gateway
+from gateway.core.keys import KeyProblem
+from gateway.core.scope import ScopeProblem
+from gateway.http.answers.problems import KEY_PROBLEMS, SCOPE_PROBLEMS
 
 from .conftest import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
@@ -59,3 +66,30 @@ async def test_an_unreachable_upstream_is_named_by_type_not_by_address(
     internals = (b"127.0.0.1", str(port).encode(), b"UpstreamUnsent", b"Connect", b"Traceback")
     for internal in internals:
         assert internal not in raw
+
+
+def test_the_gateway_answers_its_problems_only_through_the_catalogue() -> None:
+    """Each problem's status, title and Retry-After are declared once, in the catalogue
+    (gateway/http/answers/problems.py): no other module builds a problem of its own."""
+    package = Path(gateway.__file__).resolve().parent
+    catalogue = package / "http" / "answers" / "problems.py"
+    outside = []
+    for path in sorted(package.rglob("*.py")):
+        if path == catalogue:
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                if name in ("problem", "Problem"):
+                    outside.append(f"{path.relative_to(package)}:{node.lineno}")
+        if "Retry-After" in text:
+            outside.append(f"{path.relative_to(package)}: Retry-After")
+    assert outside == []
+
+
+def test_each_reason_a_key_or_scope_is_refused_has_its_entry() -> None:
+    assert set(KEY_PROBLEMS) == set(KeyProblem)
+    assert set(SCOPE_PROBLEMS) == set(ScopeProblem)
+    for reason, entry in [*KEY_PROBLEMS.items(), *SCOPE_PROBLEMS.items()]:
+        assert (entry.slug, entry.status) == (reason.value, 400)

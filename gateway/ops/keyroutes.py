@@ -9,16 +9,25 @@ import contextlib
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.config.policy import Route
 from gateway.errors import StoreUnavailable
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import (
+    ADMIN_TOKEN_UNSET,
+    BAD_ADMIN_REQUEST,
+    BAD_KEY_OPERATION,
+    NO_RECORD,
+    NO_SUCH_ROUTE,
+    RECORD_NOT_UNKNOWN,
+    UNAUTHORIZED,
+)
 from gateway.http.app import SERVICES
 from gateway.ops import keyops, keyview
+from gateway.ops.keyops import KeyOpProblem
 from gateway.ops.needs import attention_page
 from gateway.store import attention
 from gateway.store.store import Store
@@ -76,6 +85,13 @@ class ResolveRequest(KeyRequest):
         return (self.body or "").encode()
 
 
+# The answer to each reason a key operation is refused.
+REFUSED: Final = {
+    KeyOpProblem.NO_SUCH_ROUTE: NO_SUCH_ROUTE,
+    KeyOpProblem.NO_RECORD: NO_RECORD,
+    KeyOpProblem.NOT_UNKNOWN: RECORD_NOT_UNKNOWN,
+    KeyOpProblem.BAD_VALUE: BAD_KEY_OPERATION,
+}
 KeyHandler = Callable[[web.Request, Any], Awaitable[web.Response]]
 
 
@@ -83,12 +99,7 @@ def unauthorized(request: web.Request) -> web.Response | None:
     """The refusal of a request without the admin token (None: it has it)."""
     token = request.app.get(TOKEN)
     if token is None:
-        return problem(
-            403,
-            "admin-token-unset",
-            "Key endpoints disabled",
-            "set admin.token to use the /keys endpoints",
-        )
+        return ADMIN_TOKEN_UNSET.answer()
     # Bytes not UTF-8 come as surrogates: compared as they came, never a 500.
     given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
     scheme, _, credentials = given.partition(b" ")
@@ -96,13 +107,7 @@ def unauthorized(request: web.Request) -> web.Response | None:
     bearer = scheme.lower() == b"bearer"
     if not hmac.compare_digest(credentials.lstrip(b" ") if bearer else b"", token.encode()):
         _audit_refusal(request, "wrong token" if given else "no token")
-        return problem(
-            401,
-            "unauthorized",
-            "Unauthorized",
-            "a valid bearer token is required",
-            {"WWW-Authenticate": 'Bearer realm="idem-gateway admin"'},
-        )
+        return UNAUTHORIZED.answer()
     return None
 
 
@@ -121,11 +126,11 @@ def _keys_endpoint(
             detail = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
             )
-            return problem(400, "bad-admin-request", "Bad request", detail)
+            return BAD_ADMIN_REQUEST.answer(detail)
         try:
             return await op(request, body)
         except keyops.KeyOpError as exc:
-            return problem(exc.status, exc.slug, "Key operation refused", str(exc))
+            return REFUSED[KeyOpProblem(exc.slug)].answer(str(exc))
 
     return endpoint
 

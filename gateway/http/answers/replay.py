@@ -17,7 +17,12 @@ from gateway.core.headers import replayed_headers
 from gateway.core.record import Record
 from gateway.core.retention import expires
 from gateway.errors import BlobError
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import (
+    ANSWER_HEADERS_TOO_LARGE,
+    BODY_NOT_RECORDED,
+    RECORD_CORRUPT,
+    RECORDED_BODY_UNAVAILABLE,
+)
 from gateway.http.answers.writing import (
     abort,
     prepare_quietly,
@@ -40,8 +45,7 @@ def unreadable_record(
     """502 for a record that cannot be read: logged and counted, and never run again."""
     log.error("route %s: %s", route.name, why)
     s.metrics.request(route.name, request.method, m.ERROR)
-    detail = "the stored record for this key cannot be read; the request is not run again"
-    return problem(502, "record-corrupt", "Recorded answer corrupt", detail)
+    return RECORD_CORRUPT.answer()
 
 
 def replay_marker(route: Route) -> dict[str, str]:
@@ -74,7 +78,7 @@ async def replay(
             f"the upstream answered {record.status} with headers over max_recorded_headers, "
             "so the answer cannot be replayed; the request is not run again"
         )
-        return problem(502, "answer-headers-too-large", "Answer headers too large", detail, marker)
+        return ANSWER_HEADERS_TOO_LARGE.answer(detail, replayed=marker)
     if not_recorded:
         why = (
             "over max_recorded_body"
@@ -85,7 +89,7 @@ async def replay(
             f"the upstream answered {record.status} with a body of {record.size} bytes, "
             f"{why}, so it cannot be replayed; the request is not run again"
         )
-        return problem(502, "body-not-recorded", "Answer not replayable", detail, marker)
+        return BODY_NOT_RECORDED.answer(detail, replayed=marker)
     if record.blob is not None:
         return await _replay_blob(s, request, route, record, headers, extra)
     try:
@@ -137,13 +141,8 @@ def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
     record stays as it is: retries keep getting this answer, never a wrong body."""
     s.metrics.blob_errors.labels(route.name, exc.reason).inc()
     log.error("route %s: recorded body not replayable: %s", route.name, exc)
-    return problem(
-        502,
-        "recorded-body-unavailable",
-        "Recorded answer unavailable",
-        f"the recorded body is {exc.reason}; the request is not run again",
-        replay_marker(route),
-    )
+    detail = f"the recorded body is {exc.reason}; the request is not run again"
+    return RECORDED_BODY_UNAVAILABLE.answer(detail, replayed=replay_marker(route))
 
 
 def check_inline(body: bytes, size: int, sha256: str) -> None:

@@ -11,7 +11,7 @@ from aiohttp.http_writer import StreamWriter
 
 from gateway.core.decision import Failure
 from gateway.core.headers import unwritable
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import UPSTREAM_BROKEN, UPSTREAM_TIMEOUT, UPSTREAM_UNREACHABLE
 
 
 class _HeadWithBody(web.StreamResponse):
@@ -214,23 +214,13 @@ def abort(request: web.Request, response: web.StreamResponse) -> web.StreamRespo
 
 
 _FAILED: Final = {
-    Failure.UNSENT: (
-        502, "upstream-unreachable", "Upstream unreachable",
-        "the upstream could not be reached; the request was not sent",
-    ),
-    Failure.TIMEOUT: (
-        504, "upstream-timeout", "Upstream timed out",
-        "the upstream did not answer in time; whether it ran the request is unknown",
-    ),
-    Failure.BROKEN: (
-        502, "upstream-broken", "Upstream connection broken",
-        "the connection to the upstream broke; whether it ran the request is unknown",
-    ),
-}  # fmt: skip
+    Failure.UNSENT: UPSTREAM_UNREACHABLE,
+    Failure.TIMEOUT: UPSTREAM_TIMEOUT,
+    Failure.BROKEN: UPSTREAM_BROKEN,
+}
 
 
-def upstream_failure(kind: Failure, headers: dict[str, str] | None = None) -> web.Response:
+def upstream_failure(kind: Failure) -> web.Response:
     """502 for an unreachable or broken upstream, 504 for one that did not answer in time.
     The body says what happened, never where or in which class (that is in the log)."""
-    status, slug, title, detail = _FAILED[kind]
-    return problem(status, slug, title, detail, headers)
+    return _FAILED[kind].answer()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Awaitable
 from functools import partial
 from typing import Final
 
@@ -23,15 +24,28 @@ from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.answers.problems import code_for, problem
+from gateway.http.answers.problems import (
+    BAD_HEADER,
+    BODY_TOO_LARGE,
+    ENDED_UNRECORDED,
+    IN_FLIGHT,
+    KEY_PROBLEMS,
+    KEY_REUSED,
+    MISSING_KEY,
+    NO_ROUTE,
+    OUTCOME_UNKNOWN,
+    SCOPE_PROBLEMS,
+    STORE_UNAVAILABLE,
+    TRANSFER_CODING,
+    Problem,
+    code_for,
+)
 from gateway.http.answers.replay import replay, replay_marker, unreadable_record
 from gateway.http.flow.claiming import give_back, take
 from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.incoming import (
-    KEY_TITLES,
-    SCOPE_TITLES,
     BodyTimeout,
     BodyTooLarge,
     fingerprint_fields,
@@ -41,26 +55,16 @@ from gateway.http.flow.incoming import (
     scope_of,
 )
 from gateway.http.flow.passthrough import pass_through
-from gateway.http.flow.settle import OUTCOME_UNKNOWN, release
+from gateway.http.flow.settle import release
 from gateway.http.flow.takeover import let_go, lost_conflict, owner_lost, settle_lost
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_key_hash
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER: Final = "1"
 REPLAY_SPAN: Final = "idempotency.replay"  # tracing's name for answering from a record
 # 409s: the request with the key is still running, or ended without a recorded answer.
-CONFLICTS: Final = {
-    Action.CONFLICT: (
-        409, "in-flight", "Request in progress",
-        "a request with this key is in progress; retry later",
-    ),
-    Action.UNRECORDED: (
-        409, "ended-unrecorded", "Request ended without an answer",
-        "the request with this key ended without a recorded answer; retry to run it",
-    ),
-}  # fmt: skip
+CONFLICTS: Final = {Action.CONFLICT: IN_FLIGHT, Action.UNRECORDED: ENDED_UNRECORDED}
 UNSENT_CLAIMS: Final = (Claim.CLAIMED, Claim.UNSENT)
 # Shadow mode: the outcome enforce mode would have counted instead of forwarding.
 WOULD: Final = {
@@ -76,7 +80,12 @@ WOULD: Final = {
 
 
 class Gateway:
-    """Routes each request: pass it through, or run it through the idempotency state machine."""
+    """Routes each request: pass it through, or run it through the idempotency state machine.
+
+    A shadow route answers nothing itself: every request but the claimed call is forwarded
+    untouched, counted as what enforce would have done (`_shadowed`, the one place that turns
+    a refusal or a claim's answer into that); it never waits for another request with its
+    key, and it fails open."""
 
     def __init__(self, services: Services) -> None:
         self.s = services
@@ -84,51 +93,38 @@ class Gateway:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         settings = self.s.settings  # one reading per request: a reload changes later ones
         route = route_for(settings.routes, request.path, request.rel_url.raw_path)
-        bad_header = undecodable_header(request.raw_headers)
-        if bad_header is not None:
-            self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
-            detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
-            return problem(400, "bad-header", "Undecodable header", detail)
-        if hdrs.TRANSFER_ENCODING in request.headers:
-            coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
-            if coding is not None:
-                self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
-                detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
-                return problem(501, "transfer-coding", "Unsupported transfer coding", detail)
+        unforwardable = self._unforwardable(request, route)
+        if unforwardable is not None:
+            return unforwardable
         if route is None:
             if settings.upstream is None:
-                return problem(404, "no-route", "No route", f"no route matches {request.path}")
+                return NO_ROUTE.answer(f"no route matches {request.path}")
             return await self._unprotected(request, "-", settings.upstream, settings.defaults)
         if request.method not in route.methods:
             return await self._unprotected(request, route.name, route.upstream, route)
+        # A protected method: the key, the tenant scope and the body read, then the key claimed;
+        # a request without a key passes untouched unless the route requires one.
         body: bytes | None = None
         try:
             if route.key_json_pointer is not None:  # the key may be in the body: read it first
                 body = await read_body(request, route.max_request_body, self.s.settings.limits)
             key = key_of(request, route, body)
+            scope = scope_of(request, route) if key is not None else []
         except BodyTooLarge:
             return self._too_large(route, request)
         except BodyTimeout:
             return await self._too_slow(route, request)
         except BadKey as bad_key:
-            if route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
-            title = KEY_TITLES[bad_key.problem]
-            return self._rejected(route, request, 400, bad_key.problem.value, title, str(bad_key))
-        if key is None:
-            if route.require_key and route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
-            if route.require_key:
-                detail = f"this route requires an {route.key_header} header"
-                return self._rejected(route, request, 400, "missing-key", "Missing key", detail)
-            return await self._unprotected(request, route.name, route.upstream, route, body)
-        try:
-            scope = scope_of(request, route)
+            refusal = KEY_PROBLEMS[bad_key.problem]
+            return await self._refused(request, route, body, refusal, str(bad_key))
         except BadScope as unscoped:
-            if route.mode == "shadow":
-                return await self._shadow(request, route, body, m.REJECTED)
-            title = SCOPE_TITLES[unscoped.problem]
-            return self._rejected(route, request, 400, unscoped.problem.value, title, str(unscoped))
+            refusal = SCOPE_PROBLEMS[unscoped.problem]
+            return await self._refused(request, route, body, refusal, str(unscoped))
+        if key is None:
+            if not route.require_key:
+                return await self._unprotected(request, route.name, route.upstream, route, body)
+            detail = f"this route requires an {route.key_header} header"
+            return await self._refused(request, route, body, MISSING_KEY, detail)
         key_hash = digest(key)
         note_key_hash(key_hash)
         if body is None:
@@ -138,9 +134,24 @@ class Gateway:
                 return self._too_large(route, request)
             except BodyTimeout:
                 return await self._too_slow(route, request)
-        tenant = tenant_id(scope)
-        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant, key_hash)
+        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant_id(scope), key_hash)
         return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
+
+    def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
+        """The refusal of a request that cannot be forwarded intact: a header that is not
+        UTF-8, a transfer coding other than chunked. None: it can."""
+        bad_header = undecodable_header(request.raw_headers)
+        if bad_header is not None:
+            self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+            detail = f"the {bad_header} header is not valid UTF-8 and cannot be forwarded intact"
+            return BAD_HEADER.answer(detail)
+        if hdrs.TRANSFER_ENCODING in request.headers:
+            coding = foreign_coding(request.headers.getall(hdrs.TRANSFER_ENCODING))
+            if coding is not None:
+                self.s.metrics.request(route.name if route else "-", request.method, m.REJECTED)
+                detail = f"the body's transfer coding {coding!r} is not supported: send it chunked"
+                return TRANSFER_CODING.answer(detail)
+        return None
 
     async def _unprotected(
         self,
@@ -151,7 +162,7 @@ class Gateway:
         body: bytes | None = None,
     ) -> web.StreamResponse:
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
-        return await self._passed(request, name, origin, policy, None, body)
+        return await self._passed(request, name, origin, policy, body=body)
 
     async def _passed(
         self,
@@ -159,20 +170,48 @@ class Gateway:
         name: str,
         origin: str,
         policy: Policy,
-        extra: dict[str, str] | None,
+        *,
         body: bytes | None,
+        extra: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Forwarded untouched, the upstream's time counted for route `name`; a body still
         streaming in (`body` None) is held to the limits."""
         return await pass_through(
-            request, self.s.upstreams, origin, policy.timeouts, extra, body, policy.preserve_host,
+            request,
+            self.s.upstreams,
+            origin,
+            policy.timeouts,
+            extra=extra,
+            body=body,
+            preserve_host=policy.preserve_host,
             limits=self.s.settings.limits,
             upstream_time=partial(self.s.metrics.upstream, name),
-        )  # fmt: skip
+        )
+
+    def _shadowed(
+        self, request: web.Request, route: Route, body: bytes | None, would: str
+    ) -> Awaitable[web.StreamResponse] | None:
+        """On a shadow route, a request the claimed call does not take is forwarded
+        untouched, and `would` counted as what enforce would have answered: that answer, to
+        await. None on an enforce route, which answers for itself."""
+        if route.mode != "shadow":
+            return None
+        self.s.metrics.would(route.name, would)
+        self.s.metrics.request(route.name, request.method, m.SHADOWED)
+        return self._passed(request, route.name, route.upstream, route, body=body)
+
+    async def _refused(
+        self, request: web.Request, route: Route, body: bytes | None, kind: Problem, detail: str
+    ) -> web.StreamResponse:
+        """400 for a key or a tenant scope that is wrong or missing: nothing is claimed."""
+        shadowed = self._shadowed(request, route, body, m.REJECTED)
+        if shadowed is not None:
+            return await shadowed
+        return self._rejected(route, request, kind, detail)
 
     def _too_large(self, route: Route, request: web.Request) -> web.Response:
         detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
-        return self._rejected(route, request, 413, "body-too-large", "Body too large", detail)
+        return self._rejected(route, request, BODY_TOO_LARGE, detail)
 
     async def _too_slow(self, route: Route, request: web.Request) -> web.StreamResponse:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
@@ -180,10 +219,10 @@ class Gateway:
         return await refuse_slow_body(request, detail)
 
     def _rejected(
-        self, route: Route, request: web.Request, status: int, slug: str, title: str, detail: str
+        self, route: Route, request: web.Request, kind: Problem, detail: str
     ) -> web.Response:
         self.s.metrics.request(route.name, request.method, m.REJECTED)
-        return problem(status, slug, title, detail, code=code_for(slug, route.problem_codes))
+        return kind.answer(detail, code=code_for(kind.slug, route.problem_codes))
 
     async def _idempotent(
         self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
@@ -195,7 +234,7 @@ class Gateway:
         token = secrets.token_hex(16)
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
-            may_wait = route.mode != "shadow"  # a shadow route waits for nothing
+            may_wait = route.mode != "shadow"  # a shadow route holds up no request
             result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
         except StoreUnavailable as down:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
@@ -205,8 +244,14 @@ class Gateway:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
         claimed = Claimed(request, route, rkey, token, fp, body, unsent, leased_at=leased_at)
-        if result.outcome is Claim.UNSENT and action is Action.FORWARD:  # runs as new
-            owner_lost(self.s, claimed, LostStep.UNSENT)
+        if action is Action.FORWARD:
+            if result.outcome is Claim.UNSENT:  # runs as new
+                owner_lost(self.s, claimed, LostStep.UNSENT)
+            # In a task of its own: a client gone away neither stops the call nor loses its outcome.
+            return await forward(self.s, claimed)
+        shadowed = self._shadowed(request, route, body, WOULD[action])
+        if shadowed is not None:
+            return await shadowed
         return await self._act(request, route, action, result, claimed, anonymous)
 
     async def _act(
@@ -218,31 +263,22 @@ class Gateway:
         claimed: Claimed,
         anonymous: bool,
     ) -> web.StreamResponse:
-        if route.mode == "shadow" and action is not Action.FORWARD:
-            return await self._shadow(request, route, claimed.body, WOULD[action])
-        if action is Action.FORWARD:
-            # In a task of its own: a client gone away neither stops the call nor loses its outcome.
-            return await forward(self.s, claimed)
+        """What the key's state answers instead of the call."""
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
             with self.s.span(REPLAY_SPAN):
                 return await replay(self.s, request, route, result, anonymous)
         if action is Action.REPLAY_UNKNOWN:
             self.s.metrics.request(route.name, request.method, m.REPLAYED)
-            detail = (
-                "the upstream was called but its outcome is unknown; an operator must resolve it"
-            )
-            headers = {
-                **replay_marker(route),
-                **OUTCOME_UNKNOWN,
-                **expires(result.pttl_ms / 1000),
-            }
-            return problem(502, "outcome-unknown", "Outcome unknown", detail, headers)
+            kept_for = expires(result.pttl_ms / 1000)
+            return OUTCOME_UNKNOWN.answer(replayed=replay_marker(route), headers=kept_for)
         if action is Action.TAKE_OVER:
             late = await settle_lost(self.s, claimed)
             if isinstance(late, web.StreamResponse):  # settled as a lost owner's key
                 return late
             action = on_claim(late, route, may_wait=False)  # the key as another left it
+            if action is Action.FORWARD:
+                return await forward(self.s, claimed)
             return await self._act(request, route, action, late, claimed, anonymous)
         if action is Action.OWNER_LOST:
             if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back
@@ -254,40 +290,26 @@ class Gateway:
             return lost_conflict()
         if action is Action.MISMATCH:
             self.s.metrics.request(route.name, request.method, m.MISMATCH)
-            detail = "this key was used with another request payload"
-            code = code_for("key-reused", route.problem_codes)
-            return problem(422, "key-reused", "Key reused with another payload", detail, code=code)
+            return KEY_REUSED.answer(code=code_for(KEY_REUSED.slug, route.problem_codes))
         self.s.metrics.request(route.name, request.method, m.CONFLICT)
         if action is Action.UNRECORDED:
             await release(self.s, route, claimed.key, claimed.token)
-        return problem(*CONFLICTS[action], {"Retry-After": RETRY_AFTER})
+        return CONFLICTS[action].answer()
 
     async def _store_down(
         self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
     ) -> web.StreamResponse:
         self.s.metrics.redis_errors.inc()
-        if route.fail_mode == "open" or route.mode == "shadow":
-            log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
-            self.s.metrics.request(route.name, request.method, m.BYPASSED)
-            if route.mode == "shadow" and route.fail_mode == "closed":
-                self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
-            # shadow changes no answer
-            marked = {route.degraded_header: "true"} if route.mode == "enforce" else None
-            return await self._passed(request, route.name, route.upstream, route, marked, body)
-        log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
-        self.s.metrics.request(route.name, request.method, m.ERROR)
-        return problem(
-            503,
-            "store-unavailable",
-            "Idempotency store unavailable",
-            "the request was not forwarded; retry later",
-            {"Retry-After": RETRY_AFTER},
+        shadow = route.mode == "shadow"  # changes no answer: it fails open, unmarked
+        if route.fail_mode == "closed" and not shadow:
+            log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
+            self.s.metrics.request(route.name, request.method, m.ERROR)
+            return STORE_UNAVAILABLE.answer()
+        log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
+        self.s.metrics.request(route.name, request.method, m.BYPASSED)
+        if shadow and route.fail_mode == "closed":
+            self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
+        marked = None if shadow else {route.degraded_header: "true"}
+        return await self._passed(
+            request, route.name, route.upstream, route, body=body, extra=marked
         )
-
-    async def _shadow(
-        self, request: web.Request, route: Route, body: bytes | None, would: str
-    ) -> web.StreamResponse:
-        """Shadow mode: count what enforce would have answered, and forward untouched."""
-        self.s.metrics.would(route.name, would)
-        self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return await self._passed(request, route.name, route.upstream, route, None, body)

@@ -13,24 +13,11 @@ from gateway.config.policy import Route
 from gateway.config.settings import Limits
 from gateway.core.fingerprint import Fields
 from gateway.core.headers import connection_tokens
-from gateway.core.keys import KeyProblem, agreed_key, json_key, parse_key
-from gateway.core.scope import ScopeProblem, client_cert_part, scope_values
-from gateway.http.answers.problems import problem
+from gateway.core.keys import agreed_key, json_key, parse_key
+from gateway.core.scope import client_cert_part, scope_values
+from gateway.http.answers.problems import BODY_TIMEOUT
 from gateway.http.answers.writing import abort, prepare_quietly
 from gateway.http.server.client_cert import client_cert_values
-
-KEY_TITLES = {
-    KeyProblem.EMPTY: "Empty idempotency key",
-    KeyProblem.TOO_LONG: "Idempotency key too long",
-    KeyProblem.MALFORMED: "Malformed idempotency key",
-    KeyProblem.SEVERAL: "Several idempotency keys",
-    KeyProblem.CONFLICTING: "Conflicting idempotency keys",
-}
-SCOPE_TITLES = {
-    ScopeProblem.REPEATED: "Repeated scope header",
-    ScopeProblem.HOP_BY_HOP: "Scope or key header named by Connection",
-    ScopeProblem.MISSING: "Missing tenant scope",
-}
 
 
 class BodyTooLarge(Exception):
@@ -69,7 +56,7 @@ class TimedBody:
 async def refuse_slow_body(request: web.Request, detail: str) -> web.StreamResponse:
     """408, then the connection is closed: the rest of a slow body is not waited for (aiohttp
     would otherwise linger, reading it, for up to 10 s)."""
-    slow = problem(408, "body-timeout", "Body too slow", detail)
+    slow = BODY_TIMEOUT.answer(detail)
     if await prepare_quietly(slow, request):
         with contextlib.suppress(ConnectionError, RuntimeError):
             await slow.write_eof()

@@ -30,6 +30,7 @@ async def pass_through(
     upstreams: Upstreams,
     origin: str,
     timeouts: Timeouts,
+    *,
     extra: Mapping[str, str] | None = None,
     body: bytes | None = None,
     preserve_host: bool = False,

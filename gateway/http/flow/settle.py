@@ -33,7 +33,7 @@ from gateway.core.decision import (
 )
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import OUTCOME, OUTCOME_UNKNOWN
 from gateway.http.answers.writing import upstream_failure
 from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.incoming import key_of
@@ -43,8 +43,6 @@ from gateway.telemetry import metrics as m
 
 log = logging.getLogger(__name__)
 
-OUTCOME: Final = "Idempotency-Outcome"
-OUTCOME_UNKNOWN: Final = {OUTCOME: "unknown"}
 # The answer of an owner whose completion a newer claim fenced off: it ran upstream, but the
 # record (and every replay) is the newer claim's answer.
 FENCED: Final = {OUTCOME: "fenced"}
@@ -73,6 +71,7 @@ async def record_answer(
     reason: str,
     headers: list[tuple[str, str]],
     body: RecordedBody,
+    *,
     lease_lost: bool,
 ) -> Kept:
     """Store an upstream answer, or keep it until Redis takes it."""
@@ -234,8 +233,7 @@ async def settle_failure(
         extra = {"failure": kind, "detail": detail[:500], "seen": seen}
         if await record_unknown(s, c, extra) is Kept.IN_MEMORY:
             return None
-        public = "the upstream was called but its outcome is unknown; an operator must resolve it"
-        return problem(502, "outcome-unknown", "Outcome unknown", public, dict(OUTCOME_UNKNOWN))
+        return OUTCOME_UNKNOWN.answer()
     if kind is Failure.UNSENT:
         log.warning("route %s: upstream unreachable: %s", route.name, detail)
     return upstream_failure(kind)
@@ -289,7 +287,7 @@ async def record_found(
         await recorder.feed(found.body)
         recorded = await recorder.finish()
     reason = HTTPStatus(config.status).phrase
-    kept = await record_answer(s, c, config.status, reason, headers, recorded, False)
+    kept = await record_answer(s, c, config.status, reason, headers, recorded, lease_lost=False)
     if kept is Kept.IN_MEMORY:
         return None
     response = web.Response(status=config.status, reason=reason, body=found.body)

@@ -23,7 +23,12 @@ from aiohttp import web
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
 from gateway.errors import RecordCorrupt, StoreUnavailable
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import (
+    IN_FLIGHT,
+    OWNER_LOST,
+    OWNER_LOST_KEPT,
+    STORE_UNAVAILABLE,
+)
 from gateway.http.answers.replay import unreadable_record
 from gateway.http.flow.claiming import claim
 from gateway.http.flow.context import Claimed, Services
@@ -32,31 +37,19 @@ from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.incoming import key_of
 from gateway.http.flow.reconcile import Found, look_up
-from gateway.http.flow.settle import (
-    OUTCOME_UNKNOWN,
-    STORE_BACKOFF,
-    Kept,
-    record_found,
-    record_unknown,
-)
+from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_owner_lost
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER: Final = {"Retry-After": "1"}
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-IN_FLIGHT: Final = "a request with this key is in progress; retry later"
 # How long a request that took a lost owner's key over waits for that owner's own answer:
 # an owner that kept its answer in the journal tries to store it every STORE_BACKOFF[1] s
 # at most, so three of its tries. A dead owner's key is settled this much later.
 LATE_ANSWER_WAIT: Final = 3 * STORE_BACKOFF[1]
 LATE_ANSWER_POLL = (0.05, 0.25)  # not Final, as STORE_BACKOFF: from the first, growing
-LOST_DETAIL: Final = (
-    "the gateway that forwarded this request stopped before its outcome was stored; "
-    "whether the upstream ran it is unknown, and it is not run again"
-)
 
 
 def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
@@ -113,9 +106,7 @@ async def settle_lost(s: Services, c: Claimed) -> web.StreamResponse | ClaimResu
 
 def lost_conflict() -> web.Response:
     """409 for a key held as its lost owner left it (`keep`)."""
-    return problem(
-        409, "owner-lost", "Outcome unknown", LOST_DETAIL, {**OUTCOME_UNKNOWN, **RETRY_AFTER}
-    )
+    return OWNER_LOST_KEPT.answer()
 
 
 async def let_go(s: Services, c: Claimed) -> None:
@@ -142,7 +133,7 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
     if step is LostStep.NOT_HAPPENED and not await _still_owned(s, c):
         # The lease lapsed during the lookup: another request may hold the key and run it.
         s.metrics.request(route.name, c.request.method, m.CONFLICT)
-        return problem(409, "in-flight", "Request in progress", IN_FLIGHT, RETRY_AFTER)
+        return IN_FLIGHT.answer()
     if step in RAN_AGAIN:
         return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
@@ -156,7 +147,7 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
         extra = {"failure": "owner-lost", "detail": "lease ended unrenewed", "seen": "502"}
         if await record_unknown(s, c, extra) is Kept.IN_MEMORY:
             return _not_stored_yet()
-        return problem(502, "owner-lost", "Outcome unknown", LOST_DETAIL, dict(OUTCOME_UNKNOWN))
+        return OWNER_LOST.answer()
     await let_go(s, c)  # KEPT
     return lost_conflict()
 
@@ -197,10 +188,4 @@ async def _still_owned(s: Services, c: Claimed) -> bool:
 
 def _not_stored_yet() -> web.Response:
     """The settled outcome is being stored in the background: the retry gets it."""
-    return problem(
-        503,
-        "store-unavailable",
-        "Idempotency store unavailable",
-        "the outcome of this key is being stored; retry later",
-        RETRY_AFTER,
-    )
+    return STORE_UNAVAILABLE.answer("the outcome of this key is being stored; retry later")

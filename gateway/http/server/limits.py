@@ -30,27 +30,21 @@ from http import HTTPStatus
 from typing import Final, cast
 
 from gateway.config.settings import Limits
-from gateway.http.answers.problems import PROBLEM_TYPE, problem_body
+from gateway.http.answers.problems import PROBLEM_TYPE, TOO_MANY_CONNECTIONS, Problem, problem_body
 
 
-def _written_problem(status: int, slug: str, title: str, detail: str) -> bytes:
+def _written_problem(kind: Problem) -> bytes:
     """A problem+json answer as bytes on the wire, for a connection aiohttp never sees."""
-    body = problem_body(status, slug, title, detail)
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        f"Content-Type: {PROBLEM_TYPE}\r\nRetry-After: 1\r\n"
-        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
+    body = problem_body(kind)
+    head = [f"HTTP/1.1 {kind.status} {HTTPStatus(kind.status).phrase}"]
+    head.append(f"Content-Type: {PROBLEM_TYPE}")
+    head += [f"{name}: {value}" for name, value in kind.headers.items()]
+    head += ["Connection: close", f"Content-Length: {len(body)}", "", ""]
+    return "\r\n".join(head).encode() + body
 
 
 # The answer to a connection past `max_connections`: written at once, then closed.
-BUSY: Final = _written_problem(
-    503,
-    "too-many-connections",
-    "Too many connections",
-    "the gateway is at its connection limit; retry later",
-)
+BUSY: Final = _written_problem(TOO_MANY_CONNECTIONS)
 # `head_since` of a connection that is not reading a head: never overdue. BETWEEN requests
 # the next byte starts a head; NOT_READING while a request runs (its body is not a head).
 NOT_READING: Final = math.inf
@@ -186,8 +180,14 @@ class _Guarded(asyncio.Protocol):
     """aiohttp's protocol for one connection, with the header deadline and write timer."""
 
     __slots__ = (
-        "_connections", "_counted", "_inner", "_loop", "_transport", "_writes", "head_since"
-    )  # fmt: skip
+        "_connections",
+        "_counted",
+        "_inner",
+        "_loop",
+        "_transport",
+        "_writes",
+        "head_since",
+    )
 
     def __init__(
         self,

@@ -24,25 +24,13 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import INTERNAL_ERROR, MALFORMED_REQUEST
 from gateway.http.app import CONNECTIONS, ENTRY
 from gateway.http.server.access import request_id
 from gateway.http.server.limits import Connections, fit_open_files
 from gateway.telemetry.requestlog import REQUEST_ID
 
 log = logging.getLogger(__name__)
-
-
-# aiohttp's own error answers: a request its parser refuses, a handler that failed.
-MALFORMED = (
-    400, "malformed-request", "Malformed request",
-    "the request is not valid HTTP/1.1 (its request line, framing or a header); nothing was "
-    "forwarded",
-)  # fmt: skip
-INTERNAL = (
-    500, "internal-error", "Internal error",
-    "the gateway could not handle the request; the log says why, under the request id",
-)  # fmt: skip
 
 
 class _ProblemHandler(RequestHandler):
@@ -64,7 +52,8 @@ class _ProblemHandler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         plain = super().handle_error(request, status, exc, message)  # its log line
-        answer = problem(*(MALFORMED if plain.status < 500 else INTERNAL))
+        # aiohttp's own error answers: a request its parser refuses, a handler that failed
+        answer = (MALFORMED_REQUEST if plain.status < 500 else INTERNAL_ERROR).answer()
         # A request that reached the handler gets its own id back as the answer is prepared.
         answer.headers[REQUEST_ID] = request_id(request)
         answer.force_close()  # as aiohttp's: nothing more is read from this connection

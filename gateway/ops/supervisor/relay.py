@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from gateway.http.answers.problems import problem
+from gateway.http.answers.problems import WORKERS_UNAVAILABLE
 from gateway.ops.keyroutes import FORWARDED_FOR
 from gateway.ops.supervisor.worker_admins import WORKERS, Worker
 
@@ -87,13 +87,7 @@ async def _pass(request: web.Request, worker: Worker, body: bytes) -> web.Respon
 
 
 def _no_worker() -> web.Response:
-    return problem(
-        503,
-        "workers-unavailable",
-        "No worker answers",
-        "no worker of this gateway answers now; try again",
-        {"Retry-After": "1"},
-    )
+    return WORKERS_UNAVAILABLE.answer()
 
 
 def _dumps(value: object) -> str:
