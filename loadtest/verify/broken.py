@@ -51,10 +51,10 @@ def replace(module_name: str, name: str, make: Callable[[Any], Any]) -> None:
 
 def replay_502() -> None:
     """Every replay is a 502: stored answers unreadable."""
-    from gateway.http.answers.problems import problem
+    from gateway.http.answers.problems import RECORD_CORRUPT
 
     async def unreadable(*args: Any, **kwargs: Any) -> Any:
-        return problem(502, "record-corrupt", "Recorded answer corrupt", "cannot be read")
+        return RECORD_CORRUPT.answer("cannot be read")
 
     replace("gateway.http.flow.handler", "replay", lambda _: unreadable)
 
@@ -77,11 +77,11 @@ def tenant_blind() -> None:
 
 def forwards_nothing() -> None:
     """Every claimed key is given back and answered 503: nothing reaches the upstream."""
-    from gateway.http.answers.problems import problem
+    from gateway.http.answers.problems import STORE_UNAVAILABLE
 
     async def refuse(s: Any, c: Any) -> Any:
         await s.store.release(c.key, c.token)
-        return problem(503, "redis-unavailable", "Redis unavailable", "try again later")
+        return STORE_UNAVAILABLE.answer("try again later")
 
     replace("gateway.http.flow.handler", "forward", lambda _: refuse)
 

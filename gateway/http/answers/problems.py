@@ -79,7 +79,7 @@ class Problem:
         extra = self.headers
         if replayed or headers:
             extra = {**(replayed or {}), **extra, **(headers or {})}
-        return problem(self.status, self.slug, self.title, detail or self.detail, extra, code)
+        return _response(self.status, self.slug, self.title, detail or self.detail, extra, code)
 
 
 # Bad input (nothing stored, upstream not called)
@@ -250,7 +250,7 @@ SCOPE_PROBLEMS: Final = {
 }
 
 
-def problem(
+def _response(
     status: int,
     slug: str,
     title: str,
@@ -258,8 +258,7 @@ def problem(
     headers: Mapping[str, str] | None = None,
     code: str | None = None,
 ) -> web.Response:
-    """A problem+json response of any fields: what the catalogue's entries answer with
-    (`Problem.answer`); the gateway's code answers with an entry, never with this."""
+    """A problem+json response of these fields: how an entry answers (`Problem.answer`)."""
     response = web.Response(
         status=status, body=_document(status, slug, title, detail, code), headers=headers
     )
