@@ -9,7 +9,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -114,6 +116,22 @@ async def test_embedded_redis_stops_when_the_gateway_is_killed(upstream, tmp_pat
         time.sleep(0.02)
 
 
+def _embedded_config(origin: str) -> dict[str, Any]:
+    return {
+        "redis": {"url": "embedded"},
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
+    }
+
+
+async def _post(
+    gateway: GatewayProcess, session: aiohttp.ClientSession, key: str
+) -> tuple[int, bool]:
+    """POST /pay with `key`: the status, and whether the answer was a replay."""
+    headers = {"Idempotency-Key": key}
+    async with session.post(f"{gateway.url}/pay", data=b"x", headers=headers) as r:
+        return r.status, "Idempotent-Replayed" in r.headers
+
+
 async def test_an_embedded_redis_that_dies_is_started_again_with_its_records(
     upstream, tmp_path: Path
 ) -> None:
@@ -121,16 +139,8 @@ async def test_an_embedded_redis_that_dies_is_started_again_with_its_records(
     starts it again on its append-only file, instead of answering 503 until it is restarted
     (its health check said it was fine)."""
     counting, origin = upstream
-    config = {
-        "redis": {"url": "embedded"},
-        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
-    }
-    gateway = GatewayProcess(config, tmp_path).start()
-
-    async def post(session: aiohttp.ClientSession, key: str) -> tuple[int, bool]:
-        headers = {"Idempotency-Key": key}
-        async with session.post(f"{gateway.url}/pay", data=b"x", headers=headers) as r:
-            return r.status, "Idempotent-Replayed" in r.headers
+    gateway = GatewayProcess(_embedded_config(origin), tmp_path).start()
+    post = partial(_post, gateway)
 
     try:
         async with aiohttp.ClientSession() as session:
@@ -161,16 +171,8 @@ async def test_a_kill_of_the_embedded_redis_loses_no_acknowledged_record_on_a_sl
     memory while its background fsync is pending (up to 2 s), acknowledging all the same: the
     key's claim and record died with it, and the retry ran the call a second time."""
     counting, origin = upstream
-    config = {
-        "redis": {"url": "embedded"},
-        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
-    }
-    gateway = GatewayProcess(config, tmp_path).start()
-
-    async def post(session: aiohttp.ClientSession, key: str) -> tuple[int, bool]:
-        headers = {"Idempotency-Key": key}
-        async with session.post(f"{gateway.url}/pay", data=b"x", headers=headers) as r:
-            return r.status, "Idempotent-Replayed" in r.headers
+    gateway = GatewayProcess(_embedded_config(origin), tmp_path).start()
+    post = partial(_post, gateway)
 
     try:
         assert gateway.process is not None
