@@ -8,7 +8,6 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -18,19 +17,11 @@ from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 
 from .faultkit import records
+from .lostowner import process_config
 from .upstream import CountingUpstream
 
 LEASE = 2.0
 KEY = {"Idempotency-Key": "k-proc"}
-
-
-def config(origin: str, redis_url: str, **route: Any) -> dict[str, Any]:
-    return {
-        "loop": "asyncio",
-        "log_level": "warning",
-        "redis": {"url": redis_url},
-        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
-    }
 
 
 @pytest.fixture
@@ -63,8 +54,8 @@ async def test_sigkill_mid_request_keeps_the_key_until_the_lease_ends(
     gateways: list[GatewayProcess],
 ) -> None:
     counting, origin = upstream
-    victim = GatewayProcess(config(origin, redis_url, lease=f"{LEASE}s"), tmp_path)
-    survivor = GatewayProcess(config(origin, redis_url, lease=f"{LEASE}s"), tmp_path)
+    victim = GatewayProcess(process_config(origin, redis_url, lease=f"{LEASE}s"), tmp_path)
+    survivor = GatewayProcess(process_config(origin, redis_url, lease=f"{LEASE}s"), tmp_path)
     await start(gateways, victim, survivor)
     async with aiohttp.ClientSession() as session:
         first = asyncio.ensure_future(session.post(f"{victim.url}/gate", data=b"x", headers=KEY))
@@ -106,7 +97,7 @@ async def test_sigterm_finishes_in_flight_requests_then_exits_0(
     gateways: list[GatewayProcess],
 ) -> None:
     counting, origin = upstream
-    gateway = GatewayProcess(config(origin, redis_url), tmp_path)
+    gateway = GatewayProcess(process_config(origin, redis_url), tmp_path)
     await start(gateways, gateway)
     async with aiohttp.ClientSession() as session:
         first = asyncio.ensure_future(session.post(f"{gateway.url}/gate", data=b"x", headers=KEY))
@@ -140,7 +131,7 @@ async def test_a_journaled_outcome_survives_a_gateway_sigkill(
     and the client gets its answer; the gateway is SIGKILLed before Redis is back. The next
     gateway replays the journal before it serves, so the retry is a replay: one run."""
     counting, origin = upstream
-    cfg = config(origin, own_redis.url, lease="30s")
+    cfg = process_config(origin, own_redis.url, lease="30s")
     cfg["redis"].update(socket_timeout="300ms", breaker={"failures": 1000})
     gateway = GatewayProcess(cfg, tmp_path)
     await start(gateways, gateway)
@@ -161,7 +152,7 @@ async def test_a_journaled_outcome_survives_a_gateway_sigkill(
         # that was in flight when it hung: either way the retry must be a replay).
         [journal] = list((state_dir / "journal").glob("*.jsonl"))
         assert b'"token"' in journal.read_bytes()
-        successor = GatewayProcess(config(origin, own_redis.url, lease="30s"), tmp_path)
+        successor = GatewayProcess(process_config(origin, own_redis.url, lease="30s"), tmp_path)
         await start(gateways, successor)
         async with session.post(f"{successor.url}/gate", data=b"x", headers=KEY) as retry:
             assert retry.status == 201
