@@ -79,7 +79,11 @@ class Problem:
         extra = self.headers
         if replayed or headers:
             extra = {**(replayed or {}), **extra, **(headers or {})}
-        return _response(self.status, self.slug, self.title, detail or self.detail, extra, code)
+        response = web.Response(
+            status=self.status, body=_document(self, detail, code), headers=extra
+        )
+        response.content_type = PROBLEM_TYPE
+        return response
 
 
 # Bad input (nothing stored, upstream not called)
@@ -250,34 +254,18 @@ SCOPE_PROBLEMS: Final = {
 }
 
 
-def _response(
-    status: int,
-    slug: str,
-    title: str,
-    detail: str,
-    headers: Mapping[str, str] | None = None,
-    code: str | None = None,
-) -> web.Response:
-    """A problem+json response of these fields: how an entry answers (`Problem.answer`)."""
-    response = web.Response(
-        status=status, body=_document(status, slug, title, detail, code), headers=headers
-    )
-    response.content_type = PROBLEM_TYPE
-    return response
-
-
 def problem_body(kind: Problem, detail: str = "") -> bytes:
     """The problem+json document of an answer of `kind`, for a writer of raw bytes."""
-    return _document(kind.status, kind.slug, kind.title, detail or kind.detail)
+    return _document(kind, detail)
 
 
-def _document(status: int, slug: str, title: str, detail: str, code: str | None = None) -> bytes:
+def _document(kind: Problem, detail: str, code: str | None = None) -> bytes:
     return orjson.dumps(
         {
-            "type": f"urn:idem-gateway:problem:{slug}",
-            "title": title,
-            "status": status,
-            "detail": detail,
-            "code": code or slug,
+            "type": f"urn:idem-gateway:problem:{kind.slug}",
+            "title": kind.title,
+            "status": kind.status,
+            "detail": detail or kind.detail,
+            "code": code or kind.slug,
         }
     )
