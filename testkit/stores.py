@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from redis.asyncio import Redis, RedisCluster
 
-from gateway.config.settings import RedisSettings
+from gateway.config.settings import PipelineClient, RedisSettings
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
-from gateway.store.sending import PipelineClient, sender_for
+from gateway.store.sending import sender_for
 from gateway.store.store import Store
 
 

@@ -20,6 +20,9 @@ from gateway.config.state import default_state_dir
 from gateway.config.tls import UpstreamTls, load_files
 from gateway.config.units import Duration, HostPort, HttpUrl, Origin, Size, redis_url_problem
 
+# Where a Redis pipeline goes: the gateway's own RESP connection, or redis-py's.
+PipelineClient = Literal["resp", "redis-py"]
+
 
 class Listen(_Model):
     host: str = "127.0.0.1"
@@ -118,7 +121,7 @@ class RedisSettings(_Model):
     socket_timeout: Duration = 1.0
     pipeline: bool = True  # send the script calls of one loop turn as one pipeline
     # Where pipelines go: the gateway's own RESP connection (one node only), or redis-py's.
-    pipeline_client: Literal["resp", "redis-py"] = "resp"
+    pipeline_client: PipelineClient = "resp"
     # The old name of pipeline_client (true: resp, false: redis-py), said at start as such.
     lean: bool | None = None
     breaker: Breaker = Breaker()
@@ -158,8 +161,7 @@ class RedisSettings(_Model):
         """What the config says with an old name, each as one line with its new one."""
         if self.lean is None:
             return []
-        new = "resp" if self.lean else "redis-py"
-        return [f"redis.lean is deprecated: write redis.pipeline_client: {new}"]
+        return [f"redis.lean is deprecated: write redis.pipeline_client: {self.pipeline_client}"]
 
     @model_validator(mode="after")
     def _one_topology(self) -> RedisSettings:

@@ -13,12 +13,13 @@ acknowledged the write), and names the circuit breaker that guards a key's node.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.commands.core import AsyncScript
 
+from gateway.config.settings import PipelineClient
 from gateway.store.breaker import Circuit, CircuitBreaker
 from gateway.store.cluster import ClusterScripts
 from gateway.store.redispy_pipeline import RedisPyPipeline
@@ -26,7 +27,6 @@ from gateway.store.resp import Endpoint
 from gateway.store.resp_pipeline import RespPipeline
 
 SendCall = Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[Any]]
-PipelineClient = Literal["resp", "redis-py"]
 
 
 class Sender(Protocol):
