@@ -84,12 +84,12 @@ def _stores_out(client: TestClient, lanes: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("pipeline", "resp"), [(True, True), (True, False), (False, False)],
+    ("pipeline", "pipeline_client"), [(True, "resp"), (True, "redis-py"), (False, "redis-py")],
     ids=["resp", "pipelined", "plain"],
 )  # fmt: skip
 async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     pipeline: bool,
-    resp: bool,
+    pipeline_client: str,
     make_gateway: GatewayFactory,
     held: tuple[HeldUpstream, str],
     own_redis: RedisServer,
@@ -98,12 +98,12 @@ async def test_a_hung_redis_gives_its_first_503_within_one_socket_timeout(
     redis = {
         "socket_timeout": f"{SOCKET_TIMEOUT}s",
         "pipeline": pipeline,
-        "pipeline_client": "resp" if resp else "redis-py",
+        "pipeline_client": pipeline_client,
     }
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     batch = getattr(client.server.app[SERVICES].store.sender, "batches", None)
-    assert type(batch) is {(True, True): RespPipeline, (True, False): RedisPyPipeline}.get(
-        (pipeline, resp), type(None)
+    assert type(batch) is {(True, "resp"): RespPipeline, (True, "redis-py"): RedisPyPipeline}.get(
+        (pipeline, pipeline_client), type(None)
     )
     # Answers held in the upstream, in two groups: when Redis hangs, storing them keeps every
     # pipelined batch out (one group per batch) while new claims arrive.

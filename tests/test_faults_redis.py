@@ -23,15 +23,15 @@ REDIS = {"breaker": {"failures": 2, "reset": "200ms"}, "socket_timeout": "300ms"
 keys = (f"k-{n}" for n in itertools.count())
 
 
-@pytest.mark.parametrize("resp", [True, False], ids=["resp", "redis-py"])
+@pytest.mark.parametrize("pipeline_client", ["resp", "redis-py"])
 async def test_redis_killed_and_restarted(
     make_gateway: GatewayFactory,
     upstream: tuple[CountingUpstream, str],
     own_redis: RedisServer,
-    resp: bool,
+    pipeline_client: str,
 ) -> None:
     counting, origin = upstream
-    redis = {**REDIS, "pipeline_client": "resp" if resp else "redis-py"}
+    redis = {**REDIS, "pipeline_client": pipeline_client}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     before = next(keys)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": before})).status == 201
@@ -60,15 +60,15 @@ async def test_redis_killed_and_restarted(
     assert counting.count("/pay") == 2
 
 
-@pytest.mark.parametrize("resp", [True, False], ids=["resp", "redis-py"])
+@pytest.mark.parametrize("pipeline_client", ["resp", "redis-py"])
 async def test_hung_redis_gives_bounded_503s(
     make_gateway: GatewayFactory,
     upstream: tuple[CountingUpstream, str],
     own_redis: RedisServer,
-    resp: bool,
+    pipeline_client: str,
 ) -> None:
     counting, origin = upstream
-    redis = {**REDIS, "pipeline_client": "resp" if resp else "redis-py"}
+    redis = {**REDIS, "pipeline_client": pipeline_client}
     client = await make_gateway(settings=gateway_settings(origin, redis=redis), url=own_redis.url)
     assert (await client.post("/pay", data=b"x", headers={"Idempotency-Key": "warm"})).status == 201
     await until(lambda: b"C" in (r.get(b"s") for r in records(own_redis.url)))
@@ -115,12 +115,12 @@ async def test_script_flush_is_handled(
     assert counting.count("/pay") == 2
 
 
-@pytest.mark.parametrize("resp", [True, False], ids=["resp", "redis-py"])
+@pytest.mark.parametrize("pipeline_client", ["resp", "redis-py"])
 async def test_a_pause_shorter_than_the_lease_runs_nothing_twice(
     make_gateway: GatewayFactory,
     upstream: tuple[CountingUpstream, str],
     own_redis: RedisServer,
-    resp: bool,
+    pipeline_client: str,
 ) -> None:
     """Redis hangs for 2 s, longer than the breaker's patience, between the upstream's answer
     and its recording (lease 3 s): the outcome is journaled, the client gets its answer, the
@@ -128,7 +128,7 @@ async def test_a_pause_shorter_than_the_lease_runs_nothing_twice(
     stored before any retry can claim the key."""
     counting, origin = upstream
     settings = gateway_settings(
-        origin, redis={**REDIS, "pipeline_client": "resp" if resp else "redis-py"}, lease="3s"
+        origin, redis={**REDIS, "pipeline_client": pipeline_client}, lease="3s"
     )
     client = await make_gateway(settings=settings, url=own_redis.url)
     metrics = metrics_of(client)

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import redis
 
-from gateway.config.settings import RedisSettings
+from gateway.config.settings import PipelineClient, RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.redispy_pipeline import RedisPyPipeline
@@ -20,13 +20,15 @@ from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
 
-@pytest.fixture(params=[True, False], ids=["resp", "redis-py"])
-def resp(request: pytest.FixtureRequest) -> bool:
+@pytest.fixture(params=["resp", "redis-py"])
+def pipeline_client(request: pytest.FixtureRequest) -> PipelineClient:
     """Pipelines on the gateway's own connection, or on redis-py's: each test runs on both."""
     return bool(request.param)
 
 
-def pipelined_store(url: str, resp: bool, pipeline: bool = True, timeout: float = 5.0) -> Store:
+def pipelined_store(
+    url: str, pipeline_client: PipelineClient, pipeline: bool = True, timeout: float = 5.0
+) -> Store:
     # Generous timeouts: the tests share a loaded machine and open many connections at once.
     settings = RedisSettings(connect_timeout=5.0, socket_timeout=timeout)
     store = make_store(
@@ -34,11 +36,12 @@ def pipelined_store(url: str, resp: bool, pipeline: bool = True, timeout: float 
         settings,
         pipeline=pipeline,
         timeout=timeout,
-        pipeline_client="resp" if resp else "redis-py",
+        pipeline_client=pipeline_client,
     )
     if pipeline:
         assert isinstance(
-            getattr(store.sender, "batches", None), RespPipeline if resp else RedisPyPipeline
+            getattr(store.sender, "batches", None),
+            RespPipeline if pipeline_client == "resp" else RedisPyPipeline,
         )
     return store
 
@@ -53,9 +56,9 @@ def redis_clients(url: str) -> int:
 
 @pytest.mark.parametrize("pipeline", [True, False])
 async def test_concurrent_claims_each_get_their_own_answer(
-    redis_url: str, pipeline: bool, resp: bool
+    redis_url: str, pipeline: bool, pipeline_client: PipelineClient
 ) -> None:
-    store = pipelined_store(redis_url, resp, pipeline)
+    store = pipelined_store(redis_url, pipeline_client, pipeline)
     try:
         # Twenty keys, five claimants each, all in the same loop turn.
         calls = [store.claim(f"idem:{{t:k{n % 20}}}", "fp", f"token{n}", 30.0) for n in range(100)]
@@ -67,14 +70,16 @@ async def test_concurrent_claims_each_get_their_own_answer(
     assert all(r.pttl_ms > 0 for r in results if r.outcome is Claim.IN_FLIGHT)
 
 
-async def test_one_loop_turn_of_calls_uses_one_connection(redis_url: str, resp: bool) -> None:
-    store = pipelined_store(redis_url, resp)
+async def test_one_loop_turn_of_calls_uses_one_connection(
+    redis_url: str, pipeline_client: PipelineClient
+) -> None:
+    store = pipelined_store(redis_url, pipeline_client)
     try:
         await asyncio.gather(*(store.claim(f"idem:{{t:{i}}}", "f", "t", 30.0) for i in range(200)))
         assert redis_clients(redis_url) == 1
     finally:
         await store.close()
-    direct = pipelined_store(redis_url, resp, pipeline=False)
+    direct = pipelined_store(redis_url, pipeline_client, pipeline=False)
     try:
         await asyncio.gather(*(direct.claim(f"idem:{{u:{i}}}", "f", "t", 30.0) for i in range(200)))
         assert redis_clients(redis_url) > 1  # the same load without coalescing
@@ -82,11 +87,13 @@ async def test_one_loop_turn_of_calls_uses_one_connection(redis_url: str, resp: 
         await direct.close()
 
 
-async def test_an_error_reply_fails_only_its_own_call(redis_url: str, resp: bool) -> None:
+async def test_an_error_reply_fails_only_its_own_call(
+    redis_url: str, pipeline_client: PipelineClient
+) -> None:
     plain = redis.Redis.from_url(redis_url)
     plain.set("idem:{t:string}", "not a hash")
     plain.close()
-    store = pipelined_store(redis_url, resp)
+    store = pipelined_store(redis_url, pipeline_client)
     try:
         results = await asyncio.gather(
             store.claim("idem:{t:a}", "f", "t", 30.0),
@@ -102,8 +109,10 @@ async def test_an_error_reply_fails_only_its_own_call(redis_url: str, resp: bool
     assert results[2].outcome is Claim.CLAIMED
 
 
-async def test_forgotten_scripts_are_loaded_again(redis_url: str, resp: bool) -> None:
-    store = pipelined_store(redis_url, resp)
+async def test_forgotten_scripts_are_loaded_again(
+    redis_url: str, pipeline_client: PipelineClient
+) -> None:
+    store = pipelined_store(redis_url, pipeline_client)
     try:
         assert (await store.claim("idem:{t:a}", "f", "t1", 30.0)).outcome is Claim.CLAIMED
         plain = redis.Redis.from_url(redis_url)
@@ -122,9 +131,9 @@ async def test_forgotten_scripts_are_loaded_again(redis_url: str, resp: bool) ->
 
 
 async def test_redis_down_fails_every_call_then_recovers(
-    own_redis: RedisServer, resp: bool
+    own_redis: RedisServer, pipeline_client: PipelineClient
 ) -> None:
-    store = pipelined_store(own_redis.url, resp)
+    store = pipelined_store(own_redis.url, pipeline_client)
     try:
         assert (await store.claim("idem:{t:a}", "f", "t", 30.0)).outcome is Claim.CLAIMED
         own_redis.stop(kill=True)
@@ -141,9 +150,9 @@ async def test_redis_down_fails_every_call_then_recovers(
 
 
 async def test_a_hung_redis_fails_the_batch_at_the_deadline_then_recovers(
-    own_redis: RedisServer, resp: bool
+    own_redis: RedisServer, pipeline_client: PipelineClient
 ) -> None:
-    store = pipelined_store(own_redis.url, resp, timeout=0.3)
+    store = pipelined_store(own_redis.url, pipeline_client, timeout=0.3)
     assert own_redis.process is not None
     try:
         assert (await store.claim("idem:{t:a}", "f", "t", 30.0)).outcome is Claim.CLAIMED
@@ -167,11 +176,11 @@ async def test_a_hung_redis_fails_the_batch_at_the_deadline_then_recovers(
 
 @pytest.mark.parametrize("pipeline", [True, False])
 async def test_an_argument_redis_cannot_take_is_a_store_error_either_way(
-    redis_url: str, pipeline: bool, resp: bool
+    redis_url: str, pipeline: bool, pipeline_client: PipelineClient
 ) -> None:
     """hiredis's packer (pipelined) and redis-py's (not) refuse the same arguments alike: as
     a Redis failure the store reports, never a bare TypeError, and the next call is fine."""
-    store = pipelined_store(redis_url, resp, pipeline)
+    store = pipelined_store(redis_url, pipeline_client, pipeline)
     try:
         with pytest.raises(StoreUnavailable, match="DataError"):
             await store._call(store._claim, "idem:{t:bad}", "f", "t", None, 0)
@@ -181,12 +190,12 @@ async def test_an_argument_redis_cannot_take_is_a_store_error_either_way(
 
 
 async def test_a_call_queued_behind_hung_batches_fails_within_one_timeout(
-    own_redis: RedisServer, resp: bool
+    own_redis: RedisServer, pipeline_client: PipelineClient
 ) -> None:
     """Both lanes are out with completions when Redis hangs: a claim made then waits in the
     queue, yet fails within one socket timeout of being made, not after the lanes' own."""
     timeout = 0.5
-    store = pipelined_store(own_redis.url, resp, timeout=timeout)
+    store = pipelined_store(own_redis.url, pipeline_client, timeout=timeout)
     assert own_redis.process is not None and getattr(store.sender, "batches", None) is not None
     try:
         for n in range(2):  # two held connections, both open before the hang

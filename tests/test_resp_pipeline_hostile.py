@@ -11,7 +11,7 @@ import pytest
 import redis
 import uvloop
 
-from gateway.config.settings import RedisSettings
+from gateway.config.settings import PipelineClient, RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.store import Store, load_script
@@ -24,10 +24,10 @@ from .test_resp_pipeline import redis_port, resp_store, serving
 PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"
 
 
-def pipelined_store(url: str, resp: bool) -> Store:
+def pipelined_store(url: str, pipeline_client: PipelineClient) -> Store:
     """The RESP connection, or redis-py's (the reference) under the same batches."""
     settings = RedisSettings(connect_timeout=2.0, socket_timeout=2.0)
-    return make_store(url, settings, pipeline=True, pipeline_client="resp" if resp else "redis-py")
+    return make_store(url, settings, pipeline=True, pipeline_client=pipeline_client)
 
 
 def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(
@@ -74,9 +74,9 @@ def test_a_redis_at_maxclients_fails_the_call_in_time_under_uvloop(
     assert outcome is Claim.CLAIMED
 
 
-@pytest.mark.parametrize("resp", [True, False], ids=["resp", "redis-py"])
+@pytest.mark.parametrize("pipeline_client", ["resp", "redis-py"])
 async def test_a_push_frame_before_the_replies_shifts_no_answer_to_another_key(
-    redis_url: str, resp: bool
+    redis_url: str, pipeline_client: PipelineClient
 ) -> None:
     """A Redis (or a proxy) that sends a RESP3 push frame in front of a batch's replies: a
     push answers no command. Each call still gets its own key's answer, as redis-py gives
@@ -114,7 +114,7 @@ async def test_a_push_frame_before_the_replies_shifts_no_answer_to_another_key(
             up_writer.close()
 
     async with serving(pushing) as port:
-        store = pipelined_store(f"redis://127.0.0.1:{port}/0", resp)
+        store = pipelined_store(f"redis://127.0.0.1:{port}/0", pipeline_client)
         try:
             held, fresh = await asyncio.gather(
                 store.claim("idem:{t:held}", "f", "other", 30.0),

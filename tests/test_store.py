@@ -32,14 +32,13 @@ RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3
 @pytest.fixture(params=["plain", "resp", "redis-py"])
 async def store(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     """Each call alone, or pipelined on the gateway's own connection or on redis-py's."""
-    pipeline, resp = request.param != "plain", request.param == "resp"
     settings = RedisSettings(url=redis_url)
     s = make_store(
         redis_url,
         settings,
         CircuitBreaker(5, 1.0),
-        pipeline=pipeline,
-        pipeline_client="resp" if resp else "redis-py",
+        pipeline=request.param != "plain",
+        pipeline_client="redis-py" if request.param == "redis-py" else "resp",
     )
     yield s
     await s.close()

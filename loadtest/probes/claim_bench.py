@@ -119,12 +119,11 @@ async def bench(
             seconds, latencies, winners = await _drive(watch, run, claims, concurrency, per_key)
             retries = watch.retries
         else:
-            pipeline, resp = method in ("lua-pipeline", "lua-resp"), method == "lua-resp"
             store = make_store(
                 breaker=CircuitBreaker(10**6, 1.0),
                 client=client,
-                pipeline=pipeline,
-                pipeline_client="resp" if resp else "redis-py",
+                pipeline=method in ("lua-pipeline", "lua-resp"),
+                pipeline_client="resp" if method == "lua-resp" else "redis-py",
             )
 
             async def lua(key: str, fingerprint: str, token: str) -> Claim:
