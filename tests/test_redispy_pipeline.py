@@ -6,6 +6,7 @@ import asyncio
 import signal
 import time
 from collections import Counter
+from typing import cast
 
 import pytest
 import redis
@@ -23,7 +24,7 @@ from testkit.stores import make_store
 @pytest.fixture(params=["resp", "redis-py"])
 def pipeline_client(request: pytest.FixtureRequest) -> PipelineClient:
     """Pipelines on the gateway's own connection, or on redis-py's: each test runs on both."""
-    return bool(request.param)
+    return cast(PipelineClient, request.param)
 
 
 def pipelined_store(
