@@ -15,6 +15,7 @@ sources.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib
 import os
@@ -136,8 +137,8 @@ def drops_record() -> None:
 
 class Stalls:
     """The process stalls (SIGSTOP, woken by a child of its own, as a supervisor or swapping
-    would) once, at its first call 1.5 s or more after the start; of the run's gateways, only
-    the first to get there does, so that a retry always finds another one awake.
+    would) once, 1.5 s or more after the start; of the run's gateways, only the first to get
+    there does, so that a retry always finds another one awake.
 
     The stall outlasts both the lease and a client's timeout by 1.5 s: a client's retry
     reaches another gateway while the lease is over and the stalled owner has not yet
@@ -149,22 +150,53 @@ class Stalls:
     def __init__(self) -> None:
         self.stalled = False
         self.start = time.monotonic()
+        self.mine: bool | None = None  # whether this process takes the run's stall
+        self.parked = 0
+        self.gathered: asyncio.Event | None = None
 
-    def maybe(self, lease: float) -> None:
+    def due(self) -> bool:
+        """Whether this process is to stall: not yet, 1.5 s on, and the run's stall its own."""
         if self.stalled or time.monotonic() - self.start < 1.5:
+            return False
+        if self.mine is None:
+            self.mine = self._take()
+        return self.mine
+
+    def _take(self) -> bool:
+        if self.token is None:
+            return True
+        try:
+            os.close(os.open(self.token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            return False  # another gateway stalls
+        return True
+
+    def now(self, lease: float) -> None:
+        """Stall the process now, if it is due to."""
+        if not self.due():
             return
-        self.stalled = True  # or another gateway did
-        if self.token is not None:
-            try:
-                os.close(os.open(self.token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            except FileExistsError:
-                return  # another gateway stalls
+        self.stalled = True
         from loadtest.verify.clients import Knobs  # not before the patch: it loads the gateway
 
         pid = os.getpid()
         seconds = max(lease, Knobs.timeout) + 1.5
         subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"])
         os.kill(pid, signal.SIGSTOP)
+
+    async def with_others(self, lease: float, calls: int = 12, within: float = 1.0) -> None:
+        """Stall the process, if it is due to, once `calls` calls wait here (or `within`
+        seconds after the first did): that many owners are caught mid-call. Stalled at the
+        first call that got there, a loaded run caught as few as none that had sent."""
+        if not self.due():
+            return
+        self.parked += 1
+        if self.gathered is None:
+            self.gathered = asyncio.Event()
+            asyncio.get_running_loop().call_later(within, self.gathered.set)
+        if self.parked >= calls:
+            self.gathered.set()
+        await self.gathered.wait()
+        self.now(lease)  # the first call woken stalls; the others go on after it
 
 
 def stalled_owner() -> None:
@@ -175,7 +207,7 @@ def stalled_owner() -> None:
 
     def unchecked(real: Callable[[float, float], bool]) -> Callable[[float, float], bool]:
         def may_send(elapsed: float, lease: float) -> bool:
-            stalls.maybe(lease)
+            stalls.now(lease)
             return True
 
         return may_send
@@ -184,18 +216,19 @@ def stalled_owner() -> None:
 
 
 def stall_after_send() -> None:
-    """The process stalls after its request went out, before it stores the answer (lease
-    and all): a retry finds the lease over. Not a breakage: the control for the next."""
+    """The process stalls while several owners have their answers and have not stored them
+    (lease and all): a retry finds the lease over. Not a breakage: the control for the
+    next."""
     stalls = Stalls()
 
     def stalled(real: Callable[..., Any]) -> Callable[..., Any]:
-        def decide(status: int, route: Any) -> Any:
-            stalls.maybe(route.lease)
-            return real(status, route)
+        async def record(s: Any, c: Any, *args: Any, **kwargs: Any) -> Any:
+            await stalls.with_others(c.route.lease)
+            return await real(s, c, *args, **kwargs)
 
-        return decide
+        return record
 
-    replace("gateway.http.flow.forward", "on_answer", stalled)
+    replace("gateway.http.flow.forward", "record_answer", stalled)
 
 
 def expired_lease_free() -> None:
