@@ -253,12 +253,12 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
         target = shlex.split(url)[-1].replace("localhost:9090", f"127.0.0.1:{admin_port}")
         async with aiohttp.ClientSession() as http:
 
-            async def ready() -> bool:
+            async def workers_serve() -> bool:
                 """The admin port answers 200 (503 until workers serve)."""
                 async with http.get(f"http://{target}") as r:
                     return r.status == 200
 
-            await until(ready, 20, every=0.05)
+            await until(workers_serve, 20, every=0.05)
             async with http.get(f"http://{target}") as r:
                 body = await r.json()
             assert r.status == 200 and body["ready"] is True
