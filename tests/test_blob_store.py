@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from gateway.blobs.file import FileBlobStore
 from gateway.config.loading import settings_from_dict
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 
 from .conftest import gateway_settings
@@ -149,10 +149,7 @@ async def test_gateway_sweeps_periodically(
     stale.write_bytes(b"old")
     kept.write_bytes(b"new")
     age(stale, 5)
-    deadline = time.monotonic() + 10
-    while stale.exists():
-        assert time.monotonic() < deadline, "the sweep did not run"
-        await asyncio.sleep(0.02)
+    await until(lambda: not stale.exists(), 10, "the sweep removing the stale blob")
     assert kept.exists()
 
 

@@ -19,6 +19,7 @@ from gateway.ops.console import FILES, STATIC
 from gateway.ops.keyview import PREVIEW_MAX, preview
 from gateway.ops.supervisor.merged_metrics import WorkerMetrics, parse
 from gateway.telemetry.metrics import Metrics
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
@@ -158,11 +159,8 @@ async def test_a_call_outliving_its_lease_needs_attention(
         return list(orjson.loads(await resp.read())["items"])
 
     assert await items() == []  # within its lease
-    deadline = asyncio.get_running_loop().time() + 10
-    while not (listed := await items()):
-        assert asyncio.get_running_loop().time() < deadline, "never listed"
-        await asyncio.sleep(0.05)
-    (item,) = listed
+    await until(items, 10, "the held call listed past its lease", every=0.05)
+    (item,) = await items()  # listed until it is released
     assert item["route"] == "api" and item["why"] == "running past its lease"
     counting.release.set()
     assert (await call).status == 201
@@ -235,10 +233,12 @@ async def test_an_outcome_redis_has_not_taken_needs_attention_until_it_does(
         (item,) = await items()
         assert item["route"] == "api" and item["why"] == "journaled, not stored"
         redis_server.process.send_signal(signal.SIGCONT)
-        deadline = asyncio.get_running_loop().time() + 15
-        while await items():
-            assert asyncio.get_running_loop().time() < deadline, "still listed once stored"
-            await asyncio.sleep(0.05)
+
+        async def none_listed() -> bool:
+            """Nothing listed, the journaled answer stored once Redis is back."""
+            return not await items()
+
+        await until(none_listed, 15, every=0.05)
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
         await client.close()

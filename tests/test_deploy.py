@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.settings import Settings
 from gateway.http.app import DRAIN_SECONDS, METRICS
 from gateway.ops.supervisor.admin_hub import supervisor_families
+from testkit.polling import until
 
 from .conftest import GatewayFactory
 from .tls_certs import private_ca
@@ -168,10 +168,9 @@ async def test_in_flight_counts_a_running_forward(
     assert _sample(client, "idem_in_flight") == 1
     counting.release.set()
     assert (await held).status == 201
-    deadline = time.monotonic() + 5
-    while _sample(client, "idem_in_flight") != 0:
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    await until(
+        lambda: _sample(client, "idem_in_flight") == 0, 5, "in flight back to 0", every=0.01
+    )
 
 
 def _sample(client: TestClient, name: str) -> float | None:

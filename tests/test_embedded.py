@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -17,6 +15,7 @@ import aiohttp
 import pytest
 import redis
 
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 
 
@@ -110,10 +109,7 @@ async def test_embedded_redis_stops_when_the_gateway_is_killed(upstream, tmp_pat
     finally:
         gateway.signal(signal.SIGKILL)
         gateway.process.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while alive(redis_pid):
-        assert time.monotonic() < deadline, "the embedded redis-server outlived its gateway"
-        time.sleep(0.02)
+    await until(lambda: not alive(redis_pid), 10, "the embedded redis-server ending with it")
 
 
 def _embedded_config(origin: str) -> dict[str, Any]:
@@ -132,6 +128,18 @@ async def _post(
         return r.status, "Idempotent-Replayed" in r.headers
 
 
+async def _until_started_again(gateway: GatewayProcess, session: aiohttp.ClientSession) -> None:
+    """Once its embedded Redis was killed: until the gateway started it again, the key "after"
+    answered 201 (503 until then)."""
+
+    async def answered() -> bool:
+        status, _ = await _post(gateway, session, "after")
+        assert status in (201, 503), status
+        return status == 201
+
+    await until(answered, 15, "the embedded Redis started again", every=0.1)
+
+
 async def test_an_embedded_redis_that_dies_is_started_again_with_its_records(
     upstream, tmp_path: Path
 ) -> None:
@@ -148,11 +156,7 @@ async def test_an_embedded_redis_that_dies_is_started_again_with_its_records(
             assert gateway.process is not None
             (redis_pid,) = children(gateway.process.pid, "redis-server")
             os.kill(redis_pid, signal.SIGKILL)
-            deadline = time.monotonic() + 15
-            while (status := await post(session, "after"))[0] != 201:
-                assert status[0] == 503
-                assert time.monotonic() < deadline, "the embedded Redis was not started again"
-                await asyncio.sleep(0.1)
+            await _until_started_again(gateway, session)
             assert await post(session, "before") == (201, True)  # from the append-only file
             assert await post(session, "after") == (201, True)
         assert children(gateway.process.pid, "redis-server") != [redis_pid]
@@ -183,19 +187,17 @@ async def test_a_kill_of_the_embedded_redis_loses_no_acknowledged_record_on_a_sl
                 # Such a Redis hands the fsync of a write to the frozen thread within a
                 # second: from then on it holds back what it writes (the stalled disk).
                 client.set("written", "1")
-                deadline = time.monotonic() + 10
-                while not client.info("persistence")["aof_pending_bio_fsync"]:
-                    assert time.monotonic() < deadline, "no fsync was handed to the thread"
-                    await asyncio.sleep(0.01)
+                await until(
+                    lambda: client.info("persistence")["aof_pending_bio_fsync"],
+                    10,
+                    "an fsync handed to the thread",
+                    every=0.01,
+                )
             async with aiohttp.ClientSession() as session:
                 assert await post(session, "before") == (201, False)
             kill()  # the OOM killer
         async with aiohttp.ClientSession() as session:
-            deadline = time.monotonic() + 15
-            while (status := await post(session, "after"))[0] != 201:
-                assert status[0] == 503
-                assert time.monotonic() < deadline, "the embedded Redis was not started again"
-                await asyncio.sleep(0.1)
+            await _until_started_again(gateway, session)
             replayed = await post(session, "before")
     finally:
         gateway.stop()

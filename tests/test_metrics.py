@@ -6,7 +6,6 @@ import asyncio
 import logging
 import socket
 import sys
-import time
 from typing import Any
 
 import aiohttp
@@ -25,6 +24,7 @@ from gateway.http.flow import handler
 from gateway.ops.admin import attach_admin
 from gateway.telemetry.logs import JsonFormatter
 from gateway.telemetry.metrics import Metrics
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 
 from .conftest import AdminFactory, GatewayFactory, gateway_settings
@@ -124,17 +124,19 @@ async def test_readyz_fails_while_draining(redis_url: str, upstream) -> None:
             held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "d"}))
             await asyncio.wait_for(counting.entered.wait(), 10)
             closing = asyncio.ensure_future(gw.server.close())
-            deadline = time.monotonic() + 10
-            while True:
+
+            async def draining() -> bool:
+                """readyz reports draining."""
                 async with admin.get(readyz) as resp:
-                    if resp.status == 503:
-                        assert await resp.json() == {
-                            "ready": False, "redis": True, "draining": True,
-                            "eviction_risk": False,
-                        }  # fmt: skip
-                        break
-                assert time.monotonic() < deadline, "readyz never reported draining"
-                await asyncio.sleep(0.01)
+                    if resp.status != 503:
+                        return False
+                    assert await resp.json() == {
+                        "ready": False, "redis": True, "draining": True,
+                        "eviction_risk": False,
+                    }  # fmt: skip
+                    return True
+
+            await until(draining, 10, every=0.01)
             counting.release.set()
             assert (await held).status == 201  # the in-flight request was not dropped
             await closing

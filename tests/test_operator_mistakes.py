@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from testkit.polling import wait_until
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
@@ -230,11 +231,14 @@ def test_a_sighup_while_the_gateway_starts_does_not_end_it(redis_url: str, tmp_p
         preexec_fn=_sighup_by_default,  # whatever this test run inherited (nohup)
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while not _ignores_sighup(process.pid):  # as soon as it can take one, long before
-            assert process.poll() is None, "the gateway ended before it served"
-            assert time.monotonic() < deadline, "SIGHUP is not ignored while the gateway starts"
-            time.sleep(0.005)
+
+        def takes_a_reload() -> bool:
+            """The starting gateway ignores SIGHUP: it can take one, long before it serves."""
+            ignores = _ignores_sighup(process.pid)
+            assert ignores or process.poll() is None, "the gateway ended before it served"
+            return ignores
+
+        wait_until(takes_a_reload, 10, every=0.005)
         process.send_signal(signal.SIGHUP)
         wait_for_port(port, process, 20)  # it went on to serve
         assert process.poll() is None
@@ -365,10 +369,8 @@ def test_ctrl_c_while_the_gateway_starts_is_one_line(redis_url: str, tmp_path: P
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         preexec_fn=_sigint_by_default, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while not _ignores_sighup(process.pid):  # the gateway's first line ran: Python is up
-        assert time.monotonic() < deadline, "the gateway did not start"
-        time.sleep(0.002)
+    # Once it ignores SIGHUP, the gateway's first line ran: Python is up.
+    wait_until(lambda: _ignores_sighup(process.pid), 10, "the gateway starting", every=0.002)
     process.send_signal(signal.SIGINT)  # long before it can serve
     _, err = process.communicate(timeout=30)
     assert (process.returncode, err) == (130, "idem-gateway: interrupted\n")

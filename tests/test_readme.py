@@ -11,7 +11,6 @@ import shlex
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.policy import Policy
+from testkit.polling import until
 from testkit.ports import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,13 +252,15 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
         url, _, shown = ready.partition("#")
         target = shlex.split(url)[-1].replace("localhost:9090", f"127.0.0.1:{admin_port}")
         async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 20  # the admin port answers 503 until workers serve
-            while True:
+
+            async def workers_serve() -> bool:
+                """The admin port answers 200 (503 until workers serve)."""
                 async with http.get(f"http://{target}") as r:
-                    body = await r.json()
-                if r.status == 200 or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.05)
+                    return r.status == 200
+
+            await until(workers_serve, 20, every=0.05)
+            async with http.get(f"http://{target}") as r:
+                body = await r.json()
             assert r.status == 200 and body["ready"] is True
             assert shown.strip().startswith('{"ready": true')
             orders = f"http://127.0.0.1:{port}/v1/orders"

@@ -10,6 +10,8 @@ import logging
 import orjson
 import pytest
 
+from testkit.polling import until
+
 from .conftest import GatewayFactory
 from .faultkit import redis_keys
 from .test_faults_input import exchange, status_of
@@ -149,10 +151,7 @@ async def test_a_client_hanging_up_mid_body_is_logged_as_499_without_a_traceback
     def logged() -> list[dict[str, object]]:
         return [r.fields for r in caplog.records if r.name == "gateway.http.server.access"]  # type: ignore[attr-defined]
 
-    deadline = asyncio.get_running_loop().time() + 10
-    while not logged():
-        assert asyncio.get_running_loop().time() < deadline, "no access log line"
-        await asyncio.sleep(0.01)
+    await until(logged, 10, "an access log line", every=0.01)
     assert [line["status"] for line in logged()] == [499]
     assert [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
     assert counting.count("/pay") == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 
+from testkit.polling import until
 from testkit.procs import GatewayProcess
 
 from .hostile import BigAnswers, Wire, exchange, request, start_gateway
@@ -153,10 +154,7 @@ async def test_a_client_hanging_up_mid_body_logs_499_and_no_traceback(
             def access_lines() -> list[dict[str, object]]:
                 return [line for line in logged() if line["logger"] == "gateway.http.server.access"]
 
-            deadline = asyncio.get_running_loop().time() + 10
-            while len(access_lines()) < 3:
-                assert asyncio.get_running_loop().time() < deadline, gateway.log()
-                await asyncio.sleep(0.02)
+            await until(lambda: len(access_lines()) >= 3, 10, "three access lines logged")
         finally:
             gateway.stop()
         assert [line["status"] for line in access_lines()] == [499, 499, 499]

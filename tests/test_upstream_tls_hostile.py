@@ -31,6 +31,7 @@ from gateway.core.decision import Failure
 from gateway.upstream import aiohttp_client
 from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.httptools_client import UpstreamPool
+from testkit.polling import until
 
 from .conftest import GatewayFactory
 from .test_faults_input import exchange
@@ -209,9 +210,7 @@ async def test_a_close_notify_the_upstream_never_answers_frees_the_connection_pr
         pool = UpstreamPool(upstream.origin, 4, _trusting(ca))
         assert await _post(pool) == b"ok"
         pool.close()  # closes the idle connection, when it was kept
-        deadline = time.monotonic() + 6
-        while "closed" not in upstream.events and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        await until(lambda: "closed" in upstream.events, 6, "the connection closed", every=0.05)
         events = dict(upstream.events)
     assert "close_notify" in events, events
     assert "closed" in events, "the connection was still open 6 s after its answer"
@@ -251,9 +250,7 @@ async def test_aiohttp_s_client_too_frees_a_connection_whose_close_notify_is_nev
                 session, "POST", url, headers, b"x", timeouts
             ) as answer:
                 assert await answer.read_chunk(2.0) == b"ok"
-            deadline = time.monotonic() + 6
-            while "closed" not in upstream.events and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await until(lambda: "closed" in upstream.events, 6, "the connection closed", every=0.05)
             events = dict(upstream.events)
         finally:
             await session.close()
