@@ -80,6 +80,21 @@ def redis_port(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
+@asynccontextmanager
+async def to_redis(
+    redis_url: str, client: asyncio.StreamReader
+) -> AsyncIterator[asyncio.StreamReader]:
+    """A connection to the real Redis that the client's bytes are pumped up to; its replies
+    are the caller's to pass back (whole, in pieces, or cut)."""
+    up_reader, up_writer = await asyncio.open_connection("127.0.0.1", redis_port(redis_url))
+    forward = asyncio.ensure_future(pump(client, up_writer))
+    try:
+        yield up_reader
+    finally:
+        forward.cancel()
+        up_writer.close()
+
+
 def evalsha_calls(url: str) -> int:
     plain = redis.Redis.from_url(url)
     try:
@@ -103,17 +118,12 @@ async def test_replies_read_one_byte_at_a_time_each_reach_their_own_call(
     monkeypatch.setattr(RedisProtocol, "data_received", counting)
 
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: int) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", redis_port(redis_url))
-        forward = asyncio.ensure_future(pump(reader, up_writer))
-        try:
+        async with to_redis(redis_url, reader) as up_reader:
             while data := await up_reader.read(65536):
                 for byte in data:
                     writer.write(bytes([byte]))
                     await writer.drain()
                     await asyncio.sleep(0)  # a loop turn: the client reads what came so far
-        finally:
-            forward.cancel()
-            up_writer.close()
 
     async with serving(trickle) as port:
         store = resp_store(f"redis://127.0.0.1:{port}/0")
@@ -141,9 +151,7 @@ async def test_a_connection_reset_in_the_middle_of_a_batch_sends_the_rest_once_m
     redis.Redis.from_url(redis_url).config_resetstat()
 
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", redis_port(redis_url))
-        forward = asyncio.ensure_future(pump(reader, up_writer))
-        try:
+        async with to_redis(redis_url, reader) as up_reader:
             if n > 1:
                 await pump(up_reader, writer)
                 return
@@ -153,9 +161,6 @@ async def test_a_connection_reset_in_the_middle_of_a_batch_sends_the_rest_once_m
             writer.write(replies[: first_reply + 5])
             await writer.drain()
             writer.transport.abort()
-        finally:
-            forward.cancel()
-            up_writer.close()
 
     async with serving(cut) as port:
         store = resp_store(f"redis://127.0.0.1:{port}/0")
@@ -183,13 +188,8 @@ async def test_a_call_whose_connection_breaks_twice_fails_as_a_store_error(
             await reader.read(1)  # the batch arrives
             writer.transport.abort()
             return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", redis_port(redis_url))
-        forward = asyncio.ensure_future(pump(reader, up_writer))
-        try:
+        async with to_redis(redis_url, reader) as up_reader:
             await pump(up_reader, writer)
-        finally:
-            forward.cancel()
-            up_writer.close()
 
     async with serving(resets) as port:
         store = resp_store(f"redis://127.0.0.1:{port}/0")
