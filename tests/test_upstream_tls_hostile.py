@@ -210,10 +210,14 @@ async def test_a_close_notify_the_upstream_never_answers_frees_the_connection_pr
         pool = UpstreamPool(upstream.origin, 4, _trusting(ca))
         assert await _post(pool) == b"ok"
         pool.close()  # closes the idle connection, when it was kept
-        await until(lambda: "closed" in upstream.events, 6, "the connection closed", every=0.05)
+        await until(
+            lambda: "closed" in upstream.events,
+            6,
+            "the connection closing after its answer",
+            every=0.05,
+        )
         events = dict(upstream.events)
     assert "close_notify" in events, events
-    assert "closed" in events, "the connection was still open 6 s after its answer"
     assert events["closed"] - events["answered"] < 3.5
     assert upstream.executions == 1
 
@@ -250,11 +254,15 @@ async def test_aiohttp_s_client_too_frees_a_connection_whose_close_notify_is_nev
                 session, "POST", url, headers, b"x", timeouts
             ) as answer:
                 assert await answer.read_chunk(2.0) == b"ok"
-            await until(lambda: "closed" in upstream.events, 6, "the connection closed", every=0.05)
+            await until(
+                lambda: "closed" in upstream.events,
+                6,
+                "the connection closing after its answer",
+                every=0.05,
+            )
             events = dict(upstream.events)
         finally:
             await session.close()
-    assert "closed" in events, "the connection was still open 6 s after its answer"
     assert events["closed"] - events["answered"] < 3.5
     assert upstream.executions == 1
 
