@@ -24,7 +24,7 @@ from gateway.errors import ConfigError
 from gateway.http.app import DRAIN_SECONDS, METRICS, create_app
 from gateway.http.server import site
 from gateway.http.server.certificates import attach_tls
-from gateway.ops import keyscli, sizing
+from gateway.ops import keyscli, sizing, upgradecli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
 from gateway.ops.listener import ListenError, bind
@@ -159,7 +159,10 @@ def _parser() -> _Parser:
     `--workers` parent sets for each worker."""
     parser = _Parser(
         prog="idem-gateway",
-        usage="idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] [keys|schema|sizing ...]",
+        usage=(
+            "idem-gateway [-h] [-c FILE] [--check FILE] [--workers N] "
+            "[keys|schema|sizing|upgraded ...]"
+        ),
         description="An idempotency gateway: makes POST/PUT/PATCH of an upstream safe to retry.",
     )
     parser.add_argument(
@@ -182,11 +185,12 @@ def _parser() -> _Parser:
     parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
     parser.add_argument("--serving", help=argparse.SUPPRESS)
     commands = parser.add_subparsers(
-        dest="command", metavar="keys|schema|sizing", prog="idem-gateway"
+        dest="command", metavar="keys|schema|sizing|upgraded", prog="idem-gateway"
     )
     keyscli.add_parser(commands)
     commands.add_parser("schema", help="print the config's JSON Schema (config/schema.json)")
     sizing.add_parser(commands)
+    upgradecli.add_parser(commands)
     return parser
 
 
@@ -222,12 +226,13 @@ def _main(argv: Sequence[str] | None) -> int:
     if not args.serving:  # a worker's supervisor said it already
         for old_name in settings.redis.deprecations():
             print(f"idem-gateway: {path}: {old_name}", file=sys.stderr)
-    unprotected = protects_nothing(settings) if args.command != "keys" else None
+    tool = args.command in ("keys", "upgraded")  # works on Redis, serves nothing
+    unprotected = protects_nothing(settings) if not tool else None
     if unprotected is not None:
         where = path or "the built-in config (give one with --config)"
         print(f"idem-gateway: invalid config {where}: {unprotected}", file=sys.stderr)
         return EXIT_CONFIG
-    missing = tracing_unavailable(settings) if args.command != "keys" else None
+    missing = tracing_unavailable(settings) if not tool else None
     if missing is not None:  # --check says it too: the start would refuse it
         print(f"idem-gateway: cannot start: {missing}", file=sys.stderr)
         return EXIT_CONFIG
@@ -236,6 +241,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return say(f"{path}: OK ({routes} route{'' if routes == 1 else 's'})\n")
     if args.command == "keys":
         return keyscli.run(args, settings)
+    if args.command == "upgraded":
+        return upgradecli.run(args, settings)
     logs.configure(settings.log_level, settings.log_format)
     START_LINES.hold()
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place

@@ -1,5 +1,6 @@
 -- claim: take an idempotency key, or report what holds it. One round trip.
--- KEYS[1]  the record's key (hash-tagged, one Cluster slot)
+-- KEYS[1]  the record's key in the format this gateway writes: a new claim is made here
+-- KEYS[2]  the record's key in the other format (the same Cluster slot): read, never made
 -- ARGV[1]  request fingerprint
 -- ARGV[2]  fresh owner token
 -- ARGV[3]  lease in milliseconds
@@ -9,63 +10,91 @@
 -- ARGV[6]  on a lost owner: "take" (this request becomes the owner and decides) or "hold"
 --          (answer LOST and write nothing: retries get 409 until the hold ends)
 -- ARGV[7]  "1" when the route marks sends: the key counts as unsent until `sent` says so
--- Returns  {"CLAIMED"}                          absent: now PENDING, owned by ARGV[2]
---          {"UNSENT"}                           its owner died before sending: owned anew
---          {"IN_FLIGHT", lease_left_ms}         PENDING under a live owner
---          {"TAKEN"}                            its owner stopped renewing after it may have
---                                               sent: ARGV[2] owns it now and must settle it
---          {"LOST"}                             the same, left as it is ("hold")
---          {"MISMATCH"}                         held with another fingerprint
---          {"DONE", state, meta, body, pttl_ms} COMPLETED ("C") or UNKNOWN outcome ("U")
--- The lease's end is a field ('l', Redis's clock) rather than the key's TTL: a key outlives
--- its owner, so that a retry never runs a call that may have run. The same call repeated
--- (same token: a pipeline resending after a broken connection) answers as the first did,
--- CLAIMED or TAKEN, and renews the lease.
+-- ARGV[8]  the fingerprint as a format-2 record holds it (gateway/core/compact.py)
+-- Returns  {"CLAIMED", at}                       absent: now PENDING, owned by ARGV[2]
+--          {"UNSENT", at}                        its owner died before sending: owned anew
+--          {"IN_FLIGHT", lease_left_ms, at}      PENDING under a live owner
+--          {"TAKEN", at}                         its owner stopped renewing after it may have
+--                                                sent: ARGV[2] owns it now and must settle it
+--          {"LOST", at}                          the same, left as it is ("hold")
+--          {"MISMATCH", at}                      held with another fingerprint
+--          {"DONE", state, meta, body, pttl, at} a format-1 record: COMPLETED ("C") or
+--                                                UNKNOWN outcome ("U")
+--          {"RECORD", value, pttl, at}           a format-2 record, or a value that cannot be
+--                                                read as one (the gateway says record-corrupt)
+--          `at` is 1 or 2: the KEYS entry that holds the key.
+-- A PENDING key is a hash in either format; a settled one is a hash in format 1, a string in
+-- format 2. The lease's end is a field ('l', Redis's clock) rather than the key's TTL: a key
+-- outlives its owner, so that a retry never runs a call that may have run. The same call
+-- repeated (same token: a pipeline resending after a broken connection) answers as the
+-- first did, CLAIMED or TAKEN, and renews the lease.
 redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
-local v = redis.call('HMGET', KEYS[1], 's', 'f', 't', 'm', 'b', 'l', 'u', 'o', 'p')
+local key, at = KEYS[1], 1
+local kind = redis.call('TYPE', key)['ok']
+if kind == 'none' then
+  local other = redis.call('TYPE', KEYS[2])['ok']
+  if other ~= 'none' then
+    key, at, kind = KEYS[2], 2, other
+  end
+end
+if kind == 'string' then
+  local value = redis.call('GET', key)
+  local size = string.byte(value, 3)  -- the fingerprint's length (nil: a value cut short)
+  local whole = size and #value >= 3 + size and string.byte(value, 1) == 2
+  if whole and string.sub(value, 4, 3 + size) ~= ARGV[8] then
+    return {'MISMATCH', at}
+  end
+  return {'RECORD', value, redis.call('PTTL', key), at}
+elseif kind ~= 'hash' and kind ~= 'none' then
+  return {'RECORD', '', redis.call('PTTL', key), at}  -- not a record: never a free key
+end
+local v = {}
+if kind == 'hash' then
+  v = redis.call('HMGET', key, 's', 'f', 't', 'm', 'b', 'l', 'u', 'o', 'p')
+end
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local lease = tonumber(ARGV[3])
 local ttl = lease + (tonumber(ARGV[5]) or 0)  -- absent: a caller of before the hold
 local state = v[1]
 if not state then
-  redis.call('HSET', KEYS[1], 's', 'P', 't', ARGV[2], 'f', ARGV[1], 'c', ARGV[4], 'l', now + lease)
+  redis.call('HSET', key, 's', 'P', 't', ARGV[2], 'f', ARGV[1], 'c', ARGV[4], 'l', now + lease)
   if ARGV[7] == '1' then
-    redis.call('HSET', KEYS[1], 'u', '1')
+    redis.call('HSET', key, 'u', '1')
   end
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  return {'CLAIMED'}
+  redis.call('PEXPIRE', key, ttl)
+  return {'CLAIMED', at}
 end
 if v[2] ~= ARGV[1] then
-  return {'MISMATCH'}
+  return {'MISMATCH', at}
 end
 if state == 'P' then
   if v[3] == ARGV[2] then  -- answered as the first call was: a takeover leaves 'p'
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('HSET', KEYS[1], 'l', now + lease)
-    return {v[9] and 'TAKEN' or 'CLAIMED'}
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('HSET', key, 'l', now + lease)
+    return {v[9] and 'TAKEN' or 'CLAIMED', at}
   end
   -- A key an earlier version claimed has no 'l': its TTL is its lease.
-  local left = v[6] and (tonumber(v[6]) - now) or redis.call('PTTL', KEYS[1])
+  local left = v[6] and (tonumber(v[6]) - now) or redis.call('PTTL', key)
   if left > 0 then
-    return {'IN_FLIGHT', left}
+    return {'IN_FLIGHT', left, at}
   end
   if v[7] then  -- marked unsent and never marked sent: nothing left the gateway
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('HSET', KEYS[1], 't', ARGV[2], 'c', ARGV[4], 'l', now + lease)
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('HSET', key, 't', ARGV[2], 'c', ARGV[4], 'l', now + lease)
     if ARGV[7] ~= '1' then  -- this route sends unmarked: from now on it may be sent
-      redis.call('HDEL', KEYS[1], 'u')
+      redis.call('HDEL', key, 'u')
     end
-    return {'UNSENT'}
+    return {'UNSENT', at}
   end
   if ARGV[6] == 'hold' then
-    return {'LOST'}
+    return {'LOST', at}
   end
   -- 'p' keeps the first lost owner's token (the one that sent): if it was only stalled, its
   -- answer may yet become the record (complete.lua); a later taker never replaces it.
   local lost = (tonumber(v[8]) or 0) + 1
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('HSET', KEYS[1], 't', ARGV[2], 'p', v[9] or v[3], 'l', now + lease, 'o', lost)
-  return {'TAKEN'}
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('HSET', key, 't', ARGV[2], 'p', v[9] or v[3], 'l', now + lease, 'o', lost)
+  return {'TAKEN', at}
 end
-return {'DONE', state, v[4], v[5] or '', redis.call('PTTL', KEYS[1])}
+return {'DONE', state, v[4], v[5] or '', redis.call('PTTL', key), at}

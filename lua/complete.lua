@@ -1,11 +1,13 @@
 -- complete: store the outcome of an upstream call, unless a newer claim holds the key (fencing).
--- KEYS[1]  the record's key
+-- KEYS[1]  the record's key (the name its claim is held under)
 -- ARGV[1]  owner token
 -- ARGV[2]  state to store: "C" (completed) or "U" (unknown outcome)
--- ARGV[3]  encoded record metadata (status, headers, body size, digest, blob pointer)
--- ARGV[4]  inline body bytes ("" when the body lives in the blob store)
+-- ARGV[3]  format 1: the encoded record metadata (status, headers, body size, digest, blob
+--          pointer); format 2: the whole record, its lost owner's token left empty
+-- ARGV[4]  format 1: the inline body bytes ("" when the body lives in the blob store)
 -- ARGV[5]  retention in milliseconds
 -- ARGV[6]  the request's fingerprint (kept, so that retries are still compared against it)
+-- ARGV[7]  "2": write format 2 (a string, gateway/core/compact.py); else format 1 (a hash)
 -- Returns  1 if stored: the token owns the PENDING key, or the key is gone (the lease and its
 --            hold ended and nobody claimed since: a stalled owner's outcome is kept, never
 --            run again); also for a repeated call of the same token, which renews the
@@ -17,24 +19,89 @@
 -- The PEXPIRE comes first: it is a write that Redis allows at maxmemory, and after a script's
 -- first write Redis lets the rest run too, so an outcome that already ran upstream is stored
 -- even on a full `noeviction` Redis, where new claims are refused.
-local v = redis.call('HMGET', KEYS[1], 's', 't', 'p')
-if not v[1] then
-  redis.call('HSET', KEYS[1], 's', ARGV[2], 't', ARGV[1], 'f', ARGV[6], 'm', ARGV[3], 'b', ARGV[4])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+
+-- A format-2 record's state, owner token and lost owner's token (false: none); nil when the
+-- value cannot be read as one.
+local function settled(value)
+  local size = string.byte(value, 3)
+  if string.byte(value, 1) ~= 2 or not size then
+    return nil
+  end
+  local at = 4 + size  -- the owner token's length
+  local owner = string.byte(value, at)
+  local lost = owner and string.byte(value, at + owner + 1)
+  if not lost then
+    return nil
+  end
+  local token = string.sub(value, at + 1, at + owner)
+  return string.sub(value, 2, 2), token, lost > 0 and string.sub(value, at + owner + 2, at + owner + 1 + lost)
+end
+
+local key = KEYS[1]
+local kind = redis.call('TYPE', key)['ok']
+local state, owner, lost
+if kind == 'hash' then
+  local v = redis.call('HMGET', key, 's', 't', 'p')
+  state, owner, lost = v[1], v[2], v[3]
+elseif kind == 'string' then
+  state, owner, lost = settled(redis.call('GET', key))
+  if not state then
+    return 0  -- not a record this script can read: never overwritten
+  end
+elseif kind ~= 'none' then
+  return 0
+end
+
+-- Format 2: the record as given, `keep` (the lost owner's token, if any) written into its
+-- empty field after the owner's token. A key that is there has its TTL set first.
+local function store(keep)
+  local value = ARGV[3]
+  if keep then
+    local at = 5 + string.byte(value, 3) + string.byte(value, 4 + string.byte(value, 3))
+    value = string.sub(value, 1, at - 1) .. string.char(#keep) .. keep .. string.sub(value, at + 1)
+  end
+  if kind ~= 'none' then
+    redis.call('PEXPIRE', key, ARGV[5])
+  end
+  redis.call('SET', key, value, 'PX', ARGV[5])
+end
+
+local compact = ARGV[7] == '2'
+if not state then
+  if compact then
+    store(false)
+  else
+    redis.call('HSET', key, 's', ARGV[2], 't', ARGV[1], 'f', ARGV[6], 'm', ARGV[3], 'b', ARGV[4])
+    redis.call('PEXPIRE', key, ARGV[5])
+  end
   return 1
 end
-if v[2] ~= ARGV[1] then
-  if v[3] == ARGV[1] and (v[1] == 'U' or v[1] == 'P') then
-    redis.call('PEXPIRE', KEYS[1], ARGV[5])
-    redis.call('HSET', KEYS[1], 's', ARGV[2], 't', ARGV[1], 'm', ARGV[3], 'b', ARGV[4])
-    redis.call('HDEL', KEYS[1], 'p')
+if owner ~= ARGV[1] then
+  if lost == ARGV[1] and (state == 'U' or state == 'P') then
+    if compact then
+      store(false)
+    elseif kind == 'string' then  -- an unknown outcome of format 2 replaced by a hash
+      redis.call('DEL', key)  -- a write Redis allows at maxmemory, as PEXPIRE
+      redis.call('HSET', key, 's', ARGV[2], 't', ARGV[1], 'f', ARGV[6], 'm', ARGV[3], 'b', ARGV[4])
+      redis.call('PEXPIRE', key, ARGV[5])
+    else
+      redis.call('PEXPIRE', key, ARGV[5])
+      redis.call('HSET', key, 's', ARGV[2], 't', ARGV[1], 'm', ARGV[3], 'b', ARGV[4])
+      redis.call('HDEL', key, 'p')
+    end
     return 1
   end
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-if v[1] == 'P' then
-  redis.call('HSET', KEYS[1], 's', ARGV[2], 'm', ARGV[3], 'b', ARGV[4])
-  redis.call('HDEL', KEYS[1], 'l')
+if state == 'P' then  -- a hash: settled claims only are strings
+  if compact then
+    store(lost)
+    return 1
+  end
+  redis.call('PEXPIRE', key, ARGV[5])
+  redis.call('HSET', key, 's', ARGV[2], 'm', ARGV[3], 'b', ARGV[4])
+  redis.call('HDEL', key, 'l')
+  return 1
 end
+redis.call('PEXPIRE', key, ARGV[5])
 return 1

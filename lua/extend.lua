@@ -6,6 +6,9 @@
 --          and the key is free again)
 -- Returns  1 if renewed, 0 if the token no longer owns the key (lease lost)
 redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
+  return 0  -- gone, or settled in format 2 (a string): no claim to renew
+end
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] == 'P' and v[2] == ARGV[1] then
   local clock = redis.call('TIME')

@@ -3,10 +3,14 @@
 -- ARGV[1]  owner token
 -- Returns  1 if deleted, or if the key is gone already (a repeated call whose first reply
 --          was lost); 0 if another token owns the key or an outcome is stored
-local v = redis.call('HMGET', KEYS[1], 's', 't')
-if not v[1] then
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
   return 1
 end
+if kind ~= 'hash' then
+  return 0  -- an outcome stored in format 2 (a string)
+end
+local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] == 'P' and v[2] == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1

@@ -1,11 +1,30 @@
 -- resolve: an operator stores a result for an UNKNOWN outcome, or for a key whose owner was
 -- lost (PENDING, its lease over: held by `on_owner_lost: keep`); never touches other states.
+-- The record keeps its format: a hash stays a hash, a format-2 string a string.
 -- KEYS[1]  the record's key
--- ARGV[1]  encoded record metadata
--- ARGV[2]  inline body bytes
+-- ARGV[1]  encoded record metadata (format 1)
+-- ARGV[2]  inline body bytes (format 1)
 -- ARGV[3]  retention in milliseconds
+-- ARGV[4]  the whole record (format 2), its fingerprint field empty: the key's own is kept
 -- Returns  1 if stored, 0 if the key holds no unknown outcome
 redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'string' then
+  local old = redis.call('GET', KEYS[1])
+  local size = string.byte(old, 3)
+  if string.byte(old, 1) ~= 2 or string.sub(old, 2, 2) ~= 'U' or not size then
+    return 0
+  end
+  local new = ARGV[4]
+  -- Its fingerprint (length and bytes) in place of the empty one: retries still compare.
+  new = string.sub(new, 1, 2) .. string.sub(old, 3, 3 + size) .. string.sub(new, 4)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- first: allowed at maxmemory (complete.lua)
+  redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
+  return 1
+end
+if kind ~= 'hash' then
+  return 0
+end
 local v = redis.call('HMGET', KEYS[1], 's', 'l')
 local unknown = v[1] == 'U'
 if v[1] == 'P' and v[2] then

@@ -3,6 +3,9 @@
 -- KEYS[1]  the record's key
 -- ARGV[1]  owner token
 -- Returns  1 if marked, 0 if the token no longer owns the key (nothing may be sent then)
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
+  return 0  -- gone, or settled in format 2 (a string)
+end
 local v = redis.call('HMGET', KEYS[1], 's', 't')
 if v[1] == 'P' and v[2] == ARGV[1] then
   redis.call('HDEL', KEYS[1], 'u')

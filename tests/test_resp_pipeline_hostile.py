@@ -14,7 +14,8 @@ import uvloop
 from gateway.config.settings import PipelineClient, RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
-from gateway.store.store import Store, load_script
+from gateway.store.scripts import load_script
+from gateway.store.store import Store
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store

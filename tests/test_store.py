@@ -142,14 +142,15 @@ def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
     )  # fmt: skip
     wheel = next(tmp_path.glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for script in ("claim", "extend", "complete", "release", "resolve"):
+    for script in ("claim", "extend", "complete", "release", "resolve", "sent", "read"):
         assert f"gateway/lua/{script}.lua" in names
+    assert "gateway/store/dictionaries/1.zdict" in names  # format 2's records need it
     for page_file in FILES:  # the console's page, script and styles
         assert f"gateway/ops/static/{page_file}" in names
     # Import from the wheel alone (not the source tree) and read a script through the package.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import gateway.store.store as s; assert s.__file__.startswith(sys.argv[1]), s.__file__;"
+        "import gateway.store.scripts as s; assert s.__file__.startswith(sys.argv[1]), s.__file__;"
         "print(s.load_script('claim').splitlines()[0])"
     )
     out = subprocess.run(

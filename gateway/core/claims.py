@@ -22,7 +22,8 @@ class Claim(Enum):
 
 # The claim script's first reply as it comes from Redis: a dict lookup costs a tenth of the
 # Enum's call, which is kept for anything else (its ValueError names a reply it cannot read).
-_BY_REPLY: Final = {claim.value.encode(): claim for claim in Claim}
+# A record of format 2 is RECORD, DONE as well.
+_BY_REPLY: Final = {**{claim.value.encode(): claim for claim in Claim}, b"RECORD": Claim.DONE}
 
 
 def claim_of(reply: bytes) -> Claim:
@@ -36,9 +37,15 @@ class ClaimResult:
     pttl_ms: int = 0  # the lease left (IN_FLIGHT) or the retention left (DONE)
     record: Record | None = None
     body: bytes = b""  # the inline body of a DONE record
+    key: str = ""  # the name that holds the key (a record's, in either format)
 
     def __init__(
-        self, outcome: Claim, pttl_ms: int = 0, record: Record | None = None, body: bytes = b""
+        self,
+        outcome: Claim,
+        pttl_ms: int = 0,
+        record: Record | None = None,
+        body: bytes = b"",
+        key: str = "",
     ) -> None:
         # One per request: set as `core.record.Record` explains.
         if _NATIVE:
@@ -46,14 +53,16 @@ class ClaimResult:
             object.__setattr__(self, "pttl_ms", pttl_ms)
             object.__setattr__(self, "record", record)
             object.__setattr__(self, "body", body)
+            object.__setattr__(self, "key", key)
             return
         _outcome(self, outcome)
         _pttl_ms(self, pttl_ms)
         _record(self, record)
         _body(self, body)
+        _key(self, key)
 
 
 _NATIVE: Final = native(ClaimResult)
-_outcome, _pttl_ms, _record, _body = field_setters(
-    ClaimResult, "outcome", "pttl_ms", "record", "body"
+_outcome, _pttl_ms, _record, _body, _key = field_setters(
+    ClaimResult, "outcome", "pttl_ms", "record", "body", "key"
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -11,6 +12,8 @@ from enum import StrEnum
 from typing import Final
 
 import orjson
+
+from gateway.core.slots import slot_of, tag_for
 
 MAX_KEY_LENGTH: Final = 255
 
@@ -204,10 +207,40 @@ def _anonymous(count: int) -> str:
 
 
 def record_key(prefix: str, route: str, tenant: str, key: str) -> str:
-    """`prefix:{route:tenant:keyhash}`; the braces are the Cluster hash tag of the record."""
+    """`prefix:{route:tenant:keyhash}`, the record's key in format 1; the braces are the
+    Cluster hash tag of the record."""
     return hashed_record_key(prefix, route, tenant, digest(key))
 
 
 def hashed_record_key(prefix: str, route: str, tenant: str, key_hash: str) -> str:
     """`record_key` for a key already digested (`digest(key)`)."""
     return f"{prefix}:{{{route}:{tenant}:{key_hash}}}"
+
+
+def record_names(prefix: str, route: str, tenant: str, key_hash: str) -> tuple[str, str]:
+    """The record's key in format 1 and in format 2, both in the one Cluster slot that
+    route, tenant and key decide (`core.slots`).
+
+    Format 2's is `prefix:route:{tag}digest`: the slot's three-character tag and 128 bits of
+    SHA-256 over tenant and key digests, in base64url (41 bytes for `idem:payments:`, where
+    format 1's takes 81)."""
+    tag = f"{route}:{tenant}:{key_hash}"
+    both = hashlib.sha256(f"{tenant}:{key_hash}".encode("ascii")).digest()[:16]
+    short = base64.urlsafe_b64encode(both)[:22].decode("ascii")
+    return f"{prefix}:{{{tag}}}", f"{prefix}:{route}:{{{tag_for(slot_of(tag))}}}{short}"
+
+
+# A record's name in either format, past its prefix (routes are [A-Za-z0-9_.-]+).
+_RECORD_NAME: Final = re.compile(
+    r":(?:\{([A-Za-z0-9_.-]+):[0-9a-f]{1,64}:[0-9a-f]{1,64}\}"  # format 1
+    r"|([A-Za-z0-9_.-]+):\{[A-Za-z0-9_-]{3}\}[A-Za-z0-9_-]{22})"  # format 2
+)
+
+
+def route_of_name(prefix: str, name: str) -> str | None:
+    """The route a record's name (`record_names`, either format) holds; None for a name
+    that is no record's."""
+    if not name.startswith(prefix):
+        return None
+    found = _RECORD_NAME.fullmatch(name, len(prefix))
+    return None if found is None else found[1] or found[2]

@@ -26,6 +26,7 @@ from gateway.http.server.limits import Connections
 from gateway.http.server.rejected import quiet_malformed_requests
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
+from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
 from gateway.store.sending import sender_for
 from gateway.store.sentinel import SentinelMaster
@@ -88,7 +89,10 @@ def _resources(
             raise ConfigError(f"upstream_tls: {exc}") from None
         upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
         journal = Journal(Path(settings.state_dir) / "journal")
+        # Held at format 1 until its first look (below) finds no gateway of an earlier release.
+        fleet = Fleet(store, redis.key_prefix, redis.format_written, redis.topology != "embedded")
         app[METRICS].watch_circuit(store.circuit)
+        app[METRICS].watch_record_format(lambda: store.record_format)
         app[METRICS].watch_journal(lambda: journal.depth)
         app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
         services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
@@ -96,17 +100,20 @@ def _resources(
             services.span = tracing.span
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
+        watching = asyncio.ensure_future(fleet.watch())  # its first look is the one below
         try:
             await refuse_evicting(services)
             await warn_unfenced(services)
+            await fleet.check()
             await replay_journal(services)  # before the first request is served
             yield
         finally:
             await app[TASKS].drain(DRAIN_SECONDS)
             journal.close()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, watching):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await upstreams.close()
             await store.close()
             await blobs.close()

@@ -6,7 +6,6 @@ Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints.
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections.abc import Sequence
 from enum import StrEnum
@@ -14,11 +13,13 @@ from typing import Any, Final, Literal
 
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
-from gateway.core.keys import BadKey, parse_key, record_key, tenant_id
+from gateway.core.keys import BadKey, digest, parse_key, record_names, route_of_name, tenant_id
 from gateway.core.record import STATE_UNKNOWN, Record
-from gateway.store.store import Store
+from gateway.store.store import Store, Stored
 
-STATES: Final = {b"P": "pending", b"C": "completed", b"U": "unknown"}
+STATES: Final = {"P": "pending", "C": "completed", "U": "unknown"}
+# A record's names (format 1's and format 2's), or its one name twice: where to look for it.
+Names = tuple[str, str]
 
 
 class KeyOpProblem(StrEnum):
@@ -52,8 +53,8 @@ class KeyOpError(Exception):
 
 def locate(
     settings: Settings, route_name: str, tenant: Sequence[str], key: str
-) -> tuple[Route, str]:
-    """The route and the record's Redis key for a client's key.
+) -> tuple[Route, Names]:
+    """The route and the record's Redis keys (in either format) for a client's key.
 
     `tenant` holds the values of the route's `scope` headers as the client sends them, in
     order; missing ones count as absent headers, exactly as the gateway hashes them.
@@ -76,32 +77,36 @@ def locate(
         raise KeyOpError(400, f"bad key: {exc}") from None
     assert parsed is not None
     values = [*tenant, *([None] * (len(route.scope) - len(tenant)))]
-    return route, record_key(settings.redis.key_prefix, route.name, tenant_id(values), parsed)
+    prefix = settings.redis.key_prefix
+    return route, record_names(prefix, route.name, tenant_id(values), digest(parsed))
 
 
-def located(settings: Settings, record: str) -> tuple[Route, str]:
+def located(settings: Settings, record: str) -> tuple[Route, Names]:
     """The route and Redis key of a record named by its own id, the Redis key the console's
-    attention list shows (`prefix:{route:tenant-digest:key-digest}`): its digests are all
-    there is to it, the raw key and tenant are not needed."""
-    prefix = re.escape(settings.redis.key_prefix)
-    found = re.fullmatch(prefix + r":\{(.+):([0-9a-f]{1,64}):([0-9a-f]{1,64})\}", record)
-    if found is None:
-        raise KeyOpError(400, f"record {record!r} is not a record's id (prefix:{{route:...}})")
-    route = next((r for r in settings.routes if r.name == found[1]), None)
+    attention list shows (either format's: `prefix:{route:tenant-digest:key-digest}` or
+    `prefix:route:{tag}digest`): its digests are all there is to it, the raw key and tenant
+    are not needed."""
+    name = route_of_name(settings.redis.key_prefix, record)
+    if name is None:
+        raise KeyOpError(400, f"record {record!r} is not a record's id (prefix:...{{...}})")
+    route = next((r for r in settings.routes if r.name == name), None)
     if route is None:
         raise KeyOpError(
-            404, f"record {record!r}: no route named {found[1]!r}", KeyOpProblem.NO_SUCH_ROUTE
+            404, f"record {record!r}: no route named {name!r}", KeyOpProblem.NO_SUCH_ROUTE
         )
-    return route, record
+    return route, (record, record)
 
 
-def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
+def describe(stored: Stored) -> dict[str, Any]:
     """A record's state, age, time left, status and sizes (never its body or tenant)."""
-    if not fields:
+    if stored.key is None:
         return {"state": "absent"}
     now = time.time()
-    state = STATES.get(fields.get(b"s", b""), "corrupt")
+    pttl_ms, fields = stored.pttl_ms, stored.fields
+    state = STATES.get(stored.state, "corrupt")
     out: dict[str, Any] = {"state": state, "ttl_seconds": pttl_ms / 1000 if pttl_ms >= 0 else None}
+    if state == "corrupt":  # as the store reads it: record-corrupt
+        return out
     try:
         if b"c" in fields:
             out["age_seconds"] = round(now - int(fields[b"c"]) / 1000, 3)
@@ -109,19 +114,20 @@ def describe(fields: dict[bytes, bytes], pttl_ms: int) -> dict[str, Any]:
             out.update(_lease(fields, pttl_ms, now))
         if b"o" in fields:  # requests that took it over from a lost owner so far
             out["taken_over"] = int(fields[b"o"])
-        if state in ("completed", "unknown"):
-            record = Record.decode(fields[b"m"])
-            out.update(
-                status=record.status,
-                body_bytes=record.size,
-                inline_bytes=len(fields.get(b"b", b"")),
-                blob=record.blob,
-                completed_seconds_ago=round(now - record.completed_at, 3),
-            )
-            if record.extra:
-                out["extra"] = record.extra
-    except (ValueError, KeyError, TypeError):  # as the store reads it: record-corrupt
+    except ValueError:
         return {"state": "corrupt", "ttl_seconds": out["ttl_seconds"]}
+    record = stored.record
+    if record is not None:
+        out.update(
+            status=record.status,
+            body_bytes=record.size,
+            inline_bytes=stored.inline_bytes,
+            blob=record.blob,
+            completed_seconds_ago=round(now - record.completed_at, 3),
+            format=stored.format,
+        )
+        if record.extra:
+            out["extra"] = record.extra
     return out
 
 
@@ -137,30 +143,35 @@ def _lease(fields: dict[bytes, bytes], pttl_ms: int, now: float) -> dict[str, An
     return {"state": "owner-lost", "lease_ended_seconds_ago": -left, "maybe_sent": sent}
 
 
-async def show(store: Store, rkey: str) -> dict[str, Any]:
-    fields, pttl = await store.inspect(rkey)
-    return describe(fields, pttl)
+async def show(store: Store, names: Names) -> dict[str, Any]:
+    return describe(await store.inspect(*names))
 
 
-async def purge(store: Store, rkey: str) -> bool:
-    """Delete the record in whatever state: the next request with the key runs upstream."""
-    return await store.purge(rkey)
+async def purge(store: Store, names: Names) -> str:
+    """Delete the record in whatever state: the next request with the key runs upstream.
+    The name it was held under (KeyOpError 404 when there was none)."""
+    stored = await store.inspect(*names)
+    if stored.key is None or not await store.purge(*names):
+        raise KeyOpError(404, "no record for this key")
+    return stored.key
 
 
-async def resolve_by_purge(store: Store, rkey: str) -> None:
+async def resolve_by_purge(store: Store, names: Names) -> str:
     """Delete an UNKNOWN outcome (or a lost owner's key) so the client's next retry runs
-    upstream again."""
-    fields, pttl = await store.inspect(rkey)
-    state = fields.get(b"s", b"").decode() or "absent"
-    if state != STATE_UNKNOWN and describe(fields, pttl)["state"] != "owner-lost":
-        raise _not_unknown(state)
-    await store.purge(rkey)
+    upstream again; the name it was held under."""
+    stored = await store.inspect(*names)
+    if stored.state != STATE_UNKNOWN and describe(stored)["state"] != "owner-lost":
+        raise _not_unknown(stored.state)
+    assert stored.key is not None  # absent is not unknown
+    await store.purge(stored.key)
+    return stored.key
 
 
 async def resolve_with(
-    store: Store, route: Route, rkey: str, status: int, body: bytes, content_type: str | None
-) -> None:
-    """Store the result an operator knows for an UNKNOWN outcome; retries replay it."""
+    store: Store, route: Route, names: Names, status: int, body: bytes, content_type: str | None
+) -> str:
+    """Store the result an operator knows for an UNKNOWN outcome; retries replay it. The
+    name the record is held under."""
     if not 200 <= status <= 599:  # a 1xx is never an answer's final status
         raise KeyOpError(400, f"{status} is not the status of a final answer (200 to 599)")
     if body and status in (204, 304):
@@ -175,10 +186,10 @@ async def resolve_with(
         completed_at=time.time(),
         extra={"resolved": "operator"},
     )
-    if not await store.resolve(rkey, record, body, route.retention):
-        fields, _ = await store.inspect(rkey)
-        state = fields.get(b"s", b"").decode() or "absent"
-        raise _not_unknown(state)
+    stored = await store.inspect(*names)
+    if stored.key is None or not await store.resolve(stored.key, record, body, route.retention):
+        raise _not_unknown((await store.inspect(*names)).state)
+    return stored.key
 
 
 def _header_value(value: str) -> bool:
@@ -189,10 +200,10 @@ def _header_value(value: str) -> bool:
 
 def _not_unknown(state: str) -> KeyOpError:
     """404 for a key with no record at all; 409 for a record in another state."""
-    if state == "absent":
+    if not state:
         return KeyOpError(404, "no record for this key")
     return KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
 
 
 def _name(state: str) -> str:
-    return STATES.get(state.encode(), state)
+    return STATES.get(state, "corrupt")

@@ -135,28 +135,29 @@ def _keys_endpoint(
     return endpoint
 
 
-def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, str]:
+def _target(request: web.Request, body: KeyRequest) -> tuple[Store, Route, keyops.Names]:
     services = request.app[PUBLIC][SERVICES]
     if body.record is not None:
-        route, rkey = keyops.located(services.settings, body.record)
+        route, names = keyops.located(services.settings, body.record)
     else:
         assert body.route is not None and body.key is not None  # the model's check
-        route, rkey = keyops.locate(services.settings, body.route, body.tenant, body.key)
-    return services.store, route, rkey
+        route, names = keyops.locate(services.settings, body.route, body.tenant, body.key)
+    return services.store, route, names
 
 
 async def _show(request: web.Request, body: KeyRequest) -> web.Response:
-    store, _, rkey = _target(request, body)
-    found = await keyops.show(store, rkey)
+    store, _, names = _target(request, body)
+    found = await keyops.show(store, names)
     return web.json_response(found, status=404 if found["state"] == "absent" else 200)
 
 
 async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
     services = request.app[PUBLIC][SERVICES]
-    _, route, rkey = _target(request, body)
-    found = await keyview.detail(services.store, services.blobs, route, rkey)
+    _, route, names = _target(request, body)
+    found = await keyview.detail(services.store, services.blobs, route, names)
     if found["state"] != "absent":
-        found |= {"record": rkey, "route": route.name}  # its id, for the actions by record
+        # Its id, for the actions by record: the name that holds it (a corrupt one's first).
+        found |= {"record": found.get("record", names[0]), "route": route.name}
     return web.json_response(found)  # "absent" is an answer too: the page shows it
 
 
@@ -182,22 +183,21 @@ def _remote(request: web.Request) -> str | None:
 
 
 async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
-    store, route, rkey = _target(request, body)
-    if not await keyops.purge(store, rkey):
-        raise keyops.KeyOpError(404, "no record for this key")
+    store, route, names = _target(request, body)
+    rkey = await keyops.purge(store, names)
     _audit(request, "purge", route.name, rkey)
     await _settled(request, route.name, rkey)
     return web.json_response({"purged": True})
 
 
 async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
-    store, route, rkey = _target(request, body)
+    store, route, names = _target(request, body)
     if body.purge:
-        await keyops.resolve_by_purge(store, rkey)
+        rkey = await keyops.resolve_by_purge(store, names)
     else:
         assert body.status is not None
-        await keyops.resolve_with(
-            store, route, rkey, body.status, body.body_bytes(), body.content_type
+        rkey = await keyops.resolve_with(
+            store, route, names, body.status, body.body_bytes(), body.content_type
         )
     _audit(request, "resolve-purge" if body.purge else "resolve", route.name, rkey)
     await _settled(request, route.name, rkey)

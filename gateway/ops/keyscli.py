@@ -86,24 +86,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings, url: str, body: bytes) -> int:
-    route, rkey = keyops.locate(settings, args.route, args.tenant, args.key)
+    route, names = keyops.locate(settings, args.route, args.tenant, args.key)
     client = make_client(settings.redis, url)
     store = Store(client, sender_for(client, CircuitBreaker(1, 1.0), pipeline=False))
     try:
         if args.op == "show":
-            found = await keyops.show(store, rkey)
+            found = await keyops.show(store, names)
             print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
             return NOT_FOUND if found["state"] == "absent" else 0
         if args.op == "purge":
-            if not await keyops.purge(store, rkey):
-                raise keyops.KeyOpError(404, "no record for this key")
+            await keyops.purge(store, names)
             print("purged")
             return 0
         if args.purge:
-            await keyops.resolve_by_purge(store, rkey)
+            await keyops.resolve_by_purge(store, names)
             print("resolved: purged, the next retry runs upstream")
         else:
-            await keyops.resolve_with(store, route, rkey, args.status, body, args.content_type)
+            await keyops.resolve_with(store, route, names, args.status, body, args.content_type)
             print(f"resolved: retries now get {args.status} ({len(body)} body bytes)")
         return 0
     finally:

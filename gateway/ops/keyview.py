@@ -10,9 +10,8 @@ from typing import Any, Final
 
 from gateway.blobs.base import BlobStore
 from gateway.config.policy import Route
-from gateway.core.record import Record
 from gateway.errors import BlobError
-from gateway.ops.keyops import describe
+from gateway.ops.keyops import Names, describe
 from gateway.store.store import Store
 
 PREVIEW_MAX: Final = 4096  # body bytes a lookup shows
@@ -38,28 +37,30 @@ def _utf8(head: bytes, truncated: bool) -> str | None:
     return None
 
 
-async def detail(store: Store, blobs: BlobStore, route: Route, rkey: str) -> dict[str, Any]:
-    """What the console shows of the record under `rkey` (absent: state absent only)."""
-    fields, pttl = await store.inspect(rkey)
-    out = describe(fields, pttl)
+async def detail(store: Store, blobs: BlobStore, route: Route, names: Names) -> dict[str, Any]:
+    """What the console shows of the record under `names` (absent: state absent only); its
+    `record` is the name that holds it."""
+    stored = await store.inspect(*names)
+    out = describe(stored)
     if out["state"] in ("absent", "corrupt"):
         return out
+    out["record"] = stored.key
     now = time.time()
-    if b"c" in fields:
-        out["created_at"] = int(fields[b"c"]) / 1000
-    if pttl >= 0:
-        out["expires_at"] = round(now + pttl / 1000, 3)
-    if out["state"] in ("pending", "owner-lost"):  # no answer yet: the lease says the rest
+    if b"c" in stored.fields:
+        out["created_at"] = int(stored.fields[b"c"]) / 1000
+    if stored.pttl_ms >= 0:
+        out["expires_at"] = round(now + stored.pttl_ms / 1000, 3)
+    record = stored.record
+    if record is None:  # pending or owner-lost, no answer yet: the lease says the rest
         age = out.get("age_seconds")
         out["lease_seconds"] = route.lease
         out["lease_overdue"] = age is not None and age > route.lease
         return out
-    record = Record.decode(fields[b"m"])
     out["reason"] = record.reason
     out["stored_at"] = record.completed_at
     out["headers"] = [[name, value] for name, value in record.headers]
     if record.blob is None:
-        out["body"] = preview(fields.get(b"b", b""))
+        out["body"] = preview(stored.body)
     else:
         out["body"] = await _blob_preview(blobs, record.blob)
     return out

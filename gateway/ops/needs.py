@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from gateway.core.keys import route_of_name
 from gateway.errors import StoreUnavailable
 from gateway.http.flow.context import Services
 from gateway.ops import keyops
@@ -45,7 +46,7 @@ async def attention_page(request: web.Request, services: Services) -> web.Respon
     offset, limit = paging(request)
     own = [
         {
-            "route": _route_of(record),
+            "route": _route_of(settings.redis.key_prefix, record),
             "why": "journaled, not stored",
             "record": record,
             "since": since,
@@ -81,7 +82,7 @@ async def _held(
     the index."""
     held = []
     for route, record, since in entries:
-        described = keyops.describe(*await store.inspect(record))
+        described = keyops.describe(await store.inspect(record))
         why = _why(described)
         if why:
             held.append({"route": route, "why": why, "record": record, "since": since})
@@ -100,6 +101,6 @@ def _why(described: dict[str, Any]) -> str | None:
     return "owner lost, outcome unknown" if lost else "unknown outcome"
 
 
-def _route_of(record: str) -> str:
-    """The route in a record key, `prefix:{route:tenant:key}` (neither digest holds `:`)."""
-    return record.partition("{")[2].rsplit(":", 2)[0]
+def _route_of(prefix: str, record: str) -> str:
+    """The route in a record's key, of either format."""
+    return route_of_name(prefix, record) or "-"

@@ -21,7 +21,6 @@ from typing import Any, Final
 from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode, PipelineCommand
 from redis.cluster import PRIMARY
-from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
     ClusterError,
@@ -34,6 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.store.breaker import CircuitBreaker, NodeBreakers
+from gateway.store.scripts import Script
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +51,15 @@ class ClusterScripts:
         self.breakers = NodeBreakers(breaker)  # one per node, each like `breaker`
         self._refresh_lock = asyncio.Lock()
         self._refreshes = 0  # slot-map readings so far
-        self.call: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[Any]] = self._call
+        self.call: Callable[[Script, str, tuple[Any, ...]], Awaitable[Any]] = self._call
 
-    async def _call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        return (await self.run(script.sha, key, args, None))[0]
+    async def _call(self, script: Script, key: str, args: tuple[Any, ...]) -> Any:
+        return (await self.run(script, key, args, None))[0]
 
     async def call_and_wait(
-        self, script: AsyncScript, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
+        self, script: Script, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
     ) -> tuple[Any, Any]:
-        reply, acked = await self.run(script.sha, key, args, (replicas, wait_ms))
+        reply, acked = await self.run(script, key, args, (replicas, wait_ms))
         return reply, acked
 
     @property
@@ -79,7 +79,7 @@ class ClusterScripts:
         return self.breakers.of(None if node is None else str(node.name))
 
     async def run(
-        self, sha: str, key: str, args: tuple[Any, ...], wait: tuple[int, int] | None
+        self, script: Script, key: str, args: tuple[Any, ...], wait: tuple[int, int] | None
     ) -> list[Any]:
         """The reply of the script and, with `wait` (replicas, ms), of the WAIT that followed
         it on the same connection (an exception when the WAIT failed: the caller weighs it).
@@ -92,7 +92,9 @@ class ClusterScripts:
         asking = False
         for _ in range(REDIRECTS):
             commands = [PipelineCommand(0, "ASKING")] if asking else []
-            commands.append(PipelineCommand(len(commands), "EVALSHA", sha, 1, key, *args))
+            commands.append(
+                PipelineCommand(len(commands), "EVALSHA", script.sha, script.keys, key, *args)
+            )
             if wait is not None:
                 commands.append(PipelineCommand(len(commands), "WAIT", *wait))
             refreshes = self._refreshes

@@ -14,10 +14,11 @@ from typing import Any, Final
 import hiredis
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, DataError, ResponseError
 
-_Call = tuple[AsyncScript, str, tuple[Any, ...], "asyncio.Future[Any]"]
+from gateway.store.scripts import Script
+
+_Call = tuple[Script, str, tuple[Any, ...], "asyncio.Future[Any]"]
 
 # Batches in flight at once, each on a connection of its own. While they are all out, new
 # calls queue and leave together with the next batch: the busier, the larger the batches.
@@ -45,7 +46,7 @@ class RedisPyPipeline:
         self._held: list[AbstractConnection] = []
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
+    async def call(self, script: Script, key: str, args: tuple[Any, ...]) -> Any:
         """The reply of `script` run on `key` with `args`, once its batch is back.
 
         The socket timeout counts from this call, not from when its batch leaves: a call
@@ -60,7 +61,7 @@ class RedisPyPipeline:
         finally:
             timer.cancel()
 
-    def _enqueue(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+    def _enqueue(self, script: Script, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((script, key, args, future))
@@ -121,7 +122,9 @@ class RedisPyPipeline:
         return connection
 
     async def _execute(self, connection: AbstractConnection, batch: list[_Call]) -> list[Any]:
-        commands = [("EVALSHA", script.sha, 1, key, *args) for script, key, args, _ in batch]
+        commands = [
+            ("EVALSHA", script.sha, script.keys, key, *args) for script, key, args, _ in batch
+        ]
         try:
             replies = await self._round_trip(connection, commands)
         except TimeoutError:

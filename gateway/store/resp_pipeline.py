@@ -20,11 +20,11 @@ import asyncio
 from typing import Any
 
 import hiredis
-from redis.commands.core import AsyncScript
 from redis.exceptions import DataError
 
 from gateway.store.redispy_pipeline import LANES
 from gateway.store.resp import Command, Endpoint, RedisProtocol
+from gateway.store.scripts import Script
 
 
 class RespPipeline:
@@ -41,11 +41,11 @@ class RespPipeline:
         self._drained: asyncio.Future[None] | None = None  # what close() waits on
         self._watchdog: asyncio.TimerHandle | None = None  # see _watch
 
-    def call(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+    def call(self, script: Script, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         """The reply of `script` run on `key` with `args`, once its batch is back (a future,
         not a coroutine: the reply wakes its caller with no frame of ours in between)."""
         try:
-            packed = hiredis.pack_command(("EVALSHA", script.sha, 1, key, *args))
+            packed = hiredis.pack_command(("EVALSHA", script.sha, script.keys, key, *args))
         except TypeError as exc:  # an argument Redis cannot take: redis-py's error for it
             raise DataError(str(exc)) from exc
         loop = asyncio.get_running_loop()

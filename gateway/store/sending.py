@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
-from redis.commands.core import AsyncScript
 
 from gateway.config.settings import PipelineClient
 from gateway.store.breaker import Circuit, CircuitBreaker
@@ -25,8 +24,9 @@ from gateway.store.cluster import ClusterScripts
 from gateway.store.redispy_pipeline import RedisPyPipeline
 from gateway.store.resp import Endpoint
 from gateway.store.resp_pipeline import RespPipeline
+from gateway.store.scripts import Script
 
-SendCall = Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[Any]]
+SendCall = Callable[[Script, str, tuple[Any, ...]], Awaitable[Any]]
 
 
 class Sender(Protocol):
@@ -35,7 +35,7 @@ class Sender(Protocol):
     call: SendCall
 
     async def call_and_wait(
-        self, script: AsyncScript, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
+        self, script: Script, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
     ) -> tuple[Any, Any]:
         """The script's reply and the WAIT's (each an exception when it failed), sent down
         one connection: WAIT counts the writes of its own connection."""
@@ -61,14 +61,14 @@ class OneByOne:
         self._breaker = breaker
         self.call: SendCall = self._evalsha
 
-    async def _evalsha(self, script: AsyncScript, key: str, args: tuple[Any, ...]) -> Any:
-        return await self._client.evalsha(script.sha, 1, key, *args)
+    async def _evalsha(self, script: Script, key: str, args: tuple[Any, ...]) -> Any:
+        return await self._client.evalsha(script.sha, script.keys, key, *args)
 
     async def call_and_wait(
-        self, script: AsyncScript, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
+        self, script: Script, key: str, args: tuple[Any, ...], replicas: int, wait_ms: int
     ) -> tuple[Any, Any]:
         async with self._client.pipeline(transaction=False) as pipe:
-            pipe.execute_command("EVALSHA", script.sha, 1, key, *args)
+            pipe.execute_command("EVALSHA", script.sha, script.keys, key, *args)
             pipe.execute_command("WAIT", replicas, wait_ms)
             reply, acked = await pipe.execute(raise_on_error=False)
         return reply, acked

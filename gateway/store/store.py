@@ -1,8 +1,8 @@
 """The idempotency records in Redis: the state machine's transitions, run as the Lua scripts
-of `lua/` through the `Sender` the Store is given, and what operators and the start-up
-checks read beside them (a record's raw fields, a purge, how Redis evicts). The journal,
-the attention index and the embedded, Sentinel and Cluster set-ups have Redis work of their
-own; every change of a record's state is made here."""
+of `lua/` through the `Sender` the Store is given, in the record format it writes, and what
+operators and the start-up checks read beside them (a record as stored, a purge, how Redis
+evicts). The journal, the attention index and the embedded, Sentinel and Cluster set-ups
+have Redis work of their own; every change of a record's state is made here."""
 
 from __future__ import annotations
 
@@ -10,19 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from importlib.resources import files
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
-from gateway.core.record import STATE_UNKNOWN, Record
+from gateway.core.compact import Codec, fingerprint_field
+from gateway.core.record import STATE_COMPLETED, STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
+from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat, shipped_codec
+from gateway.store.scripts import Script, script
 from gateway.store.sending import Sender
 
 T = TypeVar("T")
@@ -37,13 +39,27 @@ _OWNED: Final = (b"CLAIMED", b"UNSENT", b"TAKEN")
 log = logging.getLogger(__name__)
 
 
-def load_script(name: str) -> str:
-    """The text of lua/<name>.lua, read from the installed package."""
-    return files("gateway.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
-
-
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A record as operators read it, in either format: the name that holds it (None: none
+    does), its state (`P`, `C`, `U`; "" when absent, "?" when it cannot be read), a PENDING
+    claim's hash fields, the settled answer and its inline body, and its TTL in ms."""
+
+    key: str | None
+    state: str
+    pttl_ms: int = -2
+    fields: dict[bytes, bytes] = field(default_factory=dict)
+    record: Record | None = None
+    body: bytes = b""
+    format: int = FORMAT_1
+
+    @property
+    def inline_bytes(self) -> int:
+        return len(self.body)
 
 
 class Store:
@@ -53,6 +69,9 @@ class Store:
     nodes: gateway/store/sending.py); a script Redis forgot is loaded again after NOSCRIPT.
     Redis failures are StoreUnavailable; the sender's breaker fails them fast while Redis is
     down.
+
+    New claims and settled records are written in `record_format` (`store.formats`); both
+    formats are read, under either of a record's names.
 
     With `replicas` > 0, a claim and a completion are followed by WAIT on the same
     connection (one pipeline, one round trip): a claim that fewer replicas acknowledge
@@ -67,20 +86,25 @@ class Store:
         *,
         replicas: int = 0,
         replicas_timeout: float = 0.5,
+        record_format: RecordFormat = FORMAT_1,
+        codec: Codec | None = None,
     ) -> None:
         self.client = client
         self.sender = sender
         self._send = sender.call
         self.replicas = replicas
         self._wait_ms = _ms(replicas_timeout)
+        self.record_format: RecordFormat = record_format
+        self.codec = codec or shipped_codec()
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
-        self._claim = self._register("claim")
-        self._extend = self._register("extend")
-        self._complete = self._register("complete")
-        self._release = self._register("release")
-        self._resolve = self._register("resolve")
-        self._sent = self._register("sent")
+        self._claim = script("claim", keys=2)
+        self._extend = script("extend")
+        self._complete = script("complete")
+        self._release = script("release")
+        self._resolve = script("resolve")
+        self._sent = script("sent")
+        self._read = script("read", keys=2)
         self._scripts_all = (
             self._claim,
             self._extend,
@@ -88,15 +112,18 @@ class Store:
             self._release,
             self._resolve,
             self._sent,
+            self._read,
         )
 
-    def _register(self, name: str) -> AsyncScript:
-        return self.client.register_script(load_script(name))
+    def ordered(self, names: tuple[str, str]) -> tuple[str, str]:
+        """A record's names (format 1's, format 2's) as a claim takes them: where a new
+        claim is made (the format this Store writes), then the other."""
+        return names if self.record_format == FORMAT_1 else (names[1], names[0])
 
     async def _guarded(
         self,
-        send: Callable[[AsyncScript, str, tuple[Any, ...]], Awaitable[T]],
-        script: AsyncScript,
+        send: Callable[[Script, str, tuple[Any, ...]], Awaitable[T]],
+        script: Script,
         key: str,
         args: tuple[Any, ...],
         settles: bool = False,
@@ -130,9 +157,7 @@ class Store:
         """The breaker state the metrics show: the worst node's, for a Cluster."""
         return self.sender.circuit
 
-    def _call(
-        self, script: AsyncScript, key: str, *args: Any, settles: bool = False
-    ) -> Awaitable[Any]:
+    def _call(self, script: Script, key: str, *args: Any, settles: bool = False) -> Awaitable[Any]:
         return self._guarded(self._send, script, key, args, settles)  # no frame of its own
 
     async def _reload(self, loads_before: int) -> None:
@@ -146,19 +171,19 @@ class Store:
                 return  # reloaded by another call meanwhile
             for each in self._scripts_all:
                 try:
-                    await self.client.script_load(each.script)
+                    await self.client.script_load(each.text)
                 except RedisConnectionError:  # a pooled connection that the restart broke
-                    await self.client.script_load(each.script)
+                    await self.client.script_load(each.text)
             self._loads += 1
 
     async def _call_replicated(
-        self, script: AsyncScript, key: str, *args: Any, settles: bool = False
+        self, script: Script, key: str, *args: Any, settles: bool = False
     ) -> tuple[Any, int]:
         """Run a script, then WAIT for the replicas: its reply and how many acknowledged."""
         return await self._guarded(self._eval_and_wait, script, key, args, settles)
 
     async def _eval_and_wait(
-        self, script: AsyncScript, key: str, args: tuple[Any, ...]
+        self, script: Script, key: str, args: tuple[Any, ...]
     ) -> tuple[Any, int]:
         reply, acked = await self.sender.call_and_wait(
             script, key, args, self.replicas, self._wait_ms
@@ -172,19 +197,21 @@ class Store:
             return reply, 0
         return reply, int(acked)
 
-    async def _claim_reply(self, key: str, *args: Any) -> Any:
+    async def _claim_reply(
+        self, key: str, other: str, token: str, hold_ms: int, args: tuple[Any, ...]
+    ) -> Any:
         if not self.replicas:
-            return await self._call(self._claim, key, *args)
-        reply, acked = await self._call_replicated(self._claim, key, *args)
+            return await self._call(self._claim, key, other, *args)
+        reply, acked = await self._call_replicated(self._claim, key, other, *args)
         if acked < self.replicas and reply[0] in _OWNED:
             # Fail closed: the claim could vanish in a failover, so give it back unused (a
             # lost owner's key as it was: lost, its lease over).
-            token = args[1]
+            held = key if reply[-1] == 1 else other
             try:
                 if reply[0] == b"TAKEN":
-                    await self.extend(key, token, 0.0, args[4] / 1000)
+                    await self.extend(held, token, 0.0, hold_ms / 1000)
                 else:
-                    await self.release(key, token)
+                    await self.release(held, token)
             except StoreUnavailable as exc:
                 log.warning("could not give back an unreplicated claim (its lease ends): %s", exc)
             raise StoreUnavailable(f"the claim reached {acked} of {self.replicas} replicas in time")
@@ -199,27 +226,42 @@ class Store:
         hold: float = 0.0,
         take_lost: bool = True,
         mark_sent: bool = False,
+        *,
+        other: str | None = None,
     ) -> ClaimResult:
-        """Claim `key`; a PENDING key outlives its lease by `hold`, so that a key whose owner
-        stopped renewing is told apart (TAKEN, or LOST when not `take_lost`) from a free one.
-        With `mark_sent`, the key counts as unsent until `sent` (UNSENT when its owner died
-        before)."""
+        """Claim `key`, or find the record under `other`, its name in the other format (the
+        result's `key` says which holds it); a PENDING key outlives its lease by `hold`, so
+        that a key whose owner stopped renewing is told apart (TAKEN, or LOST when not
+        `take_lost`) from a free one. With `mark_sent`, the key counts as unsent until `sent`
+        (UNSENT when its owner died before)."""
         lost, mark = (b"take" if take_lost else b"hold"), (b"1" if mark_sent else b"")
         now_ms = int(time.time() * 1000)
-        args = (fingerprint, token, _ms(lease), now_ms, int(hold * 1000), lost, mark)
-        reply = await self._claim_reply(key, *args)
+        hold_ms = int(hold * 1000)
+        fp2 = fingerprint_field(fingerprint)
+        args = (fingerprint, token, _ms(lease), now_ms, hold_ms, lost, mark, fp2)
+        other = key if other is None else other
+        reply = await self._claim_reply(key, other, token, hold_ms, args)
+        held = key if reply[-1] == 1 else other
         outcome = claim_of(reply[0])
         if outcome is Claim.IN_FLIGHT:
-            return ClaimResult(outcome, pttl_ms=int(reply[1]))
+            return ClaimResult(outcome, pttl_ms=int(reply[1]), key=held)
         if outcome is Claim.DONE:
-            try:
-                record = Record.decode(reply[2])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise RecordCorrupt(f"{key}: unreadable record metadata ({exc})") from exc
-            if (reply[1] == STATE_UNKNOWN.encode()) != record.unknown:
-                raise RecordCorrupt(f"{key}: record state and metadata disagree")
-            return ClaimResult(outcome, pttl_ms=int(reply[4]), record=record, body=reply[3])
-        return ClaimResult(outcome)
+            record, body, pttl = self._settled(held, reply)
+            return ClaimResult(outcome, pttl_ms=pttl, record=record, body=body, key=held)
+        return ClaimResult(outcome, key=held)
+
+    def _settled(self, key: str, reply: Any) -> tuple[Record, bytes, int]:
+        """The record a claim found (DONE: format 1; RECORD: format 2), or RecordCorrupt."""
+        try:
+            if reply[0] == b"RECORD":
+                record, body = self.codec.unpack(reply[1])
+                return record, body, int(reply[2])
+            record = Record.decode(reply[2])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RecordCorrupt(f"{key}: unreadable record ({exc})") from exc
+        if (reply[1] == STATE_UNKNOWN.encode()) != record.unknown:
+            raise RecordCorrupt(f"{key}: record state and metadata disagree")
+        return record, reply[3], int(reply[4])
 
     async def extend(self, key: str, token: str, lease: float, hold: float = 0.0) -> bool:
         """Renew the lease of `token`'s claim (the key outlives it by `hold`); a lease of 0
@@ -238,6 +280,16 @@ class Store:
             raise StoreUnavailable(f"the send mark reached {acked} of {self.replicas} replicas")
         return bool(reply)
 
+    def _outcome(
+        self, token: str, fingerprint: str, record: Record, body: bytes, retention: float
+    ) -> tuple[Any, ...]:
+        """complete.lua's arguments for `record`, in the format this Store writes."""
+        state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
+        if self.record_format == FORMAT_2:
+            value = self.codec.pack(state, fingerprint_field(fingerprint), token, record, body)
+            return (token, state, value, b"", _ms(retention), fingerprint, b"2")
+        return (token, state, record.encode(), body, _ms(retention), fingerprint, b"")
+
     async def complete(
         self,
         key: str,
@@ -248,8 +300,7 @@ class Store:
         retention: float,
     ) -> bool:
         """Store the outcome; False when a newer claim holds the key (nothing written)."""
-        state = STATE_UNKNOWN if record.unknown else "C"
-        args = (token, state, record.encode(), body, _ms(retention), fingerprint)
+        args = self._outcome(token, fingerprint, record, body, retention)
         if not self.replicas:
             return bool(await self._call(self._complete, key, *args, settles=True))
         reply, acked = await self._call_replicated(self._complete, key, *args, settles=True)
@@ -266,17 +317,20 @@ class Store:
         return bool(await self._call(self._release, key, token, settles=True))
 
     async def resolve(self, key: str, record: Record, body: bytes, retention: float) -> bool:
-        """Replace an UNKNOWN outcome with a result an operator gives."""
-        return bool(await self._call(self._resolve, key, record.encode(), body, _ms(retention)))
+        """Replace an UNKNOWN outcome with a result an operator gives (in the record's own
+        format: the script keeps its fingerprint)."""
+        value = self.codec.pack(STATE_COMPLETED, b"", "operator", record, body)
+        args = (record.encode(), body, _ms(retention), value)
+        return bool(await self._call(self._resolve, key, *args))
 
     async def ready(self) -> bool:
         """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
         scripts = self._scripts_all
         try:
-            present = await self.client.script_exists(*[script.sha for script in scripts])
-            for script, loaded in zip(scripts, present, strict=True):
+            present = await self.client.script_exists(*[each.sha for each in scripts])
+            for each, loaded in zip(scripts, present, strict=True):
                 if not loaded:
-                    await self.client.script_load(script.script)
+                    await self.client.script_load(each.text)
         except FAILURES:
             return False
         return True
@@ -287,20 +341,39 @@ class Store:
 
     # What operators and the start-up checks read of Redis, outside the scripts.
 
-    async def inspect(self, key: str) -> tuple[dict[bytes, bytes], int]:
-        """The raw fields of a record and its TTL in ms, for operators."""
+    async def inspect(self, key: str, other: str | None = None) -> Stored:
+        """The record under `key`, or else under `other` (its name in the other format), as
+        operators see it."""
+        reply = await self._call(self._read, key, other or key, settles=True)
+        if not reply[0]:
+            return Stored(None, "")
+        held = key if reply[0] == 1 else other or key
+        kind, raw, pttl = reply[1], reply[2], int(reply[3])
+        if kind == b"string":
+            try:
+                record, body = self.codec.unpack(raw)
+            except ValueError:
+                return Stored(held, "?", pttl, format=FORMAT_2)
+            state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
+            return Stored(held, state, pttl, record=record, body=body, format=FORMAT_2)
+        if kind != b"hash":
+            return Stored(held, "?", pttl)
+        fields = dict(zip(raw[::2], raw[1::2], strict=True))
+        state = fields.get(b"s", b"").decode("latin-1")
+        if state not in ("C", "U"):
+            return Stored(held, state if state == "P" else "?", pttl, fields)
         try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hgetall(key)
-                pipe.pttl(key)
-                fields, pttl = await pipe.execute()
-        except FAILURES as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        return fields, int(pttl)
+            record = Record.decode(fields[b"m"])
+        except (ValueError, KeyError, TypeError):
+            return Stored(held, "?", pttl, fields)
+        if (state == STATE_UNKNOWN) != record.unknown:
+            return Stored(held, "?", pttl, fields)
+        return Stored(held, state, pttl, fields, record, fields.get(b"b", b""))
 
-    async def purge(self, key: str) -> bool:
+    async def purge(self, key: str, *others: str) -> bool:
+        """Delete the record under any of its names; False when none held it."""
         try:
-            return bool(await self.client.delete(key))
+            return bool(await self.client.delete(key, *others))
         except FAILURES as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 

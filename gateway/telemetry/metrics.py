@@ -133,6 +133,12 @@ class Metrics:
             "Outcomes replayed from the journals of earlier gateways",
             registry=r,
         )
+        self.record_format = Gauge(
+            "idem_record_format",
+            "The format this process writes records in: 1, or 2 once no gateway of an "
+            "earlier release is seen (redis.record_format)",
+            registry=r,
+        )
         self.eviction_risk = Gauge(
             "idem_redis_eviction_risk",
             "1 when Redis's maxmemory-policy may evict our keys",
@@ -206,6 +212,10 @@ class Metrics:
     def watch_in_flight(self, running: Callable[[], int]) -> None:
         """Read the number of running forwards and background stores at each scrape."""
         self.in_flight.set_function(running)
+
+    def watch_record_format(self, written: Callable[[], int]) -> None:
+        """Read the record format written at each scrape (a sighting changes it)."""
+        self.record_format.set_function(written)
 
     def watch_journal(self, depth: Callable[[], int]) -> None:
         """Read the journal's depth at each scrape."""

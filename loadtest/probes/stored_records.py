@@ -34,7 +34,7 @@ import hiredis
 import redis
 
 from gateway.core.keys import digest, hashed_record_key
-from gateway.store.store import load_script
+from gateway.store.scripts import load_script
 
 from ..drive import ensure_wrk, prefill
 from ..procs import start_redis, start_upstream

@@ -25,24 +25,31 @@ Payload = tuple[str, str, str, Fields, bytes]
 
 
 async def take(
-    store: Store, route: Route, rkey: str, token: str, payload: Payload, may_wait: bool
+    store: Store,
+    route: Route,
+    names: tuple[str, str],
+    token: str,
+    payload: Payload,
+    may_wait: bool,
 ) -> tuple[ClaimResult, Action, str]:
-    """Claim `rkey` for this request: what the claim found, what to do, and the fingerprint
-    the key is held under."""
+    """Claim the record `names` name (format 1's and format 2's: `core.keys.record_names`)
+    for this request: what the claim found (its `key`, the name that holds it), what to do,
+    and the fingerprint the key is held under."""
     fp = fingerprint(route.fingerprint, *payload)
-    result = await claim(store, route, rkey, fp, token)
+    names = store.ordered(names)
+    result = await claim(store, route, names, fp, token)
     if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
         earlier = earlier_fingerprint(route.fingerprint, *payload)
         if earlier is not None and earlier != fp:
-            again = await claim(store, route, rkey, earlier, token)
+            again = await claim(store, route, names, earlier, token)
             if again.outcome is Claim.CLAIMED:  # the key went meanwhile: held under today's
-                await store.release(rkey, token)
-                result = await claim(store, route, rkey, fp, token)
+                await store.release(again.key, token)
+                result = await claim(store, route, names, fp, token)
             elif again.outcome is not Claim.MISMATCH:
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
     if action is Action.WAIT:
-        result = await _wait(store, result, rkey, fp, token, route)
+        result = await _wait(store, result, names, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
 
@@ -64,22 +71,31 @@ async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
             pause = min(pause * 2, longest)
 
 
-def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:
-    """The claim as `route` makes it: a PENDING key outlives its lease by the retention, so
-    that a lost owner's key is never taken for a free one."""
+def claim(
+    store: Store, route: Route, names: tuple[str, str], fp: str, token: str
+) -> Awaitable[ClaimResult]:
+    """The claim as `route` makes it, made under `names[0]` unless `names[1]` holds the key
+    (`Store.claim`): a PENDING key outlives its lease by the retention, so that a lost
+    owner's key is never taken for a free one."""
     return store.claim(
-        rkey,
+        names[0],
         fp,
         token,
         route.lease,
         route.retention,
         take_lost=not route.holds_lost_keys,
         mark_sent=route.mark_sent,
+        other=names[1],
     )
 
 
 async def _wait(
-    store: Store, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
+    store: Store,
+    result: ClaimResult,
+    names: tuple[str, str],
+    fp: str,
+    token: str,
+    route: Route,
 ) -> ClaimResult:
     """Ask again with a growing pause until the first request ends or time runs out.
 
@@ -94,6 +110,6 @@ async def _wait(
             return result
         await asyncio.sleep(min(pause, left))
         pause = min(pause * 2, longest)
-        result = await claim(store, route, rkey, fp, token)
+        result = await claim(store, route, names, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:
             return result

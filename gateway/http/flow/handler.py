@@ -19,7 +19,7 @@ from gateway.config.policy import Policy, Route
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, LostStep, on_claim
 from gateway.core.headers import foreign_coding, undecodable_header
-from gateway.core.keys import BadKey, digest, hashed_record_key, tenant_id
+from gateway.core.keys import BadKey, digest, record_names, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
@@ -134,8 +134,8 @@ class Gateway:
                 return self._too_large(route, request)
             except BodyTimeout:
                 return await self._too_slow(route, request)
-        rkey = hashed_record_key(settings.redis.key_prefix, route.name, tenant_id(scope), key_hash)
-        return await self._idempotent(request, route, rkey, body, anonymous=not any(scope))
+        names = record_names(settings.redis.key_prefix, route.name, tenant_id(scope), key_hash)
+        return await self._idempotent(request, route, names, body, anonymous=not any(scope))
 
     def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
         """The refusal of a request that cannot be forwarded intact: a header that is not
@@ -225,25 +225,31 @@ class Gateway:
         return kind.answer(detail, code=code_for(kind.slug, route.problem_codes))
 
     async def _idempotent(
-        self, request: web.Request, route: Route, rkey: str, body: bytes, anonymous: bool
+        self,
+        request: web.Request,
+        route: Route,
+        names: tuple[str, str],
+        body: bytes,
+        anonymous: bool,
     ) -> web.StreamResponse:
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
         fields = fingerprint_fields(request, route)
         payload = (request.method, url.raw_path, url.raw_query_string, fields, body)
-        token = secrets.token_hex(16)
+        token = secrets.token_urlsafe(12)  # 96 bits: its claim's own among any others
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
             may_wait = route.mode != "shadow"  # a shadow route holds up no request
-            result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
+            result, action, fp = await take(self.s.store, route, names, token, payload, may_wait)
         except StoreUnavailable as down:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
-                self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
+                for rkey in names:  # made under one of them, by the format written then
+                    self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
             return await self._store_down(request, route, body, down)
         except RecordCorrupt as corrupt:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
-        claimed = Claimed(request, route, rkey, token, fp, body, unsent, leased_at=leased_at)
+        claimed = Claimed(request, route, result.key, token, fp, body, unsent, leased_at=leased_at)
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)

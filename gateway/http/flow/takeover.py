@@ -75,7 +75,7 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
         pause = min(pause * 2, longest)
         asked = time.monotonic()
         try:
-            result = await claim(s.store, c.route, c.key, c.fingerprint, c.token)
+            result = await claim(s.store, c.route, (c.key, c.key), c.fingerprint, c.token)
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             continue

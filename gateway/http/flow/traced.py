@@ -18,6 +18,7 @@ from redis.asyncio import Redis, RedisCluster
 from gateway.config.policy import Timeouts
 from gateway.core.claims import ClaimResult
 from gateway.core.record import Record
+from gateway.store.formats import FORMAT_1, RecordFormat
 from gateway.store.sending import Sender
 from gateway.store.store import Store
 from gateway.telemetry.tracing import (
@@ -46,8 +47,15 @@ class TracedStore(Store):
         *,
         replicas: int = 0,
         replicas_timeout: float = 0.5,
+        record_format: RecordFormat = FORMAT_1,
     ) -> None:
-        super().__init__(client, sender, replicas=replicas, replicas_timeout=replicas_timeout)
+        super().__init__(
+            client,
+            sender,
+            replicas=replicas,
+            replicas_timeout=replicas_timeout,
+            record_format=record_format,
+        )
         self.tracing = tracing
 
     async def claim(
@@ -59,10 +67,19 @@ class TracedStore(Store):
         hold: float = 0.0,
         take_lost: bool = True,
         mark_sent: bool = False,
+        *,
+        other: str | None = None,
     ) -> ClaimResult:
         with self.tracing.redis(CLAIM) as span:
             result = await super().claim(
-                key, fingerprint, token, lease, hold, take_lost=take_lost, mark_sent=mark_sent
+                key,
+                fingerprint,
+                token,
+                lease,
+                hold,
+                take_lost=take_lost,
+                mark_sent=mark_sent,
+                other=other,
             )
             span.set_attribute(CLAIM_RESULT, result.outcome.value)
             return result

@@ -1,0 +1,164 @@
+"""Whether a gateway of an earlier release shares this Redis, and so which record format may
+be written.
+
+A gateway of an earlier release reads format 1 only: it takes a record stored in format 2
+for an absent key (it never looks under format 2's name), and a record of format 2 under
+format 1's name for a Redis error (which a `fail_mode: open` route forwards). Either runs the
+key again. So `redis.record_format: 2` is written only while no such gateway is seen; one
+that is seen holds every gateway of this release at format 1 until an operator says the
+fleet is upgraded (`idem-gateway upgraded`, docs/production.md#upgrading).
+
+Such a gateway is seen by its scripts: it loads `lua/claim.lua` as its release wrote it into
+Redis's script cache when it starts, on each readiness check and after any NOSCRIPT, so its
+SHA-1 in the cache of any primary means it ran since the cache was last emptied. Once seen,
+a mark in Redis keeps it so (the cache empties on a restart or a failover, the gateway may
+still run): only `upgraded` clears it, after it emptied the cache and watched it stay free
+of those scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import ResponseError
+
+from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat
+from gateway.store.store import FAILURES, Store
+
+log = logging.getLogger(__name__)
+
+# SHA-1 of lua/claim.lua of every release that wrote format 1 only, by the commit that
+# changed it (the claim script is what each loads first and always).
+EARLIER_CLAIM_SCRIPTS: Final = {
+    "798cf188fce1fc0833f0a7b90816ad89d7464277": "877829e",
+    "3556ef8275be1e05515f95b3bee7779d1742b4d8": "08d4be2",
+    "f809c0eb5aaa33e02edebdf83f3d2a1f7c1e45d0": "6680a77",
+    "10fd9ede01403d655376de0ca4e8c0c346bb17c8": "da154b1",
+    "01f4e2ec243121197949a1e62b15fcc25526a31d": "8e2039b",
+}
+CHECK_EVERY: Final = 5.0  # seconds between looks while format 2 is configured
+
+
+def seen_key(prefix: str) -> str:
+    """The mark that a gateway of an earlier release was seen: when, and how."""
+    return f"{prefix}:earlier-release-seen"
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """What the last look found: `seen` says why format 2 is held back ("" when it is not);
+    `unknown` why no look could be made (Redis refused a command)."""
+
+    seen: str = ""
+    unknown: str = ""
+
+
+async def earlier_scripts(client: Redis | RedisCluster) -> list[str]:
+    """The earlier releases' claim scripts loaded on any primary, by commit."""
+    shas = list(EARLIER_CLAIM_SCRIPTS)
+    replies: list[list[Any]] = []
+    if isinstance(client, RedisCluster):
+        for node in client.get_primaries():
+            replies.append(await client.execute_command("SCRIPT EXISTS", *shas, target_nodes=node))
+    else:
+        replies.append(await client.script_exists(*shas))
+    return [
+        EARLIER_CLAIM_SCRIPTS[sha]
+        for sha, *loaded in zip(shas, *replies, strict=True)
+        if any(loaded)
+    ]
+
+
+async def look(store: Store, prefix: str) -> Sighting:
+    """Whether a gateway of an earlier release was seen: marked so already, or its claim
+    script loaded now (then marked, so that a restart of Redis does not forget it)."""
+    client = store.client
+    try:
+        marked: Any = await client.get(seen_key(prefix))
+        if marked is not None:
+            return Sighting(seen=bytes(marked).decode("utf-8", "replace"))
+        loaded = await earlier_scripts(client)
+        if not loaded:
+            return Sighting()
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        seen = f"the claim script of release {', '.join(loaded)} loaded, seen {when}"
+        await client.set(seen_key(prefix), seen)
+        return Sighting(seen=seen)
+    except ResponseError as exc:  # a command refused (an ACL, a managed service)
+        return Sighting(unknown=f"{type(exc).__name__}: {exc}")
+    except FAILURES as exc:
+        return Sighting(unknown=f"{type(exc).__name__}: {exc}")
+
+
+class Fleet:
+    """Holds `store.record_format` at what the config asks for, or at 1 while a gateway of
+    an earlier release is seen (or for as long as one may be: not looked yet)."""
+
+    def __init__(self, store: Store, prefix: str, configured: RecordFormat, shared: bool) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.configured = configured
+        self.shared = shared  # False: the embedded Redis, which no other gateway can use
+        self.last = Sighting()
+        store.record_format = FORMAT_1 if configured == FORMAT_2 and shared else configured
+
+    async def check(self) -> RecordFormat:
+        """Look again and set the format written; the format now written."""
+        if self.configured == FORMAT_1 or not self.shared:
+            return self.store.record_format
+        found = await look(self.store, self.prefix)
+        if found.unknown and not self.last.unknown:
+            log.warning(
+                "redis.record_format 2: cannot tell whether a gateway of an earlier release "
+                "uses this Redis (%s); writing format 2 as configured",
+                found.unknown,
+            )
+        wanted = FORMAT_1 if found.seen else FORMAT_2
+        if wanted != self.store.record_format or found.seen != self.last.seen:
+            if found.seen:
+                log.error(
+                    "redis.record_format 2 held at 1: a gateway of an earlier release uses this "
+                    "Redis (%s); once every gateway runs this release, run `idem-gateway "
+                    "upgraded` (docs/production.md#upgrading)",
+                    found.seen,
+                )
+            else:
+                log.warning("redis.record_format 2: writing format 2")
+        self.store.record_format = wanted
+        self.last = found
+        return wanted
+
+    async def watch(self) -> None:
+        """Check every CHECK_EVERY seconds, for as long as the gateway runs (where the format
+        written may change)."""
+        if self.configured == FORMAT_1 or not self.shared:
+            return
+        while True:
+            await asyncio.sleep(CHECK_EVERY)
+            await self.check()
+
+
+async def declare_upgraded(client: Redis | RedisCluster, prefix: str, watch: float) -> list[str]:
+    """Say that every gateway runs this release: empty every primary's script cache, watch
+    it for `watch` seconds, and clear the mark if no earlier release's claim script comes
+    back. The releases whose script came back (empty: cleared). Redis failures raise."""
+    if isinstance(client, RedisCluster):
+        for node in client.get_primaries():
+            await client.execute_command("SCRIPT FLUSH", target_nodes=node)
+    else:
+        await client.script_flush()
+    deadline = time.monotonic() + watch
+    while True:
+        loaded = await earlier_scripts(client)
+        if loaded:
+            return loaded
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    await client.delete(seen_key(prefix))
+    return []
