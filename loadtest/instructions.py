@@ -47,6 +47,9 @@ EXPECTED = {"new-key": 201, "replay": 201, "pass-through": 200}  # each scenario
 # read: a 503 then. Timeouts are not on the measured path, so they cost no instruction.
 SLOW_REDIS = {"socket_timeout": "30s", "pool_timeout": "30s", "connect_timeout": "10s"}
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+# The gate measures records as this release writes them once its fleet is upgraded (and on
+# the embedded Redis): compact, compressed (docs/production.md#upgrading).
+GATE_FORMAT = 2
 
 
 def payment(key: str) -> bytes:
@@ -121,14 +124,18 @@ def measure(
     workdir: Path,
     requests: int,
     rounds: int,
+    record_format: int | None = None,
 ) -> dict[str, list[float]]:
-    """Instructions per request of one gateway, by scenario, one value per round. It runs in
-    `workdir`: `python -m` puts that folder first on the path, so no checkout is imported
-    unless `env` names it."""
+    """Instructions per request of one gateway, by scenario, one value per round, its
+    records written in `record_format` (None: its default, for a tree of before the
+    setting). It runs in `workdir`: `python -m` puts that folder first on the path, so no
+    checkout is imported unless `env` names it."""
     port = free_port()
     config = workdir / f"gateway-{name}.yaml"
     raw = gateway_config(port, upstream_url, redis_url, "uvloop", True, free_port())
     raw["redis"].update(SLOW_REDIS)
+    if record_format is not None:
+        raw["redis"]["record_format"] = record_format
     config.write_text(yaml.safe_dump(raw))
     out = workdir / f"callgrind-{name}"
     command = [
@@ -170,7 +177,9 @@ def _tail(log: Path) -> str:
     return " | ".join(lines[-3:]) or "(empty)"
 
 
-def compare_trees(trees: dict[str, str], requests: int, rounds: int) -> None:
+def compare_trees(
+    trees: dict[str, str], requests: int, rounds: int, record_format: int | None
+) -> None:
     """Each tree's counts side by side, as ratios to the first tree's."""
     counts: dict[str, dict[str, list[float]]] = {}
     with ExitStack() as stack:
@@ -180,7 +189,15 @@ def compare_trees(trees: dict[str, str], requests: int, rounds: int) -> None:
         for name, path in trees.items():
             env = child_env(path)
             counts[name] = measure(
-                name, sys.executable, env, redis.url, upstream.url, workdir, requests, rounds
+                name,
+                sys.executable,
+                env,
+                redis.url,
+                upstream.url,
+                workdir,
+                requests,
+                rounds,
+                record_format,
             )
     first = next(iter(trees))
     print(f"\n{'scenario':12} {'tree':10} {'min k':>8} {'max k':>8} {'vs ' + first:>12}")
@@ -207,7 +224,9 @@ def run_gate(python: str, baselines: Path, requests: int, rounds: int, why: str 
         print(f"measuring {interpreter.gateway} on Python {interpreter.python} ({python})")
         redis = start_redis(stack)
         upstream = start_upstream(stack, workdir)
-        per = measure("gate", python, env, redis.url, upstream.url, workdir, requests, rounds)
+        per = measure(
+            "gate", python, env, redis.url, upstream.url, workdir, requests, rounds, GATE_FORMAT
+        )
     counts = {scenario: min(values) for scenario, values in per.items()}
     if baseline is None:
         assert why is not None
@@ -229,11 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baselines", type=Path, default=gate.BASELINES, help="the baseline file")
     parser.add_argument("--requests", type=int, default=400, help="per round and scenario")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--record-format",
+        type=int,
+        choices=(1, 2),
+        help="with --tree: redis.record_format of every tree (default: each one's own)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.tree:
             trees = dict(item.split("=", 1) for item in args.tree)
-            compare_trees(trees, args.requests, args.rounds)
+            compare_trees(trees, args.requests, args.rounds, args.record_format)
             return 0
         # Absolute, as the gateway runs elsewhere; not resolved: a venv's python is a symlink.
         python = os.path.abspath(args.python) if os.sep in args.python else args.python

@@ -166,11 +166,12 @@ def gateway_settings(
     **route: Any,
 ) -> Settings:
     """One route, `api`, protecting every path of `origin`; `route` overrides its fields,
-    `redis` the Redis settings (the breaker stays out of the way unless a test sets it) and
-    `blob` the blob store's."""
+    `redis` the Redis settings (the breaker stays out of the way unless a test sets it; the
+    records are written in format 1, as on a Redis other gateways share, unless it sets
+    `record_format`) and `blob` the blob store's."""
     raw: dict[str, Any] = {
         "upstream": origin,
-        "redis": {"breaker": {"failures": 1000}, **(redis or {})},
+        "redis": {"breaker": {"failures": 1000}, "record_format": 1, **(redis or {})},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
     if blob is not None:

@@ -122,11 +122,12 @@ def start_gateway(
     loop: str = "uvloop",
     admin_port: int | None = None,
     wire: Wire = PLAIN,
+    redis: dict[str, Any] | None = None,
     **route: Any,
 ) -> GatewayProcess:
     config: dict[str, Any] = {
         "loop": loop,
-        "redis": {"url": redis_url},
+        "redis": {"url": redis_url, **(redis or {})},
         "blob": {"url": f"file://{workdir}/blobs"},
         "log_level": "warning",
         "limits": limits,

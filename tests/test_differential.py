@@ -130,14 +130,17 @@ def test_the_allowed_differences_are_read_from_the_docs() -> None:
     assert len(ENTRIES) >= 30
 
 
+@pytest.mark.parametrize("record_format", [1, 2], ids=["format-1", "format-2"])
 @pytest.mark.parametrize("entry", ENTRIES, ids=[entry.name for entry in ENTRIES])
 async def test_the_gateway_answers_as_the_upstream_did(
-    entry: Entry, make_gateway: GatewayFactory, tmp_path: Path
+    entry: Entry, record_format: int, make_gateway: GatewayFactory, tmp_path: Path
 ) -> None:
+    """Recorded in either format (bodies over 1 KiB in the blob store), replayed the same."""
     async with corpus_upstream([entry]) as (upstream, port):
         origin = f"http://127.0.0.1:{port}"
         settings = gateway_settings(
             origin,
+            redis={"record_format": record_format},
             blob={"url": f"file://{tmp_path}/blobs"},
             inline_max=1024,
             methods=["POST", "HEAD"],
@@ -170,12 +173,12 @@ async def test_a_gateway_process_answers_as_the_upstream_did_under_either_loop(
 ) -> None:
     """The whole corpus through a gateway process (its own server, not aiohttp's router, and
     the configured loop), first answers, replays and pass-throughs alike; over plain HTTP
-    and over TLS to the gateway."""
+    and over TLS to the gateway; its records in format 2 (format 1's: the test above)."""
     found = {}
     async with corpus_upstream(ENTRIES) as (_, port):
         gateway = start_gateway(
             f"http://127.0.0.1:{port}", redis_url, tmp_path, {}, loop=loop, wire=wire,
-            inline_max=1024, methods=["POST", "HEAD"],
+            redis={"record_format": 2}, inline_max=1024, methods=["POST", "HEAD"],
         )  # fmt: skip
         try:
             for entry in ENTRIES:

@@ -73,14 +73,20 @@ async def format1(format1_server: RedisServer) -> AsyncIterator[tuple[Format1Wri
         await client.aclose()
 
 
-def settings_for(origin: str, blobs: Path) -> Settings:
+@pytest.fixture(params=[1, 2], ids=lambda f: f"writes-{f}")
+def record_format(request: pytest.FixtureRequest) -> int:
+    """The format the replaying gateway writes: it reads format 1 either way."""
+    return int(request.param)
+
+
+def settings_for(origin: str, blobs: Path, record_format: int) -> Settings:
     """One route, `api`, over every path of the counting upstream: the release's defaults
     (key prefix `idem`, scope `Authorization`, fingerprint over the body, a day's retention),
-    blobs in `blobs`."""
+    blobs in `blobs`, records written in `record_format`."""
     return settings_from_dict(
         {
             "upstream": origin,
-            "redis": {"breaker": {"failures": 1000}},
+            "redis": {"breaker": {"failures": 1000}, "record_format": record_format},
             "blob": {"url": f"file://{blobs}"},
             "routes": [{"name": ROUTE, "path_prefix": "/", "upstream": origin}],
         }
@@ -301,13 +307,14 @@ async def test_a_format1_record_replays_byte_for_byte(
     where: str,
     format1: tuple[Format1Writer, str],
     make_gateway: GatewayFactory,
+    record_format: int,
     upstream: Upstream,
     tmp_path: Path,
 ) -> None:
     case = CASES[name]
     writer, url = format1
     counting, origin = upstream
-    settings = settings_for(origin, tmp_path / "blobs")
+    settings = settings_for(origin, tmp_path / "blobs", record_format)
     body, blob = case.body, None
     if where == "blob":
         blobs = open_blob_store(settings.blob)
@@ -339,6 +346,7 @@ async def test_a_format1_unknown_outcome_replays_as_502_outcome_unknown(
     scoped: bool,
     format1: tuple[Format1Writer, str],
     make_gateway: GatewayFactory,
+    record_format: int,
     upstream: Upstream,
     tmp_path: Path,
 ) -> None:
@@ -346,7 +354,7 @@ async def test_a_format1_unknown_outcome_replays_as_502_outcome_unknown(
     `Idempotency-Outcome: unknown` and the marker, until an operator resolves it."""
     writer, url = format1
     counting, origin = upstream
-    settings = settings_for(origin, tmp_path / "blobs")
+    settings = settings_for(origin, tmp_path / "blobs", record_format)
     extra = {"failure": "timeout", "detail": "no answer within 30.0s", "seen": "504"}
     meta = Meta(502, [], 0, "", unknown=True, extra=extra)
     rkey, fp = stored_under(settings, "f1-unknown", scoped)
@@ -364,6 +372,7 @@ async def test_a_format1_unknown_outcome_replays_as_502_outcome_unknown(
 async def test_a_format1_answer_whose_body_was_too_large_to_record_is_not_run_again(
     format1: tuple[Format1Writer, str],
     make_gateway: GatewayFactory,
+    record_format: int,
     upstream: Upstream,
     tmp_path: Path,
 ) -> None:
@@ -371,7 +380,7 @@ async def test_a_format1_answer_whose_body_was_too_large_to_record_is_not_run_ag
     body-not-recorded with the marker, and the upstream is not called again."""
     writer, url = format1
     counting, origin = upstream
-    settings = settings_for(origin, tmp_path / "blobs")
+    settings = settings_for(origin, tmp_path / "blobs", record_format)
     headers = [("Content-Type", "application/pdf")]
     meta = Meta(200, headers, 1 << 30, "", extra={"body": "too-large"}, reason="OK")
     rkey, fp = stored_under(settings, "f1-too-large", True)
@@ -401,12 +410,13 @@ async def test_a_damaged_format1_record_answers_record_corrupt_and_is_not_run_ag
     damage: str,
     format1: tuple[Format1Writer, str],
     make_gateway: GatewayFactory,
+    record_format: int,
     upstream: Upstream,
     tmp_path: Path,
 ) -> None:
     writer, url = format1
     counting, origin = upstream
-    settings = settings_for(origin, tmp_path / "blobs")
+    settings = settings_for(origin, tmp_path / "blobs", record_format)
     rkey, fp = stored_under(settings, f"f1-{damage}", True)
     await writer.store(rkey, fp, DAMAGED[damage], JSON, retention=RETENTION)
     client = await make_gateway(settings=settings, url=url)
@@ -468,5 +478,5 @@ def test_the_retry_has_the_fingerprint_the_release_stored(tmp_path: Path) -> Non
     """The records here are stored under the fingerprint today's code gives the retry; the
     release stored its own under this one. Should they part, a record of the release is
     stored under this value and found through `claiming.take`'s earlier fingerprint."""
-    settings = settings_for("http://127.0.0.1:9", tmp_path)
+    settings = settings_for("http://127.0.0.1:9", tmp_path, 1)
     assert stored_under(settings, "order-1001", True)[1] == RELEASE_FINGERPRINT

@@ -1,4 +1,4 @@
-"""A recorded upstream answer and its compact encoding in Redis."""
+"""A recorded upstream answer, and format 1's encoding of it in Redis (JSON)."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def _resources(
         app[METRICS].watch_record_format(lambda: store.record_format)
         app[METRICS].watch_journal(lambda: journal.depth)
         app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
-        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
+        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet)
         if tracing is not None:
             services.span = tracing.span
         app[SERVICES] = services

@@ -18,6 +18,7 @@ PROBES = {
     "workers_scaling": "`--workers 2` against `--workers 1`: RPS, latency, CPU per request",
     "many_connections": "1,000 client connections at once, per listen backlog",
     "big_body": "a large body plain, recorded and replayed; `--curve`: per body size",
+    "record_memory": "Redis memory per stored record, through a gateway, per format and body",
 }
 
 

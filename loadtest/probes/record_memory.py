@@ -113,11 +113,23 @@ class Row:
     kind: str
     used_per_record: float
     memory_usage: int
+    value_bytes: int  # a format-2 record's STRLEN, median (0 for a hash)
     stored_as: str
 
 
-async def _send(url: str, keys: list[str], concurrency: int) -> list[bytes]:
-    """POST each key once; the last answer's status line, headers and body, raw."""
+# What the gateway adds to or sets on an answer of its own (docs/fidelity.md).
+_GATEWAYS: frozenset[bytes] = frozenset(
+    {b"idempotent-replayed", b"idempotency-expires", b"x-request-id"}
+)
+
+
+def _upstreams(head: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in head if name.lower() not in _GATEWAYS]
+
+
+async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, bytes]:
+    """POST each key once, then the last again: the first answer and the replay, each its
+    upstream's header lines and body."""
     pending = iter(keys)
     async with aiohttp.ClientSession() as session:
 
@@ -130,13 +142,14 @@ async def _send(url: str, keys: list[str], concurrency: int) -> list[bytes]:
                         raise RuntimeError(f"key {key}: {answer.status}")
 
         await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
-        first, again = [], []
-        for answers in (first, again):
+        seen = []
+        for _ in range(2):
             headers = {"Idempotency-Key": keys[-1], "X-Tenant-Id": "tenant-1"}
             async with session.post(f"{url}/pay", data=b'{"a":1}', headers=headers) as answer:
-                answers.append(answer.raw_headers)
-                answers.append(await answer.read())
-        return [orjson.dumps([[n.decode(), v.decode()] for n, v in first[0]]), first[1], again[1]]
+                head = orjson.dumps([list(pair) for pair in _upstreams(list(answer.raw_headers))],
+                                    default=bytes.hex)  # fmt: skip
+                seen.append(head + b"\n" + await answer.read())
+        return seen[0], seen[1]
 
 
 def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path) -> Row:
@@ -176,9 +189,7 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
         loop = asyncio.get_event_loop()
         loop.run_until_complete(_send(gateway.url, warm, args.concurrency))
         before = int(client.info("memory")["used_memory"])
-        head, first, again = loop.run_until_complete(
-            _send(gateway.url, keys, args.concurrency)
-        )
+        first, again = loop.run_until_complete(_send(gateway.url, keys, args.concurrency))
         after = int(client.info("memory")["used_memory"])
         if first != again:
             raise RuntimeError("a replay differs from the first answer")
@@ -192,8 +203,10 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
             for name in sample[:20]
         }
         stored_as = f"{'/'.join(sorted(kinds))} ({'/'.join(sorted(encodings))})"
+        lengths = [int(client.strlen(name)) for name in sample if client.type(name) == b"string"]
+        value = int(statistics.median(lengths)) if lengths else 0
         per = (after - before) / len(keys)
-        return Row(fmt, size, kind, per, int(statistics.median(usage)), stored_as)
+        return Row(fmt, size, kind, per, int(statistics.median(usage)), value, stored_as)
     finally:
         if gateway is not None:
             gateway.stop()
@@ -227,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"format {row.format}  body {row.body:>6} {row.kind:<6}  "
                         f"used_memory/record {row.used_per_record:8.0f} B  "
-                        f"MEMORY USAGE {row.memory_usage:6} B  {row.stored_as}",
+                        f"MEMORY USAGE {row.memory_usage:6} B  value {row.value_bytes:6} B  "
+                        f"{row.stored_as}",
                         flush=True,
                     )
     return 0

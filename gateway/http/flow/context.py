@@ -14,6 +14,7 @@ from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.http.flow.tasks import TaskSet
 from gateway.http.flow.watch import Watch
+from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
@@ -44,6 +45,7 @@ class Services:
     tasks: TaskSet
     blobs: BlobStore
     journal: Journal
+    fleet: Fleet  # which record format is written: the configured, or 1 (store.fleet)
     eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
     span: Callable[[str], AbstractContextManager[Any]] = no_span  # Tracing.span when on
     watch: Watch = field(default_factory=Watch)  # what the console's attention list shows
