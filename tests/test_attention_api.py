@@ -8,6 +8,13 @@ import pytest
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
+
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def record_format(request: pytest.FixtureRequest) -> int:
+    """Operators read and change records of either format alike."""
+    return int(request.param)
+
+
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 

@@ -26,6 +26,13 @@ from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 from .lostowner import KEY, claim_as_dead_owner, settled
 from .upstream import CountingUpstream
 
+
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def record_format(request: pytest.FixtureRequest) -> int:
+    """Operators read and change records of either format alike."""
+    return int(request.param)
+
+
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 

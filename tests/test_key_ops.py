@@ -17,6 +17,13 @@ from testkit.procs import GatewayProcess
 
 from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
+
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def record_format(request: pytest.FixtureRequest) -> int:
+    """Operators read and change records of either format alike."""
+    return int(request.param)
+
+
 TENANT = {"Authorization": "Bearer tenant-1"}
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 UNKNOWN_ROUTE = {"on_unknown_outcome": "record", "timeouts": {"total": "300ms"}}

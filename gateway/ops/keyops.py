@@ -118,6 +118,8 @@ def describe(stored: Stored) -> dict[str, Any]:
         return {"state": "corrupt", "ttl_seconds": out["ttl_seconds"]}
     record = stored.record
     if record is not None:
+        if "age_seconds" not in out:  # format 2 keeps no claim time: its answer's age
+            out["age_seconds"] = round(now - record.completed_at, 3)
         out.update(
             status=record.status,
             body_bytes=record.size,
