@@ -1,7 +1,7 @@
 """`python -m loadtest.dictionary`: build the format-2 dictionary, or measure dictionaries.
 
     python -m loadtest.dictionary --out gateway/store/dictionaries/N.zdict
-                                  [--size 8000] [--seed 1] [--kib 32]
+                                  [--size 8000] [--seed 1] [--kib 64]
     python -m loadtest.dictionary --evaluate [--kib 8,16,32,64] [--dictionary PATH ...]
                                   [--size 8000] [--seed 1] [--answers 4000]
 
@@ -91,7 +91,7 @@ def _evaluate(args: argparse.Namespace) -> None:
             print(f"  {kib} KiB trained in {time.perf_counter() - started:.1f} s")
     for path in args.dictionary:
         dictionaries[path.name] = path.read_bytes()
-    measured = training.held_out_answers(args.answers, args.seed)
+    measured = training.measured_answers(args.answers, args.seed)
     sizes = training.measure(dictionaries, measured)
     names = ["zstd", *dictionaries]
     print(

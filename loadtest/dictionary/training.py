@@ -3,7 +3,8 @@
 Training is zstd's fastCover with its parameters fixed (`K`, `D`), on every sample
 (`split_point=1.0`: with the default 0.75 the last quarter of the corpus would only test the
 parameters, and with none fixed zstd would search them, in threads): one run, one result, the
-same bytes for the same corpus and zstd.
+same bytes for the same corpus and zstd. The dictionary's id is zstd's own, a hash of its
+content; format-2 frames do not carry it (the codec byte names the dictionary).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def train(trained_on: Sequence[bytes], kib: int = KIB) -> bytes:
 
 
 def build(size: int = CORPUS, seed: int = SEED, kib: int = KIB) -> bytes:
+    """The dictionary `--out` writes: with the defaults, the one shipped as number 1."""
     return train(samples(size, seed), kib)
 
 
-def held_out_answers(count: int, seed: int = SEED) -> list[Answer]:
+def measured_answers(count: int, seed: int = SEED) -> list[Answer]:
     """Answers of every style drawn anew (from `seed` + 1), by the deployments of `seed`:
     those of the trained styles are the APIs training saw, the held-out ones never seen."""
     return answers(STYLES, count, seed + 1, houses_seed=seed)
