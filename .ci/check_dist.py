@@ -1,9 +1,9 @@
 """What `python -m build` made holds what the gateway needs: `check_dist.py SDIST WHEEL`.
 
 The sdist can build the wheel again (the build backend, setup.py and the pins it reads), and
-the wheel carries the compiled modules with their manifest, every Redis script, the console's
-files and the metadata pyproject.toml declares. One line on stderr and exit 1 on the first
-thing missing."""
+the wheel carries the compiled modules with their manifest, every Redis script, every
+dictionary of format-2 records, the console's files and the metadata pyproject.toml declares.
+One line on stderr and exit 1 on the first thing missing."""
 
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parent.parent
+# A stored record is read only with the dictionary it was compressed with.
+DICTIONARIES = [
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway/store/dictionaries").glob("*.zdict")
+]
 
 
 def fail(message: str) -> None:
@@ -28,6 +32,7 @@ def check_sdist(path: Path) -> None:
     needed |= {f"lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway").rglob("*.py")}
     needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway/ops/static").iterdir()}
+    needed |= set(DICTIONARIES)
     if missing := sorted(needed - names):
         fail(f"{path.name} lacks {missing[:5]}")
 
@@ -41,6 +46,7 @@ def check_wheel(path: Path) -> None:
     needed = {"gateway/_compiled.json"}
     needed |= {f"gateway/lua/{p.name}" for p in (ROOT / "lua").glob("*.lua")}
     needed |= {f"gateway/ops/static/{p.name}" for p in (ROOT / "gateway/ops/static").iterdir()}
+    needed |= set(DICTIONARIES)
     # Every module's source ships, compiled or not: a package left out of pyproject's list
     # would ship its compiled modules alone, and none of its pure ones.
     needed |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "gateway").rglob("*.py")}
@@ -61,6 +67,8 @@ def check_wheel(path: Path) -> None:
 
 def main() -> None:
     sdist, wheel = (Path(arg) for arg in sys.argv[1:3])
+    if not DICTIONARIES:
+        fail("the checkout holds no gateway/store/dictionaries/*.zdict to look for")
     check_sdist(sdist)
     check_wheel(wheel)
     print(f"check_dist: {sdist.name} and {wheel.name} hold what the gateway needs")

@@ -15,24 +15,17 @@ which reads format 1 only, uses the same Redis).
 from __future__ import annotations
 
 import functools
-from importlib.resources import files
 from typing import Final, Literal
 
 from gateway.core.compact import Codec
+from gateway.store.dictionaries import shipped
 
 RecordFormat = Literal[1, 2]
 FORMAT_1: Final[Literal[1]] = 1
 FORMAT_2: Final[Literal[2]] = 2
-_SUFFIX: Final = ".zdict"
 
 
 @functools.cache
 def shipped_codec() -> Codec:
     """The format-2 codec with every dictionary this release ships (read once a process)."""
-    folder = files("gateway.store.dictionaries")
-    dictionaries = {
-        int(entry.name.removesuffix(_SUFFIX)): entry.read_bytes()
-        for entry in folder.iterdir()
-        if entry.name.endswith(_SUFFIX)
-    }
-    return Codec(dictionaries)
+    return Codec(shipped())
