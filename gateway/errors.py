@@ -19,7 +19,12 @@ class StoreUnavailable(Exception):
 
 
 class RecordCorrupt(Exception):
-    """A stored record cannot be read: never a reason to forward (not even fail-open)."""
+    """A stored record cannot be read: never a reason to forward (not even fail-open).
+    `transient`: it can be, once Redis answers again (what it needs could not be asked)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class BlobError(Exception):

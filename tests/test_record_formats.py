@@ -10,15 +10,19 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 import redis
+import redis.asyncio
 from redis.cluster import key_slot
 
 from gateway.core.claims import Claim
-from gateway.core.compact import fingerprint_field
+from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
 from gateway.core.keys import digest, record_names, tenant_id
 from gateway.core.record import Record
 from gateway.errors import RecordCorrupt
+from gateway.http.app import SERVICES
 from gateway.store.formats import shipped_codec
 from gateway.store.store import Store
+from gateway.store.trained import SAMPLES, Trained, dictionaries_key
+from testkit.polling import until
 from testkit.stores import make_store
 
 from .conftest import GatewayFactory, gateway_settings
@@ -258,7 +262,7 @@ async def test_operators_read_either_format(stores: dict[int, Store]) -> None:
 
 def test_format_2s_fingerprint_is_what_the_claim_compares() -> None:
     codec = shipped_codec()
-    value = codec.pack("C", fingerprint_field(FP), "t", ANSWER, BODY)
+    value = codec.pack("C", fingerprint_field(FP), "t", pack_answer(ANSWER, BODY))
     assert value[3:19] == bytes.fromhex(FP)[:16]
 
 
@@ -283,3 +287,120 @@ async def test_a_damaged_format_2_record_answers_record_corrupt_and_never_runs_a
         assert answer.status == 502, await answer.read()
         assert orjson.loads(await answer.read())["code"] == "record-corrupt"
     assert counting.count("/pay") == 1
+
+
+def answer_of(n: int) -> tuple[Record, bytes]:
+    """The n-th answer of a payments-like route: the same shape, its own ids."""
+    body = b'{"id":"pay_%06d","amount":%d,"currency":"EUR","status":"captured"}' % (n, n * 7)
+    headers = [
+        ("Content-Type", "application/json; charset=utf-8"),
+        ("Location", f"/v1/payments/pay_{n:06d}"),
+        ("X-Request-Id", hashlib.md5(str(n).encode()).hexdigest()),
+    ]
+    return Record(201, headers, len(body), "", completed_at=1_700_000_000.0 + n), body
+
+
+async def settle(store: Store, key: str, n: int) -> str:
+    """Claim and complete the n-th answer under `key`: the name it is held under."""
+    owned = await claim(store, names_of(key), f"owner-{n}")
+    record, body = answer_of(n)
+    assert await store.complete(owned.key, f"owner-{n}", FP, record, body, 60)
+    return owned.key
+
+
+async def trained(store: Store, route: str = "api") -> None:
+    await until(lambda: store.trained.newest(route) is not None, timeout=30)
+
+
+async def test_a_route_trains_its_own_dictionary_and_every_gateway_reads_with_it(
+    stores: dict[int, Store], redis_url: str
+) -> None:
+    writer = stores[2]
+    for n in range(SAMPLES):
+        await settle(writer, f"train-{n}", n)
+    await trained(writer)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        assert plain.hexists(dictionaries_key("idem", "api"), str(OWN))
+        name = await settle(writer, "after", 10_000)
+        value = plain.get(name) or b""
+        assert Codec.dictionary_of(value) == OWN, "compressed with the route's own"
+        smaller = len(
+            shipped_codec().pack("C", b"x" * 16, "owner-10000", pack_answer(*answer_of(10_000)))
+        )
+        assert len(value) < smaller
+    finally:
+        plain.close()
+    reader = make_store(redis_url)  # a gateway that has not seen it: read from Redis
+    try:
+        found = await claim(reader, names_of("after"), "retry")
+        assert found.outcome is Claim.DONE and found.body == answer_of(10_000)[1]
+        assert stores[1].trained.newest("api") is None
+        assert (await claim(stores[1], names_of("after"), "retry")).body == answer_of(10_000)[1]
+    finally:
+        await reader.close()
+
+
+async def test_gateways_training_at_once_settle_on_one_dictionary(redis_url: str) -> None:
+    first, second = make_store(redis_url), make_store(redis_url)
+    try:
+        for store in (first, second):
+            store.record_format = 2
+        for n in range(SAMPLES):
+            await settle(first, f"one-{n}", n)
+            await settle(second, f"two-{n}", n + 500)
+        await trained(first)
+        await trained(second)
+        one, two = first.trained.newest("api"), second.trained.newest("api")
+        assert one is not None and two is not None and one.data == two.data
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_records_dictionary_gone_from_redis_makes_it_corrupt_and_redis_down_not_yet(
+    stores: dict[int, Store], redis_url: str
+) -> None:
+    for n in range(SAMPLES):
+        await settle(stores[2], f"gone-{n}", n)
+    await trained(stores[2])
+    await settle(stores[2], "needs-it", 20_000)
+    unreachable = make_store(redis_url)
+    unreachable.trained = Trained(redis.asyncio.Redis(port=9, socket_connect_timeout=0.2), "idem")
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        with pytest.raises(RecordCorrupt) as down:
+            await claim(unreachable, names_of("needs-it"), "retry")
+        assert down.value.transient
+        plain.delete(dictionaries_key("idem", "api"))
+        fresh = make_store(redis_url)
+        try:
+            with pytest.raises(RecordCorrupt) as gone:
+                await claim(fresh, names_of("needs-it"), "retry")
+            assert not gone.value.transient
+        finally:
+            await fresh.close()
+    finally:
+        plain.close()
+        await unreachable.close()
+
+
+async def test_a_record_whose_dictionary_cannot_be_read_now_is_503_never_forwarded(
+    make_gateway: GatewayFactory, upstream: Upstream
+) -> None:
+    """Even on a route that fails open: the record is there, only its dictionary was not."""
+    counting, origin = upstream
+    settings = gateway_settings(origin, redis={"record_format": 2}, fail_mode="open")
+    client = await make_gateway(settings)
+    store = client.server.app[SERVICES].store
+    for n in range(SAMPLES):
+        headers = {"Idempotency-Key": f"many-{n}"}
+        assert (await client.post("/pay", data=b"x", headers=headers)).status == 201
+    await trained(store)
+    headers = {"Idempotency-Key": "with-its-own"}
+    assert (await client.post("/pay", data=b"x", headers=headers)).status == 201
+    store.trained = Trained(redis.asyncio.Redis(port=9, socket_connect_timeout=0.2), "idem")
+    answer = await client.post("/pay", data=b"x", headers=headers)
+    assert answer.status == 503 and answer.headers["Retry-After"]
+    assert orjson.loads(await answer.read())["code"] == "store-unavailable"
+    assert counting.count("/pay") == SAMPLES + 1

@@ -203,65 +203,91 @@ def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
     return record, body
 
 
-class Codec:
-    """Packs and unpacks format-2 values; compresses with the newest of `dictionaries` (by
-    codec byte, 1 to 255), reads with any of them. A dictionary, once values name it, must
-    ship for as long as records may hold it: codec bytes are never reused."""
+# The codec bytes of dictionaries: the package's own from 1, a route's (trained at run time
+# on its answers, `store.trained`) from OWN, read with the route of the record's key.
+OWN: Final = 128
+# Packed answers longer than this are compressed with one dictionary only, not with each.
+_BOTH_UP_TO: Final = 16 << 10
+_PARAMS: Final = zstandard.ZstdCompressionParameters.from_level(
+    LEVEL,
+    format=zstandard.FORMAT_ZSTD1_MAGICLESS,
+    write_content_size=1,
+    write_checksum=0,
+    write_dict_id=0,
+)
 
-    def __init__(self, dictionaries: Mapping[int, bytes]) -> None:
-        if not dictionaries or not all(0 < number < 256 for number in dictionaries):
+
+class Dictionary:
+    """One zstd dictionary, ready to compress and decompress with, and its codec byte."""
+
+    def __init__(self, number: int, data: bytes) -> None:
+        if not 0 < number < 256:
             raise ValueError("dictionaries are numbered 1 to 255")
-        self.newest = max(dictionaries)
-        params = zstandard.ZstdCompressionParameters.from_level(
-            LEVEL,
-            format=zstandard.FORMAT_ZSTD1_MAGICLESS,
-            write_content_size=1,
-            write_checksum=0,
-            write_dict_id=0,
+        self.number = number
+        self.data = data
+        prepared = zstandard.ZstdCompressionDict(data)
+        prepared.precompute_compress(compression_params=_PARAMS)
+        self.compressor = zstandard.ZstdCompressor(dict_data=prepared, compression_params=_PARAMS)
+        self.decompressor = zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(data), format=zstandard.FORMAT_ZSTD1_MAGICLESS
         )
-        newest = zstandard.ZstdCompressionDict(dictionaries[self.newest])
-        newest.precompute_compress(compression_params=params)
-        self._compressor = zstandard.ZstdCompressor(dict_data=newest, compression_params=params)
-        self._decompressors = {
-            number: zstandard.ZstdDecompressor(
-                dict_data=zstandard.ZstdCompressionDict(data),
-                format=zstandard.FORMAT_ZSTD1_MAGICLESS,
-            )
-            for number, data in dictionaries.items()
-        }
+
+
+class Codec:
+    """Packs and unpacks format-2 values with the dictionaries the package ships (numbered 1
+    to OWN - 1) and, given one, a route's own. A dictionary, once values name it, must be
+    kept for as long as records may hold it: its number is never reused."""
+
+    def __init__(self, shipped: Mapping[int, bytes]) -> None:
+        if not shipped or not all(0 < number < OWN for number in shipped):
+            raise ValueError(f"shipped dictionaries are numbered 1 to {OWN - 1}")
+        self.shipped = {number: Dictionary(number, data) for number, data in shipped.items()}
+        self.newest = self.shipped[max(self.shipped)]
 
     def pack(
-        self, state: str, fingerprint: bytes, token: str, record: Record, body: bytes
+        self,
+        state: str,
+        fingerprint: bytes,
+        token: str,
+        packed: bytes,
+        own: Dictionary | None = None,
     ) -> bytes:
-        """The value for `record` settled by `token` (the lost owner's token left empty,
-        for `complete.lua` to fill in)."""
-        packed = pack_answer(record, body)
-        compressed = self._compressor.compress(packed)
-        if len(compressed) < len(packed):
-            answer = bytes((self.newest,)) + compressed
-        else:  # incompressible: stored as it is, never larger for the try
-            answer = bytes((RAW,)) + packed
+        """The value of a packed answer (`pack_answer`) settled by `token`, the lost owner's
+        token left empty for `complete.lua` to fill in: compressed with the newest shipped
+        dictionary and with `own`, the route's, whichever makes it smaller (one only, the
+        route's, for a long answer), and raw when neither does."""
+        answer = bytes((RAW,)) + packed
+        tried = [self.newest] if own is None else [own, self.newest]
+        for dictionary in tried[:1] if len(packed) > _BOTH_UP_TO else tried:
+            compressed = dictionary.compressor.compress(packed)
+            if len(compressed) + 1 < len(answer):
+                answer = bytes((dictionary.number,)) + compressed
         owner = token.encode("latin-1")
         head = bytes((VERSION, ord(state), len(fingerprint))) + fingerprint
         return b"".join(
             (head, bytes((len(owner),)), owner, b"\0", answer, _crc(answer).to_bytes(4, "big"))
         )
 
-    def unpack(self, value: bytes) -> tuple[Record, bytes]:
-        """The record and inline body of a format-2 value; ValueError when it cannot be read
-        as written (damaged, truncated, of another version, or compressed with a dictionary
-        this release does not ship)."""
+    @staticmethod
+    def dictionary_of(value: bytes) -> int:
+        """The codec byte of a format-2 value: which dictionary reads it (RAW: none; also
+        for a value too short to say, which `unpack` refuses)."""
+        at = _answer_at(value)
+        return value[at] if at is not None and at < len(value) else RAW
+
+    def unpack(
+        self, value: bytes, own: Mapping[int, Dictionary] | None = None
+    ) -> tuple[Record, bytes]:
+        """The record and inline body of a format-2 value, with `own` the dictionaries of its
+        route; ValueError when it cannot be read as written (damaged, truncated, of another
+        version, or compressed with a dictionary neither shipped nor given)."""
         if len(value) < 3 or value[0] != VERSION:
             raise ValueError(f"not a record of format {VERSION}")
         state = chr(value[1])
         if state not in _STATES:
             raise ValueError(f"unknown record state {state!r}")
-        at = 3 + value[2]  # past the fingerprint
-        for _ in range(2):  # the owner's token, the lost owner's
-            if at >= len(value):
-                raise ValueError("the record ends early")
-            at += 1 + value[at]
-        if len(value) < at + 5:
+        at = _answer_at(value)
+        if at is None or len(value) < at + 5:
             raise ValueError("the record ends early")
         answer, crc = value[at:-4], value[-4:]
         if _crc(answer).to_bytes(4, "big") != crc:
@@ -270,14 +296,26 @@ class Codec:
         if codec == RAW:
             packed = answer[1:]
         else:
-            decompressor = self._decompressors.get(codec)
-            if decompressor is None:
-                raise ValueError(f"compressed with dictionary {codec}, which this release lacks")
+            dictionary = self.shipped.get(codec) if codec < OWN else (own or {}).get(codec)
+            if dictionary is None:
+                raise ValueError(f"compressed with dictionary {codec}, which is not at hand")
             try:
-                packed = decompressor.decompress(answer[1:])
+                packed = dictionary.decompressor.decompress(answer[1:])
             except zstandard.ZstdError as exc:
                 raise ValueError(f"the answer does not decompress: {exc}") from exc
         return unpack_answer(packed, state == STATE_UNKNOWN)
+
+
+def _answer_at(value: bytes) -> int | None:
+    """Where a format-2 value's answer starts: past the fingerprint and both tokens."""
+    if len(value) < 3:
+        return None
+    at = 3 + value[2]
+    for _ in range(2):  # the owner's token, the lost owner's
+        if at >= len(value):
+            return None
+        at += 1 + value[at]
+    return at
 
 
 def _crc(data: bytes) -> int:

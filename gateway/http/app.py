@@ -82,6 +82,7 @@ def _resources(
             sender,
             replicas=redis.claim_replicas,
             replicas_timeout=redis.claim_replicas_timeout,
+            prefix=redis.key_prefix,
         )
         try:  # its files were loaded when the config was validated; they may have gone since
             tls = settings.upstream_tls.context()
@@ -105,6 +106,7 @@ def _resources(
             await refuse_evicting(services)
             await warn_unfenced(services)
             await fleet.check()
+            await store.trained.load([route.name for route in settings.routes])
             await replay_journal(services)  # before the first request is served
             yield
         finally:

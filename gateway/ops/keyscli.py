@@ -88,7 +88,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 async def _run(args: argparse.Namespace, settings: Settings, url: str, body: bytes) -> int:
     route, names = keyops.locate(settings, args.route, args.tenant, args.key)
     client = make_client(settings.redis, url)
-    store = Store(client, sender_for(client, CircuitBreaker(1, 1.0), pipeline=False))
+    sender = sender_for(client, CircuitBreaker(1, 1.0), pipeline=False)
+    store = Store(client, sender, prefix=settings.redis.key_prefix)
     try:
         if args.op == "show":
             found = await keyops.show(store, names)

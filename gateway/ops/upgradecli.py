@@ -12,8 +12,8 @@ from gateway import build
 from gateway.config.settings import Settings
 from gateway.config.units import parse_duration
 from gateway.store.client import make_client
+from gateway.store.failures import FAILURES
 from gateway.store.fleet import CHECK_EVERY, declare_upgraded
-from gateway.store.store import FAILURES
 
 STILL_SEEN: Final = 1  # a gateway of an earlier release loaded its scripts again
 UNREACHABLE: Final = 3  # Redis did not answer

@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from typing import Final
 
 from gateway.errors import StoreUnavailable
-from gateway.store.store import FAILURES, Store
+from gateway.store.failures import FAILURES
+from gateway.store.store import Store
 
 LIMIT: Final = 1000  # entries kept per route
 

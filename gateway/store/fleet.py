@@ -27,8 +27,9 @@ from typing import Any, Final
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ResponseError
 
+from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat
-from gateway.store.store import FAILURES, Store
+from gateway.store.store import Store
 
 log = logging.getLogger(__name__)
 

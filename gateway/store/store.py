@@ -15,23 +15,22 @@ from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
-from gateway.core.compact import Codec, fingerprint_field
+from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
 from gateway.core.record import STATE_COMPLETED, STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
+from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat, shipped_codec
 from gateway.store.scripts import Script, script
 from gateway.store.sending import Sender
+from gateway.store.trained import Trained
 
 T = TypeVar("T")
 
-# redis-py's Cluster client can also fail with AttributeError or RuntimeError when it resets
-# a node's connections after an error while other calls are still connecting on them.
-FAILURES: Final = (RedisError, OSError, asyncio.TimeoutError, AttributeError, RuntimeError)
 _TIMEOUTS: Final = (RedisTimeoutError, asyncio.TimeoutError)
 # Claim replies after which the request owns the key.
 _OWNED: Final = (b"CLAIMED", b"UNSENT", b"TAKEN")
@@ -88,6 +87,7 @@ class Store:
         replicas_timeout: float = 0.5,
         record_format: RecordFormat = FORMAT_1,
         codec: Codec | None = None,
+        prefix: str = "idem",
     ) -> None:
         self.client = client
         self.sender = sender
@@ -96,6 +96,7 @@ class Store:
         self._wait_ms = _ms(replicas_timeout)
         self.record_format: RecordFormat = record_format
         self.codec = codec or shipped_codec()
+        self.trained = Trained(client, prefix)  # the routes' own dictionaries
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
         self._claim = script("claim", keys=2)
@@ -246,16 +247,26 @@ class Store:
         if outcome is Claim.IN_FLIGHT:
             return ClaimResult(outcome, pttl_ms=int(reply[1]), key=held)
         if outcome is Claim.DONE:
+            if reply[0] == b"RECORD":
+                record, body = await self._format_2(held, reply[1])
+                return ClaimResult(outcome, int(reply[2]), record, body, held)
             record, body, pttl = self._settled(held, reply)
             return ClaimResult(outcome, pttl_ms=pttl, record=record, body=body, key=held)
         return ClaimResult(outcome, key=held)
 
-    def _settled(self, key: str, reply: Any) -> tuple[Record, bytes, int]:
-        """The record a claim found (DONE: format 1; RECORD: format 2), or RecordCorrupt."""
+    async def _format_2(self, key: str, value: bytes) -> tuple[Record, bytes]:
+        """A format-2 record, read with its route's dictionary where it needs one (from
+        Redis, the first time); RecordCorrupt when it cannot be read."""
+        number = Codec.dictionary_of(value)
+        own = await self.trained.dictionaries(key, value, number) if number >= OWN else None
         try:
-            if reply[0] == b"RECORD":
-                record, body = self.codec.unpack(reply[1])
-                return record, body, int(reply[2])
+            return self.codec.unpack(value, own)
+        except ValueError as exc:
+            raise RecordCorrupt(f"{key}: unreadable record ({exc})") from exc
+
+    def _settled(self, key: str, reply: Any) -> tuple[Record, bytes, int]:
+        """The format-1 record a claim found (DONE), or RecordCorrupt."""
+        try:
             record = Record.decode(reply[2])
         except (ValueError, KeyError, TypeError) as exc:
             raise RecordCorrupt(f"{key}: unreadable record ({exc})") from exc
@@ -281,12 +292,21 @@ class Store:
         return bool(reply)
 
     def _outcome(
-        self, token: str, fingerprint: str, record: Record, body: bytes, retention: float
+        self,
+        key: str,
+        token: str,
+        fingerprint: str,
+        record: Record,
+        body: bytes,
+        retention: float,
     ) -> tuple[Any, ...]:
         """complete.lua's arguments for `record`, in the format this Store writes."""
         state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
         if self.record_format == FORMAT_2:
-            value = self.codec.pack(state, fingerprint_field(fingerprint), token, record, body)
+            packed = pack_answer(record, body)
+            self.trained.sample(key, packed)
+            own = self.trained.newest(self.trained.route_of(key))
+            value = self.codec.pack(state, fingerprint_field(fingerprint), token, packed, own)
             return (token, state, value, b"", _ms(retention), fingerprint, b"2")
         return (token, state, record.encode(), body, _ms(retention), fingerprint, b"")
 
@@ -300,7 +320,7 @@ class Store:
         retention: float,
     ) -> bool:
         """Store the outcome; False when a newer claim holds the key (nothing written)."""
-        args = self._outcome(token, fingerprint, record, body, retention)
+        args = self._outcome(key, token, fingerprint, record, body, retention)
         if not self.replicas:
             return bool(await self._call(self._complete, key, *args, settles=True))
         reply, acked = await self._call_replicated(self._complete, key, *args, settles=True)
@@ -319,7 +339,8 @@ class Store:
     async def resolve(self, key: str, record: Record, body: bytes, retention: float) -> bool:
         """Replace an UNKNOWN outcome with a result an operator gives (in the record's own
         format: the script keeps its fingerprint)."""
-        value = self.codec.pack(STATE_COMPLETED, b"", "operator", record, body)
+        packed = pack_answer(record, body)
+        value = self.codec.pack(STATE_COMPLETED, b"", "operator", packed)
         args = (record.encode(), body, _ms(retention), value)
         return bool(await self._call(self._resolve, key, *args))
 
@@ -336,6 +357,7 @@ class Store:
         return True
 
     async def close(self) -> None:
+        await self.trained.close()
         await self.sender.close()
         await self.client.aclose()
 
@@ -351,8 +373,10 @@ class Store:
         kind, raw, pttl = reply[1], reply[2], int(reply[3])
         if kind == b"string":
             try:
-                record, body = self.codec.unpack(raw)
-            except ValueError:
+                record, body = await self._format_2(held, raw)
+            except RecordCorrupt as exc:
+                if exc.transient:
+                    raise StoreUnavailable(str(exc)) from exc
                 return Stored(held, "?", pttl, format=FORMAT_2)
             state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
             return Stored(held, state, pttl, record=record, body=body, format=FORMAT_2)

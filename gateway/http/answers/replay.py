@@ -16,12 +16,13 @@ from gateway.core.claims import ClaimResult
 from gateway.core.headers import replayed_headers
 from gateway.core.record import Record
 from gateway.core.retention import expires
-from gateway.errors import BlobError
+from gateway.errors import BlobError, RecordCorrupt
 from gateway.http.answers.problems import (
     ANSWER_HEADERS_TOO_LARGE,
     BODY_NOT_RECORDED,
     RECORD_CORRUPT,
     RECORDED_BODY_UNAVAILABLE,
+    STORE_UNAVAILABLE,
 )
 from gateway.http.answers.writing import (
     abort,
@@ -40,11 +41,16 @@ BODY_OMITTED: Final = {"Idempotency-Replay": "omitted"}
 
 
 def unreadable_record(
-    s: Services, request: web.Request, route: Route, why: Exception
+    s: Services, request: web.Request, route: Route, why: RecordCorrupt
 ) -> web.Response:
-    """502 for a record that cannot be read: logged and counted, and never run again."""
+    """502 for a record that cannot be read, or 503 for one that cannot be read yet (what it
+    needs Redis did not give): logged and counted, and never run again, whatever the
+    route's fail mode."""
     log.error("route %s: %s", route.name, why)
     s.metrics.request(route.name, request.method, m.ERROR)
+    if why.transient:
+        s.metrics.redis_errors.inc()
+        return STORE_UNAVAILABLE.answer()
     return RECORD_CORRUPT.answer()
 
 

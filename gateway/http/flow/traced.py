@@ -48,6 +48,7 @@ class TracedStore(Store):
         replicas: int = 0,
         replicas_timeout: float = 0.5,
         record_format: RecordFormat = FORMAT_1,
+        prefix: str = "idem",
     ) -> None:
         super().__init__(
             client,
@@ -55,6 +56,7 @@ class TracedStore(Store):
             replicas=replicas,
             replicas_timeout=replicas_timeout,
             record_format=record_format,
+            prefix=prefix,
         )
         self.tracing = tracing
 
