@@ -1,6 +1,7 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
-before it answers and its lookup agrees with the log; the fault proxy passes, swallows and
-resets as told."""
+before it answers and its lookup agrees with the log; its answers' heads differ per
+execution, and a client's digest of a head sees all of it but the gateway's own headers;
+the fault proxy passes, swallows and resets as told."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadtest.verify.history import read_executions
+from loadtest.verify.clients import head_digest
+from loadtest.verify.history import escaped, read_executions
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until
@@ -36,10 +38,16 @@ async def upstream(log_path: Path) -> AsyncIterator[tuple[Executions, str]]:
 
 
 async def pay(session: aiohttp.ClientSession, origin: str, key: str, body: bytes) -> bytes:
+    return (await pay_head(session, origin, key, body))[1]
+
+
+async def pay_head(
+    session: aiohttp.ClientSession, origin: str, key: str, body: bytes
+) -> tuple[tuple[tuple[bytes, bytes], ...], bytes]:
     headers = {"Idempotency-Key": key, "Authorization": "Bearer t1", "X-Attempt": "a1"}
     async with session.post(f"{origin}/record/pay", data=body, headers=headers) as answer:
         assert answer.status == 201
-        return await answer.read()
+        return answer.raw_headers, await answer.read()
 
 
 async def test_every_execution_is_logged_unique_and_found_by_the_lookup(tmp_path: Path) -> None:
@@ -68,6 +76,51 @@ async def test_every_execution_is_logged_unique_and_found_by_the_lookup(tmp_path
     ] * 2
     assert logged[0].payload == digest(b'{"amount":1}')
     assert logged[0].body == digest(first) and logged[0].execution == orjson.loads(first)["id"]
+
+
+async def test_every_executions_head_is_its_own(tmp_path: Path) -> None:
+    """A replay that drops, alters or reorders a header of its answer is seen only if the
+    headers differ per execution: a Location, an ETag and a trace id do, among repeats."""
+    log = tmp_path / "executions.tsv"
+    async with upstream(log) as (_, origin), aiohttp.ClientSession() as session:
+        first, body = await pay_head(session, origin, "k1", b"{}")
+        second, _ = await pay_head(session, origin, "k1", b"{}")
+    names = [name for name, _ in first]
+    assert names[:7] == [
+        b"Content-Type", b"Location", b"ETag", b"Cache-Control", b"X-Trace-Id", b"Set-Cookie",
+        b"Set-Cookie",
+    ]  # fmt: skip
+    assert {b"Content-Length", b"Date", b"Server"} <= set(names[7:])
+    execution = orjson.loads(body)["id"]
+    assert (b"Location", f"/record/payments/{execution}".encode()) in first
+    differ = {name for (name, one), (_, other) in zip(first, second, strict=True) if one != other}
+    assert {b"Location", b"ETag", b"X-Trace-Id", b"Set-Cookie"} <= differ
+    assert head_digest(first, "") != head_digest(second, "")
+
+
+def test_a_heads_digest_sees_all_but_the_gateways_own_headers() -> None:
+    head = [(b"Content-Type", b"application/json"), (b"Set-Cookie", b"a=1"),
+            (b"Set-Cookie", b"b=2"), (b"Date", b"Sat, 28 Nov 2026 22:00:00 GMT")]  # fmt: skip
+    seen = head_digest(head, "")
+    gateways = [(b"Idempotent-Replayed", b"true"), (b"idempotency-expires", b"x"),
+                (b"X-Request-Id", b"r1"), (b"Connection", b"close"),
+                (b"Idempotency-Outcome", b"rerun")]  # fmt: skip
+    assert head_digest([*head[:2], *gateways, *head[2:]], "rerun") == seen
+    assert head_digest([*head[:3], (b"Date", b"Sun, 29 Nov 2026 22:00:00 GMT")], "") != seen
+    assert head_digest([head[0], head[2], head[1], head[3]], "") != seen  # order
+    assert head_digest(head[:2] + head[3:], "") != seen  # a repeat dropped
+    assert head_digest([(b"content-type", b"application/json"), *head[1:]], "") != seen
+    assert head_digest([*head, (b"Content-Length", b"2")], "") != seen
+    # A reconciled answer is the gateway's own: its Date and Server are too.
+    reconciled = [*head[:3], (b"Server", b"aiohttp"), (b"Date", b"Sun, 29 Nov 2026 GMT")]
+    assert head_digest(reconciled, "reconciled") == head_digest(head[:3], "reconciled")
+
+
+def test_a_reason_phrase_of_any_bytes_is_one_field() -> None:
+    for reason in ("Created", "", "Tab\there", "caf\xe9 \\ ok"):
+        field = escaped(reason)
+        assert "\t" not in field and "\n" not in field
+        assert field.encode("ascii").decode("unicode_escape") == reason
 
 
 async def test_a_reset_after_executing_is_logged_and_answers_nothing(tmp_path: Path) -> None:
