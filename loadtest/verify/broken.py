@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 
 @dataclass(frozen=True)
 class Breakage:
@@ -135,6 +137,12 @@ def drops_record() -> None:
     Store.complete = dropped  # type: ignore[method-assign]
 
 
+# The stalls made, one line each (start, end, the gateway's port), in the run's folder: the
+# harness adds them to the faults, as a nemesis's pause would be, so that the checker knows
+# when a gateway slept (a replay that waited on it got no answer for a fault's reason).
+STALLS = "stalls.tsv"
+
+
 class Stalls:
     """The process stalls (SIGSTOP, woken by a child of its own, as a supervisor or swapping
     would) once, 1.5 s or more after the start; of the run's gateways, only the first to get
@@ -144,8 +152,10 @@ class Stalls:
     reaches another gateway while the lease is over and the stalled owner has not yet
     stored its answer, whatever the load."""
 
-    # The file whose creation takes the one stall of the run (set by `main`).
+    # The file whose creation takes the one stall of the run, and the gateway's port (set
+    # by `main`).
     token: Path | None = None
+    port = 0
 
     def __init__(self) -> None:
         self.stalled = False
@@ -180,6 +190,10 @@ class Stalls:
 
         pid = os.getpid()
         seconds = max(lease, Knobs.timeout) + 1.5
+        if self.token is not None:
+            now = time.time()
+            with open(self.token.parent / STALLS, "a") as made:
+                made.write(f"{now:.6f}\t{now + seconds:.6f}\t{self.port}\n")
         subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"])
         os.kill(pid, signal.SIGSTOP)
 
@@ -313,6 +327,7 @@ def main() -> int:
     if "--config" in sys.argv:  # the run's gateways share their config's folder
         config = Path(sys.argv[sys.argv.index("--config") + 1])
         Stalls.token = config.parent / "stall.taken"
+        Stalls.port = yaml.safe_load(config.read_text())["listen"]["port"]
     known[sys.argv[1]].patch()
     from gateway.cli import main as gateway_main
 
