@@ -1,12 +1,14 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
 before it answers and its lookup agrees with the log; its answers' heads differ per
 execution, and a client's digest of a head sees all of it but the gateway's own headers;
-the fault proxy passes, swallows and resets as told."""
+the nemesis's pauses outlive a retry's wait for a late answer every other time; the fault
+proxy passes, swallows and resets as told."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,8 +17,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadtest.verify.clients import head_digest
+from gateway.http.flow.takeover import LATE_ANSWER_WAIT
+from loadtest.verify.clients import Knobs, head_digest
 from loadtest.verify.history import escaped, read_executions
+from loadtest.verify.nemesis import pause_length
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until
@@ -132,6 +136,22 @@ async def test_a_reset_after_executing_is_logged_and_answers_nothing(tmp_path: P
             await pay(session, origin, "k2", b"x")
         executions.log.flush()
     assert [e.fault for e in read_executions(log)] == ["reset"]
+
+
+def test_every_other_pause_outlives_a_retrys_wait_for_the_owners_late_answer() -> None:
+    """A gateway stopped between claim and send wakes after a retry settled its key (the
+    retry came when its client's attempt on the stopped gateway timed out, and waited for
+    the owner's answer) in the first pause of a run and every other one since: the owner's
+    lease check is all that keeps it from sending too. The others end within that wait.
+    All outlive the lease and the client's timeout, and differ by the seed."""
+    past = max(2.0, Knobs.timeout)
+    rng = random.Random(7)
+    lengths = [pause_length(2.0, n % 2 == 0, rng) for n in range(40)]
+    long, short = lengths[0::2], lengths[1::2]
+    assert past + LATE_ANSWER_WAIT + 1.0 <= min(long) and max(long) <= past + LATE_ANSWER_WAIT + 2.5
+    assert past < min(short) and max(short) <= past + LATE_ANSWER_WAIT
+    assert len(set(lengths)) == len(lengths)
+    assert pause_length(2.0, True, random.Random(7)) == lengths[0]
 
 
 @contextlib.asynccontextmanager
