@@ -2,7 +2,7 @@
 `python -m loadtest.verify` exit 1 with the rule they break named, and what makes a run's
 history untrustworthy fails it (rule 9).
 
-The suite runs three breakages live, one per rule added last (the full set, with the stall
+The suite runs four breakages live, one per rule added last (the full set, with the stall
 control, is `python -m loadtest.verify.blind`, recorded in docs/verification.md)."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from loadtest.verify.history import Fault, read_attempts
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("breakage", ["replay-502", "retry-422", "forwards-nothing"])
+@pytest.mark.parametrize(
+    "breakage", ["replay-502", "retry-422", "forwards-nothing", "replay-headless"]
+)
 def test_a_broken_gateway_fails_the_run_with_the_rule_it_breaks(
     breakage: str, tmp_path: Path
 ) -> None:
