@@ -227,31 +227,7 @@ def check_key(
                 )
             )
             break
-    # Rule 10: every later 2xx is the first one's status line and head, not only its body.
-    # A stale owner's answer marked `fenced` says that the record holds another claim's.
-    heads = sorted((a for a in acked if a.outcome != "fenced"), key=lambda a: a.end)
-    for attempt in heads[1:]:
-        first = heads[0]
-        if (attempt.status, attempt.reason) != (first.status, first.reason):
-            verdict.violations.append(
-                Violation(
-                    10,
-                    name,
-                    f"a replay ({attempt.attempt}) is {attempt.status} {attempt.reason} where "
-                    f"the first 2xx ({first.attempt}) was {first.status} {first.reason}",
-                )
-            )
-            break
-        if attempt.head != first.head:
-            verdict.violations.append(
-                Violation(
-                    10,
-                    name,
-                    f"a replay ({attempt.attempt}) has other headers than the first 2xx "
-                    f"({first.attempt})",
-                )
-            )
-            break
+    check_replays(verdict, name, acked)  # rule 10
     # Rule 7: a 422 only where another payload was sent with the key before it.
     for attempt in asked:
         if attempt.status == 422 and not any(
@@ -261,6 +237,30 @@ def check_key(
                 Violation(7, name, f"the same payload refused as another ({attempt.attempt})")
             )
             break
+
+
+def check_replays(verdict: Verdict, name: str, acked: list[Attempt]) -> None:
+    """Rule 10: every later 2xx is the first one's status line and head, not only its body.
+    A stale owner's answer marked `fenced` says that the record holds another claim's."""
+    heads = sorted((a for a in acked if a.outcome != "fenced"), key=lambda a: a.end)
+    if not heads:
+        return
+    first = heads[0]
+    for attempt in heads[1:]:
+        if (attempt.status, attempt.reason) != (first.status, first.reason):
+            what = (
+                f"a replay ({attempt.attempt}) is {attempt.status} {attempt.reason} where the "
+                f"first 2xx ({first.attempt}) was {first.status} {first.reason}"
+            )
+        elif attempt.head != first.head:
+            what = (
+                f"a replay ({attempt.attempt}) has other headers than the first 2xx "
+                f"({first.attempt})"
+            )
+        else:
+            continue
+        verdict.violations.append(Violation(10, name, what))
+        return
 
 
 def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: Floor) -> bool:
