@@ -2,7 +2,7 @@
 `python -m loadtest.verify` exit 1 with the rule they break named, and what makes a run's
 history untrustworthy fails it (rule 9).
 
-The suite runs three breakages live, one per rule added last (the full set, with the stall
+The suite runs four breakages live, one per rule added last (the full set, with the stall
 control, is `python -m loadtest.verify.blind`, recorded in docs/verification.md)."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ import pytest
 
 from loadtest.verify.blind import run_one
 from loadtest.verify.broken import BREAKAGES
-from loadtest.verify.harness import Plan, distrust
+from loadtest.verify.harness import Plan, distrust, stalls
 from loadtest.verify.history import Fault, read_attempts
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("breakage", ["replay-502", "retry-422", "forwards-nothing"])
+@pytest.mark.parametrize(
+    "breakage", ["replay-502", "retry-422", "forwards-nothing", "replay-headless"]
+)
 def test_a_broken_gateway_fails_the_run_with_the_rule_it_breaks(
     breakage: str, tmp_path: Path
 ) -> None:
@@ -58,6 +60,22 @@ def test_a_journal_fault_the_host_cannot_make_fails_only_when_asked_for_by_name(
     assert distrust(plan(faults_given=True), stopped, []) == [
         "journal-full: made 0 of 1 times (mount refused: permission denied)"
     ]
+
+
+def test_a_breakages_own_stall_is_a_fault_of_the_gateway_it_hit(tmp_path: Path) -> None:
+    made = tmp_path / "stalls.tsv"
+    assert stalls(made, {8001: 0, 8002: 1}) == []
+    made.write_text("100.5\t105.0\t8002\n")
+    assert stalls(made, {8001: 0, 8002: 1}) == [Fault("gateway-stall", "gateway 1", 100.5, 105.0)]
+
+
+def test_an_attempt_keeps_its_status_line_and_head_and_older_lines_read(tmp_path: Path) -> None:
+    older = "a1\to1\tfirst\trecord\tt0\tk1\tp1\t0\t1.0\t1.1\t201\t\tb1\tx1\t\n"
+    history = tmp_path / "attempts-0.tsv"
+    history.write_text(older + older.replace("\t\n", "\t\tPayment\\tCreated\th1\n"))
+    old, new = read_attempts(history)
+    assert (old.reason, old.head) == ("", "")
+    assert (new.reason, new.head, new.code) == ("Payment\\tCreated", "h1", "")
 
 
 def test_an_unreadable_history_line_is_reported_not_skipped(tmp_path: Path) -> None:

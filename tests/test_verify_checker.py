@@ -4,7 +4,7 @@ is reported, and what the policy allows is not."""
 from __future__ import annotations
 
 from loadtest.verify.checker import Floor, Verdict, check
-from loadtest.verify.history import CUT, Attempt, Execution, Fault
+from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
 
 POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release"}
 
@@ -23,11 +23,14 @@ def attempt(
     end: float = 10.1,
     gateway: int = 0,
     outcome: str = "",
+    reason: str = "Created",
+    head: str = "h1",
 ) -> Attempt:
+    ok = 200 <= status < 300
     return Attempt(
         f"a{n}", "o1", "first", route, tenant, key, payload, gateway, start, end, status,
-        outcome, body if 200 <= status < 300 else "", execution if 200 <= status < 300 else "",
-        "",
+        outcome, body if ok else "", execution if ok else "", "", reason if ok else "",
+        head if ok else "",
     )  # fmt: skip
 
 
@@ -230,6 +233,64 @@ def test_a_replay_that_is_no_longer_the_2xx_is_a_lost_acknowledged_outcome() -> 
     verdict = check(history, [execution(1)], [], POLICIES)
     assert rules(verdict) == [4]
     assert "answered 502" in verdict.violations[0].what
+
+
+def test_a_replay_that_hangs_or_is_cut_with_no_fault_on_is_a_lost_acknowledged_outcome() -> None:
+    for status in (TIMED_OUT, CUT):
+        history = [attempt(1), attempt(2, status, start=12, end=15)]
+        verdict = check(history, [execution(1)], [], POLICIES)
+        assert rules(verdict) == [4]
+        assert "no answer" in verdict.violations[0].what
+
+
+def test_a_replay_that_hangs_under_a_fault_or_is_refused_only_says_later() -> None:
+    """A fault on during the attempt or up to 2 s before it, anywhere (a paused gateway, a
+    Redis that came back), excuses a replay that got no answer; a refused connection sent
+    nothing, and says "not now" as a 503 does."""
+    ran = [execution(1)]
+    for fault in (
+        Fault("gateway-stop", "gateway 1", 11.0, 13.0),  # on while it waited
+        Fault("redis-kill", "redis :7000", 10.5, 10.9),  # ended 1.1 s before it started
+    ):
+        hung = [attempt(1), attempt(2, TIMED_OUT, start=12, end=15)]
+        assert check(hung, ran, [fault], POLICIES).violations == []
+    refused = [attempt(1), attempt(2, REFUSED, start=12, end=12.01)]
+    assert check(refused, ran, [], POLICIES).violations == []
+    long_after = [Fault("gateway-stop", "gateway 0", 5.0, 9.9)]  # 2.1 s before it started
+    hung = [attempt(1), attempt(2, TIMED_OUT, start=12, end=15)]
+    assert rules(check(hung, ran, long_after, POLICIES)) == [4]
+
+
+def test_a_replay_with_another_status_line_is_reported() -> None:
+    history = [attempt(1), attempt(2, 200, start=11, end=11.1, reason="OK")]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [10]
+    assert "200 OK where the first 2xx (a1) was 201 Created" in verdict.violations[0].what
+    reworded = [attempt(1), attempt(2, start=11, end=11.1, reason="Payment Created")]
+    assert rules(check(reworded, [execution(1)], [], POLICIES)) == [10]
+
+
+def test_a_replay_without_its_recorded_headers_is_reported() -> None:
+    history = [
+        attempt(1),
+        attempt(2, start=11, end=11.1),
+        attempt(3, start=12, end=12.1, head="h2"),  # the body intact, a header gone
+    ]
+    verdict = check(history, [execution(1)], [], POLICIES)
+    assert rules(verdict) == [10]
+    assert "other headers than the first 2xx (a1)" in verdict.violations[0].what
+
+
+def test_a_fenced_answer_says_it_is_not_the_record_and_is_held_to_its_body_only() -> None:
+    """A stale owner's answer marked `Idempotency-Outcome: fenced` tells its client that the
+    record holds another claim's answer (a reconciled one: the lookup's body, the gateway's
+    own head): the first 2xx that the replays are held to is the first one not so marked."""
+    history = [
+        attempt(1, outcome="fenced", head="upstream's", end=11.0),
+        attempt(2, start=10.5, end=10.9, outcome="reconciled", head="gateway's"),
+        attempt(3, start=12, end=12.1, outcome="reconciled", head="gateway's"),
+    ]
+    assert check(history, [execution(1)], [], POLICIES).violations == []
 
 
 def test_a_409_or_503_after_a_2xx_only_says_later_while_it_is_stored_or_redis_is_down() -> None:

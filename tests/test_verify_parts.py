@@ -1,11 +1,14 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
-before it answers and its lookup agrees with the log; the fault proxy passes, swallows and
-resets as told."""
+before it answers and its lookup agrees with the log; its answers' heads differ per
+execution, and a client's digest of a head sees all of it but the gateway's own headers;
+the nemesis's pauses outlive a retry's wait for a late answer every other time; the fault
+proxy passes, swallows and resets as told."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +17,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadtest.verify.history import read_executions
+from gateway.http.flow.takeover import LATE_ANSWER_WAIT
+from loadtest.verify.clients import Knobs, head_digest
+from loadtest.verify.history import escaped, read_executions
+from loadtest.verify.nemesis import pause_length
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until
@@ -36,10 +42,16 @@ async def upstream(log_path: Path) -> AsyncIterator[tuple[Executions, str]]:
 
 
 async def pay(session: aiohttp.ClientSession, origin: str, key: str, body: bytes) -> bytes:
+    return (await pay_head(session, origin, key, body))[1]
+
+
+async def pay_head(
+    session: aiohttp.ClientSession, origin: str, key: str, body: bytes
+) -> tuple[tuple[tuple[bytes, bytes], ...], bytes]:
     headers = {"Idempotency-Key": key, "Authorization": "Bearer t1", "X-Attempt": "a1"}
     async with session.post(f"{origin}/record/pay", data=body, headers=headers) as answer:
         assert answer.status == 201
-        return await answer.read()
+        return answer.raw_headers, await answer.read()
 
 
 async def test_every_execution_is_logged_unique_and_found_by_the_lookup(tmp_path: Path) -> None:
@@ -70,6 +82,51 @@ async def test_every_execution_is_logged_unique_and_found_by_the_lookup(tmp_path
     assert logged[0].body == digest(first) and logged[0].execution == orjson.loads(first)["id"]
 
 
+async def test_every_executions_head_is_its_own(tmp_path: Path) -> None:
+    """A replay that drops, alters or reorders a header of its answer is seen only if the
+    headers differ per execution: a Location, an ETag and a trace id do, among repeats."""
+    log = tmp_path / "executions.tsv"
+    async with upstream(log) as (_, origin), aiohttp.ClientSession() as session:
+        first, body = await pay_head(session, origin, "k1", b"{}")
+        second, _ = await pay_head(session, origin, "k1", b"{}")
+    names = [name for name, _ in first]
+    assert names[:7] == [
+        b"Content-Type", b"Location", b"ETag", b"Cache-Control", b"X-Trace-Id", b"Set-Cookie",
+        b"Set-Cookie",
+    ]  # fmt: skip
+    assert {b"Content-Length", b"Date", b"Server"} <= set(names[7:])
+    execution = orjson.loads(body)["id"]
+    assert (b"Location", f"/record/payments/{execution}".encode()) in first
+    differ = {name for (name, one), (_, other) in zip(first, second, strict=True) if one != other}
+    assert {b"Location", b"ETag", b"X-Trace-Id", b"Set-Cookie"} <= differ
+    assert head_digest(first, "") != head_digest(second, "")
+
+
+def test_a_heads_digest_sees_all_but_the_gateways_own_headers() -> None:
+    head = [(b"Content-Type", b"application/json"), (b"Set-Cookie", b"a=1"),
+            (b"Set-Cookie", b"b=2"), (b"Date", b"Sat, 28 Nov 2026 22:00:00 GMT")]  # fmt: skip
+    seen = head_digest(head, "")
+    gateways = [(b"Idempotent-Replayed", b"true"), (b"idempotency-expires", b"x"),
+                (b"X-Request-Id", b"r1"), (b"Connection", b"close"),
+                (b"Idempotency-Outcome", b"rerun")]  # fmt: skip
+    assert head_digest([*head[:2], *gateways, *head[2:]], "rerun") == seen
+    assert head_digest([*head[:3], (b"Date", b"Sun, 29 Nov 2026 22:00:00 GMT")], "") != seen
+    assert head_digest([head[0], head[2], head[1], head[3]], "") != seen  # order
+    assert head_digest(head[:2] + head[3:], "") != seen  # a repeat dropped
+    assert head_digest([(b"content-type", b"application/json"), *head[1:]], "") != seen
+    assert head_digest([*head, (b"Content-Length", b"2")], "") != seen
+    # A reconciled answer is the gateway's own: its Date and Server are too.
+    reconciled = [*head[:3], (b"Server", b"aiohttp"), (b"Date", b"Sun, 29 Nov 2026 GMT")]
+    assert head_digest(reconciled, "reconciled") == head_digest(head[:3], "reconciled")
+
+
+def test_a_reason_phrase_of_any_bytes_is_one_field() -> None:
+    for reason in ("Created", "", "Tab\there", "caf\xe9 \\ ok"):
+        field = escaped(reason)
+        assert "\t" not in field and "\n" not in field
+        assert field.encode("ascii").decode("unicode_escape") == reason
+
+
 async def test_a_reset_after_executing_is_logged_and_answers_nothing(tmp_path: Path) -> None:
     log = tmp_path / "executions.tsv"
     async with upstream(log) as (executions, origin), aiohttp.ClientSession() as session:
@@ -79,6 +136,22 @@ async def test_a_reset_after_executing_is_logged_and_answers_nothing(tmp_path: P
             await pay(session, origin, "k2", b"x")
         executions.log.flush()
     assert [e.fault for e in read_executions(log)] == ["reset"]
+
+
+def test_every_other_pause_outlives_a_retrys_wait_for_the_owners_late_answer() -> None:
+    """A gateway stopped between claim and send wakes after a retry settled its key (the
+    retry came when its client's attempt on the stopped gateway timed out, and waited for
+    the owner's answer) in the first pause of a run and every other one since: the owner's
+    lease check is all that keeps it from sending too. The others end within that wait.
+    All outlive the lease and the client's timeout, and differ by the seed."""
+    past = max(2.0, Knobs.timeout)
+    rng = random.Random(7)
+    lengths = [pause_length(2.0, n % 2 == 0, rng) for n in range(40)]
+    long, short = lengths[0::2], lengths[1::2]
+    assert past + LATE_ANSWER_WAIT + 1.0 <= min(long) and max(long) <= past + LATE_ANSWER_WAIT + 2.5
+    assert past < min(short) and max(short) <= past + LATE_ANSWER_WAIT
+    assert len(set(lengths)) == len(lengths)
+    assert pause_length(2.0, True, random.Random(7)) == lengths[0]
 
 
 @contextlib.asynccontextmanager

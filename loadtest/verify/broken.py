@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 
 @dataclass(frozen=True)
 class Breakage:
@@ -37,8 +39,9 @@ class Breakage:
     faults: str  # the `--faults` under which it shows ("none": it needs none)
     patch: Callable[[], None]
     routes: str = "reconcile,record,release"
-    # Rule 8's 2xx floor: the checker does not know of a process's own stalls, which make
-    # most answers late; the executions' rate still counts.
+    # Rule 8's 2xx floor: a process's own stall is a fault (`gateway-stall`), which with the
+    # 2 s after it takes most of a short run, leaving too few attempts with no fault on for
+    # a share (21 of them, seed 3); the executions' rate still counts.
     floor_2xx: float | None = None
 
 
@@ -135,19 +138,28 @@ def drops_record() -> None:
     Store.complete = dropped  # type: ignore[method-assign]
 
 
+# The stalls made, one line each (start, end, the gateway's port), in the run's folder: the
+# harness adds them to the faults, as a nemesis's pause would be, so that the checker knows
+# when a gateway slept (a replay that waited on it got no answer for a fault's reason).
+STALLS = "stalls.tsv"
+
+
 class Stalls:
     """The process stalls (SIGSTOP, woken by a child of its own, as a supervisor or swapping
     would) once, 1.5 s or more after the start; of the run's gateways, only the first to get
     there does, so that a retry always finds another one awake.
 
-    The stall outlasts both the lease and a client's timeout by 1.5 s: a client's retry
-    reaches another gateway while the lease is over and the stalled owner has not yet
-    stored its answer, whatever the load."""
+    The stall outlasts both the lease and a client's timeout by 1.5 s (and by `longer`
+    beyond): a client's retry reaches another gateway while the lease is over and the
+    stalled owner has not yet stored its answer, whatever the load."""
 
-    # The file whose creation takes the one stall of the run (set by `main`).
+    # The file whose creation takes the one stall of the run, and the gateway's port (set
+    # by `main`).
     token: Path | None = None
+    port = 0
 
-    def __init__(self) -> None:
+    def __init__(self, longer: float = 0.0) -> None:
+        self.longer = longer
         self.stalled = False
         self.start = time.monotonic()
         self.mine: bool | None = None  # whether this process takes the run's stall
@@ -179,7 +191,11 @@ class Stalls:
         from loadtest.verify.clients import Knobs  # not before the patch: it loads the gateway
 
         pid = os.getpid()
-        seconds = max(lease, Knobs.timeout) + 1.5
+        seconds = max(lease, Knobs.timeout) + 1.5 + self.longer
+        if self.token is not None:
+            now = time.time()
+            with open(self.token.parent / STALLS, "a") as made:
+                made.write(f"{now:.6f}\t{now + seconds:.6f}\t{self.port}\n")
         subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {pid}"])
         os.kill(pid, signal.SIGSTOP)
 
@@ -231,6 +247,52 @@ def stall_after_send() -> None:
     replace("gateway.http.flow.forward", "record_answer", stalled)
 
 
+def stalled_past_wait() -> None:
+    """The owner does not check its lease before sending, and the process stalls while 12
+    owners (or as many as a second brings) have claimed their keys and not sent, until well
+    after a retry took each over and waited for its late answer: the retry has settled the
+    key (a lookup that truly says "not happened" runs it, a `release` route runs it again)
+    and answered 2xx when the owners wake and send."""
+    from gateway.http.flow.takeover import LATE_ANSWER_WAIT
+
+    stalls = Stalls(longer=LATE_ANSWER_WAIT + 1.0)
+    replace("gateway.http.flow.forward", "may_still_send", lambda _: lambda *args: True)
+
+    def gathered(real: Callable[..., Any]) -> Callable[..., Any]:
+        async def forward(s: Any, c: Any, *args: Any, **kwargs: Any) -> Any:
+            await stalls.with_others(c.route.lease)
+            return await real(s, c, *args, **kwargs)
+
+        return forward
+
+    replace("gateway.http.flow.handler", "forward", gathered)
+
+
+def replay_200() -> None:
+    """A replay is answered 200 OK, whatever status and reason were recorded (the body and
+    headers as recorded)."""
+
+    def ok(real: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda request, status, reason, *rest: real(request, 200, None, *rest)
+
+    replace("gateway.http.answers.replay", "recorded_response", ok)
+
+
+def replay_headless() -> None:
+    """A replay carries none of the recorded headers (the status line and body as recorded)."""
+    replace("gateway.http.answers.replay", "replayed_headers", lambda _: lambda *args: [])
+
+
+def replay_hangs() -> None:
+    """A replay's body is sent one byte short of the Content-Length its head announces: the
+    client waits for the last byte until it gives up."""
+
+    def short(real: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda response, chunk: real(response, chunk[:-1])
+
+    replace("gateway.http.answers.replay", "write_quietly", short)
+
+
 def expired_lease_free() -> None:
     """A key whose owner stopped renewing its lease is taken for a free one and run as new,
     whether or not its request may have gone out; owners stall after sending, as above."""
@@ -264,6 +326,21 @@ BREAKAGES: dict[str, Breakage] = {
     "stalled-owner": Breakage(
         "a stalled owner sends late", (1, 4), "none", stalled_owner, "release", floor_2xx=0.0
     ),
+    # A lookup's "not happened" runs the key on `reconcile`, a `release` route runs it
+    # again: either way the late send runs it once more, after the retry's 2xx.
+    "stalled-past-wait": Breakage(
+        "a stalled owner sends after a retry settled its key",
+        (1, 4),
+        "none",
+        stalled_past_wait,
+        "reconcile,release",
+        floor_2xx=0.0,
+    ),
+    "replay-200": Breakage("every replay answered 200 OK", (10,), "none", replay_200),
+    "replay-headless": Breakage(
+        "every replay without its recorded headers", (10,), "none", replay_headless
+    ),
+    "replay-hangs": Breakage("every replay a byte short: it hangs", (4,), "none", replay_hangs),
     # A `release` route runs a lost owner's key again by its policy, and the checker cannot
     # see a stall of the process: record and reconcile routes, which never may.
     "expired-lease-free": Breakage(
@@ -313,6 +390,7 @@ def main() -> int:
     if "--config" in sys.argv:  # the run's gateways share their config's folder
         config = Path(sys.argv[sys.argv.index("--config") + 1])
         Stalls.token = config.parent / "stall.taken"
+        Stalls.port = yaml.safe_load(config.read_text())["listen"]["port"]
     known[sys.argv[1]].patch()
     from gateway.cli import main as gateway_main
 

@@ -1,4 +1,4 @@
-"""The checker: reads the client history and the execution log and applies nine rules.
+"""The checker: reads the client history and the execution log and applies ten rules.
 
 1. executions per key (route, tenant, key): at most one; on a `release` route each extra
    one must be explained (its owner gateway was killed or paused; the gateway answered an
@@ -6,9 +6,11 @@
 2. every 2xx for a key carries the same body, that of an execution of the key;
 3. no 2xx from another key's, tenant's or payload's execution;
 4. no acknowledged outcome lost: after a client got a 2xx for a key, no execution of it
-   starts, and every later answer for the same payload is that 2xx (rule 2 holds its body);
-   only "not now" answers are excepted: a 503 while Redis is down, a 409 while the outcome
-   is being stored (within a grace after the 2xx, or while a fault is on);
+   starts, and every later answer for the same payload is that 2xx (rules 2 and 10 hold
+   its body and head); only "not now" answers are excepted: a 503 while Redis is down, a
+   409 while the outcome is being stored (within a grace after the 2xx, or while a fault
+   is on), a refused connection; a later attempt cut or timed out gets no answer, and is
+   excepted only while a fault is on (or was, AFTER_FAULT seconds before it);
 5. availability: the share of attempts answered 2xx or an expected 409/422/503, per second;
 6. no 500 to any client, no traceback and no 500 in any gateway's log, clean exits;
 7. the same payload is never refused as another: a 422 only where another payload was sent
@@ -16,7 +18,10 @@
 8. liveness: with no fault on, most attempts are answered 2xx, and executions run at a
    minimum rate (a gateway that forwards nothing fails, however "available");
 9. the run itself can be trusted: every client process exited 0, every history line was
-   read, and every fault asked for was made.
+   read, and every fault asked for was made;
+10. a replay is the first answer: every later 2xx for a key carries the first 2xx's status
+   code, reason phrase and headers (bytes, order, repeats, less those the gateway adds:
+   `clients.head_digest`), not only its body.
 """
 
 from __future__ import annotations
@@ -196,10 +201,22 @@ def check_key(
             )
         paid = {a.payload for a in acked}
         for attempt in sorted(asked, key=lambda a: a.start):
-            if attempt.start <= first_ack or attempt.payload not in paid or attempt.status <= 0:
+            if attempt.start <= first_ack or attempt.payload not in paid:
                 continue
             if 200 <= attempt.status < 300 or not_now(attempt, first_ack, faults, floor):
                 continue
+            if attempt.status in (CUT, TIMED_OUT):
+                waited = attempt.end - attempt.start
+                verdict.violations.append(
+                    Violation(
+                        4,
+                        name,
+                        f"no answer ({status_name(attempt.status)} after {waited:.1f} s) "
+                        f"{attempt.start - first_ack:.3f}s after a 2xx, with no fault on "
+                        f"({attempt.attempt})",
+                    )
+                )
+                break
             told = f"{attempt.status} {attempt.outcome or attempt.code}".strip()
             verdict.violations.append(
                 Violation(
@@ -210,6 +227,7 @@ def check_key(
                 )
             )
             break
+    check_replays(verdict, name, acked)  # rule 10
     # Rule 7: a 422 only where another payload was sent with the key before it.
     for attempt in asked:
         if attempt.status == 422 and not any(
@@ -221,13 +239,50 @@ def check_key(
             break
 
 
+def check_replays(verdict: Verdict, name: str, acked: list[Attempt]) -> None:
+    """Rule 10: every later 2xx is the first one's status line and head, not only its body.
+    A stale owner's answer marked `fenced` says that the record holds another claim's."""
+    heads = sorted((a for a in acked if a.outcome != "fenced"), key=lambda a: a.end)
+    if not heads:
+        return
+    first = heads[0]
+    for attempt in heads[1:]:
+        if (attempt.status, attempt.reason) != (first.status, first.reason):
+            what = (
+                f"a replay ({attempt.attempt}) is {attempt.status} {attempt.reason} where the "
+                f"first 2xx ({first.attempt}) was {first.status} {first.reason}"
+            )
+        elif attempt.head != first.head:
+            what = (
+                f"a replay ({attempt.attempt}) has other headers than the first 2xx "
+                f"({first.attempt})"
+            )
+        else:
+            continue
+        verdict.violations.append(Violation(10, name, what))
+        return
+
+
 def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: Floor) -> bool:
-    """A 409 or 503 after a 2xx that only says "later": a 503 while Redis is down, a 409
-    while the outcome is being stored (journaled while Redis refuses it, say)."""
+    """An answer after a 2xx that only says "later": a 503 while Redis is down, a 409 while
+    the outcome is being stored (journaled while Redis refuses it, say), a connection
+    refused (nothing sent), or none at all (cut, timed out) while a fault is on.
+
+    A replay is a claim and a read of the record: nothing in it waits long (the routes
+    answer 409 to a key in flight, `on_in_flight: reject`) but a lost owner's key, whose
+    late-answer wait, lookup and call follow a fault. Only a fault, then, makes a replay
+    outlast the client's timeout or cuts it."""
+    if attempt.status == REFUSED:
+        return True
+    if attempt.status in (CUT, TIMED_OUT):
+        return fault_near(attempt, faults)
     if attempt.status not in NOT_NOW or attempt.outcome == "unknown":
         return False
-    if attempt.start - first_ack <= floor.grace:
-        return True
+    return attempt.start - first_ack <= floor.grace or fault_near(attempt, faults)
+
+
+def fault_near(attempt: Attempt, faults: Sequence[Fault]) -> bool:
+    """Whether a fault was on during the attempt, or ended AFTER_FAULT seconds before it."""
     return any(
         fault.start <= attempt.end and fault.end + AFTER_FAULT >= attempt.start for fault in faults
     )

@@ -9,6 +9,9 @@ exponential backoff and full jitter, each retry to a random gateway. Some operat
 two copies at once to two gateways; after a 2xx some send the key again (a replay) or send
 it with another payload (which must get 422). A 502 that says
 `Idempotency-Outcome: unknown` stops the retries: the key waits for an operator.
+
+Of an answer, an attempt keeps the status, the reason phrase and a digest of the headers as
+they came (`head_digest`), so that the checker can hold every replay to the first answer.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import itertools
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO
 
@@ -25,10 +29,40 @@ import aiohttp
 import orjson
 
 from gateway.cli import new_loop
-from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt
+from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, escaped
 from loadtest.verify.upstream import digest
 
 RETRY_STATUSES = frozenset({409, 502, 503, 504, REFUSED, CUT, TIMED_OUT})
+
+# Headers a replay may carry otherwise than its first answer (docs/fidelity.md, "Allowed
+# differences"), left out of the head's digest: what the gateway adds (the replay marker
+# under its default name, among them) and the hop-by-hop ones, for which it writes its own.
+# Content-Length and Transfer-Encoding stay: the upstream frames every answer by length,
+# which every replay keeps.
+GATEWAYS_OWN = frozenset(
+    {
+        "idempotent-replayed", "idempotency-expires", "x-request-id", "idempotency-replay",
+        "idempotency-degraded", "idempotency-outcome",
+        "connection", "keep-alive", "proxy-authenticate", "proxy-connection", "te", "trailer",
+        "upgrade",
+    }
+)  # fmt: skip
+# An answer the gateway makes itself (a reconciled outcome: the lookup's body under the
+# route's status) carries its own Date and Server, which are not the record's: its replays
+# are dated as they are sent. An upstream's answer carries the upstream's, replayed as sent.
+MADE_BY_GATEWAY = frozenset({"date", "server"})
+
+
+def head_digest(raw_headers: Iterable[tuple[bytes, bytes]], outcome: str) -> str:
+    """A digest of the headers as received (names and values as bytes, in order, with
+    repeats), less those the gateway may set per answer."""
+    own = GATEWAYS_OWN | MADE_BY_GATEWAY if outcome == "reconciled" else GATEWAYS_OWN
+    kept = [
+        name + b": " + value
+        for name, value in raw_headers
+        if name.lower().decode("latin-1") not in own
+    ]
+    return digest(b"\r\n".join(kept))
 
 
 @dataclass
@@ -127,7 +161,7 @@ class Client:
             "Content-Type": "application/json",
             "X-Attempt": attempt_id,
         }
-        outcome = body_digest = execution = code = ""
+        outcome = body_digest = execution = code = reason = head = ""
         start = time.time()
         try:
             async with self.session.post(
@@ -139,6 +173,8 @@ class Client:
                 body = await resp.read()
                 status = resp.status
                 outcome = resp.headers.get("Idempotency-Outcome", "")
+                reason = escaped(resp.reason or "")
+                head = head_digest(resp.raw_headers, outcome)
             body_digest = digest(body)
             execution, code = read_body(status, body)
         except aiohttp.ClientConnectorError:
@@ -151,7 +187,7 @@ class Client:
         self.out.write(
             Attempt(
                 attempt_id, op, kind, route, tenant, key, digest(payload), gateway, start,
-                time.time(), status, outcome, body_digest, execution, code,
+                time.time(), status, outcome, body_digest, execution, code, reason, head,
             ).line()
         )  # fmt: skip
         return status, outcome

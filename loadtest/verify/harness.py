@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest.verify.broken import STALLS
 from loadtest.verify.checker import Floor, Verdict, check, read_logs
 from loadtest.verify.failover import make_topology
 from loadtest.verify.history import Fault, read_attempts, read_executions
@@ -103,7 +104,9 @@ async def run(plan: Plan, workdir: Path) -> Run:
         if not codes:
             system.stop()
     (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
-    (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in nemesis.done]))
+    ports = {gateway.port: index for index, gateway in enumerate(system.gateways)}
+    faults = [*nemesis.done, *stalls(workdir / STALLS, ports)]
+    (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in faults]))
     stopped = {
         "codes": codes, "skipped": nemesis.skipped, "clients": client_codes,
         "planned": Counter(kind for track in schedule for _, kind in track),
@@ -152,6 +155,18 @@ def distrust(plan: Plan, stopped: dict[str, Any], faults: list[Fault]) -> list[s
             continue
         found.append(f"{kind}: made {made[kind]} of {planned} times ({why})")
     return found
+
+
+def stalls(path: Path, ports: dict[int, int]) -> list[Fault]:
+    """The stalls gateways broken on purpose made of themselves (`broken.Stalls`), as
+    faults of the gateway each hit."""
+    if not path.exists():
+        return []
+    made = [line.split("\t") for line in path.read_text().splitlines()]
+    return [
+        Fault("gateway-stall", f"gateway {ports[int(port)]}", float(start), float(end))
+        for start, end, port in made
+    ]
 
 
 def history(workdir: Path, client: int) -> Path:

@@ -34,9 +34,17 @@ class Attempt(NamedTuple):
     body: str  # digest of the answer body
     execution: str  # the execution id a 2xx body names
     code: str  # the problem+json code of an error answer
+    reason: str = ""  # the status line's reason phrase, escaped (`escaped`)
+    head: str = ""  # digest of the headers as received, less the gateway's own (`clients`)
 
     def line(self) -> str:
         return "\t".join(map(str, self)) + "\n"
+
+
+def escaped(text: str) -> str:
+    """Text as one field of a line: tabs, line ends, backslashes and bytes beyond ASCII
+    written as Python escapes, so that a reason phrase of any bytes reads back as it came."""
+    return text.encode("unicode_escape").decode("ascii")
 
 
 class Execution(NamedTuple):
@@ -64,16 +72,18 @@ class Fault(NamedTuple):
 
 def read_attempts(path: Path, unreadable: list[str] | None = None) -> Iterator[Attempt]:
     """The attempts in `path`; a line that cannot be read is put in `unreadable` (a run's
-    writers end cleanly, so any such line means a history the checker cannot trust)."""
+    writers end cleanly, so any such line means a history the checker cannot trust). Lines
+    of 15 fields, written before attempts kept their status line and head, read with both
+    empty: such a history's replays are compared by status and body only."""
     with open(path) as lines:
         for number, line in enumerate(lines, 1):
             f = line.rstrip("\n").split("\t")
             try:
-                if len(f) != 15:
+                if len(f) not in (15, 17):
                     raise ValueError(f"{len(f)} fields")
                 attempt = Attempt(
                     f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]),
-                    float(f[9]), int(f[10]), f[11], f[12], f[13], f[14],
+                    float(f[9]), int(f[10]), f[11], f[12], f[13], f[14], *f[15:],
                 )  # fmt: skip
             except ValueError as exc:
                 _unreadable(unreadable, path, number, exc)

@@ -18,12 +18,14 @@ from pathlib import Path
 import aiohttp
 import redis
 
+from gateway.http.flow.takeover import LATE_ANSWER_WAIT
+from loadtest.verify.clients import Knobs
 from loadtest.verify.history import Fault
 from loadtest.verify.system import System
 from testkit.procs import GatewayProcess
 
 # Kinds of fault, each with how long it lasts at most (seconds).
-GATEWAY_KINDS = {"gateway-kill": 0.5, "gateway-stop": 0.0}  # a stop lasts lease + 1.5 s
+GATEWAY_KINDS = {"gateway-kill": 0.5, "gateway-stop": 0.0}  # a stop: `pause_length`
 REDIS_KINDS = {"redis-kill": 0.5, "redis-stop": 1.5, "redis-full": 1.5}
 LINK_KINDS = {
     "redis-blackhole": 1.5, "redis-reset": 0.5, "redis-latency": 1.5,
@@ -45,6 +47,8 @@ class Nemesis:
         self.skipped: dict[str, str] = {}
         self.turn = 0  # which gateway the next gateway fault hits
         self.parts: dict[str, asyncio.Lock] = {}
+        self.stops = 0  # gateway-stops begun: the first, third... are long (`pause_length`)
+        self.pauses = random.Random(seed)  # their lengths: apart from the schedule's draws
 
     def plan(
         self, each: int, start: float, end: float, tracks: int = 1
@@ -151,8 +155,12 @@ class Nemesis:
             await asyncio.sleep(GATEWAY_KINDS[kind])
             await asyncio.to_thread(victim.start)
         else:  # longer than the lease: another gateway finds its keys' leases ended
+            lasts = pause_length(
+                seconds_of(self.system.policy.lease), self.stops % 2 == 0, self.pauses
+            )
+            self.stops += 1
             victim.signal(signal.SIGSTOP)
-            await asyncio.sleep(seconds_of(self.system.policy.lease) + 1.5)
+            await asyncio.sleep(lasts)
             victim.signal(signal.SIGCONT)
 
     async def redis_full(self, seconds: float) -> str:
@@ -219,6 +227,24 @@ def fill_disk(path: Path) -> None:
                     out.write(b"\0" * size)
             except OSError:
                 continue
+
+
+def pause_length(lease: float, long: bool, rng: random.Random) -> float:
+    """How long a gateway-stop lasts. Always past the lease and a client's timeout: every
+    key the gateway claimed may be taken over, and its own clients have given up before it
+    wakes (none gets the late answer of a call another claim ran since).
+
+    A short one (drawn within the late-answer wait) ends while a retry that took a key over
+    waits for its owner's answer: the owner's answer is the key's. A long one outlives that
+    wait after the latest first retry (its client's timeout on the stopped gateway), by 1 to
+    2.5 s: the retry has settled the key (a lookup that truly says "not happened" runs it,
+    a `release` route runs it again) when the owner wakes, and only the owner's own check
+    of its lease (`may_still_send`) keeps a call it claimed and had not sent from running
+    as well."""
+    past = max(lease, Knobs.timeout)
+    if long:
+        return past + LATE_ANSWER_WAIT + rng.uniform(1.0, 2.5)
+    return past + rng.uniform(0.5, LATE_ANSWER_WAIT)
 
 
 def seconds_of(duration: str) -> float:

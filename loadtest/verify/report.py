@@ -20,6 +20,7 @@ RULES = {
     7: "the same payload never refused as another (422)",
     8: "liveness: 2xx with no fault on, executions per second",
     9: "the run trusted: clients exited 0, every history line read, every fault made",
+    10: "a replay is the first 2xx: its status, reason and headers, not only its body",
 }
 
 

@@ -6,7 +6,8 @@ every execution and can be told to fail.
 - `POST /{route}/pay`: one execution. It is logged (route, tenant, key, payload digest,
   execution id, the client attempt that caused it, time, answer digest) and remembered
   *before* the answer is written, so a lookup never says "not run" for a call that ran.
-  The answer, `201` JSON, is unique per execution: it names the execution id.
+  The answer, `201` JSON, is unique per execution: it names the execution id, and so do
+  some of its headers (`answer_headers`), so that a replay that drops or alters one shows.
 - `GET /{route}/by-key/{key}` (the tenant from `Authorization`): the reconcile lookup,
   `200` with the same body as the key's first execution, `404` if it never ran.
 - `POST /__fault?reset=0.2&hang=0.1&hang_seconds=2`: from now on that share of calls is
@@ -99,7 +100,21 @@ class Executions:
             return reset(request)  # executed, the answer lost
         if fault == "hang":
             await asyncio.sleep(self.hang_seconds)
-        return web.Response(status=201, body=body, content_type=JSON)
+        return web.Response(status=201, body=body, headers=answer_headers(route, exec_id, body))
+
+
+def answer_headers(route: str, exec_id: str, body: bytes) -> list[tuple[str, str]]:
+    """A payments API's head, in this order (aiohttp adds Content-Length, Date and Server
+    after them): some values differ per execution, and Set-Cookie comes twice."""
+    return [
+        ("Content-Type", JSON),
+        ("Location", f"/{route}/payments/{exec_id}"),
+        ("ETag", f'"{digest(body)}"'),
+        ("Cache-Control", "no-store"),
+        ("X-Trace-Id", os.urandom(8).hex()),
+        ("Set-Cookie", f"pay={exec_id}; Path=/{route}; HttpOnly"),
+        ("Set-Cookie", "seen=1; Path=/"),
+    ]
 
 
 def reset(request: web.BaseRequest) -> web.StreamResponse:
