@@ -6,8 +6,6 @@ and without the token, go to the `shots` folder (never docs/)."""
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
 
 import aiohttp
@@ -25,13 +23,6 @@ from .test_console import (
     send,
     shots,
     start_gateway,
-
-
-@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
-def record_format(request: pytest.FixtureRequest) -> int:
-    """Operators read and change records of either format alike."""
-    return int(request.param)
-
 )
 
 __all__ = ["console", "shots", "start_gateway"]  # the fixtures, used by name
