@@ -131,6 +131,14 @@ async def test_a_lost_answer_that_happened_is_recorded_from_the_lookup(
     assert upstream.runs[key] == 1
     metrics = metrics_of(client)
     assert value(metrics, "idem_reconciled_total", route="api", result="happened") == 1
+    # The first answer is its replays': the same head, less what each answer has of its own.
+    own = {"idempotent-replayed", "date", "x-request-id", "idempotency-expires"}
+
+    def head(answer: Any) -> list[tuple[str, str]]:
+        return [(n, v) for n, v in answer.headers.items() if n.lower() not in own]
+
+    assert head(first) == head(retry)
+    assert "Server" not in first.headers and "Idempotency-Expires" in first.headers
 
 
 async def test_a_lost_call_that_did_not_happen_is_released_and_runs_once_more(

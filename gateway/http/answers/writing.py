@@ -53,6 +53,32 @@ class _HeadWithBody(web.StreamResponse):
             writer._headers_buf = head_bytes(status_line, self.headers.items())
 
 
+class _WholeAnswer(web.Response):
+    """An answer of the gateway's making that is recorded as an upstream's would be (a
+    reconciled one): aiohttp's own `Server` taken out, as its replays have none."""
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        self.headers.popall(hdrs.SERVER, None)
+
+
+def whole_answer(
+    status: int,
+    reason: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+    extra: Mapping[str, str],
+) -> web.Response:
+    """The first answer of a record the gateway made itself, with its body: as its replays
+    are written, less the replay's marker."""
+    response = _WholeAnswer(status=status, reason=reason, body=body)
+    for name, value in headers:
+        response.headers.add(name, value)
+    for name, value in extra.items():
+        response.headers[name] = value
+    return response
+
+
 def _as_sent(text: str) -> bytes:
     """Header text back to its bytes; text from elsewhere (an operator's) that is no byte
     string leaves as UTF-8, as aiohttp writes it."""

@@ -32,9 +32,10 @@ from gateway.core.decision import (
     on_lookup,
 )
 from gateway.core.record import Record
+from gateway.core.retention import expires
 from gateway.errors import StoreUnavailable
 from gateway.http.answers.problems import OUTCOME, OUTCOME_UNKNOWN
-from gateway.http.answers.writing import upstream_failure
+from gateway.http.answers.writing import upstream_failure, whole_answer
 from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.incoming import key_of
 from gateway.http.flow.reconcile import Found, look_up
@@ -277,7 +278,9 @@ async def record_found(
 
     The lookup's body (the resource as the upstream has it now) with its Content-Type, under
     the status the route names: not the lookup's own status and headers, which answer a GET,
-    not the call that ran. It is marked, for this client and every replay, as reconciled."""
+    not the call that ran. It is marked, for this client and every replay, as reconciled,
+    and this first answer is written as its replays are (no `Server` of aiohttp's, the
+    record's `Idempotency-Expires`)."""
     headers = [("Content-Type", found.content_type)] if found.content_type else []
     headers.append(("Idempotency-Outcome", "reconciled"))
     route = c.route
@@ -290,9 +293,7 @@ async def record_found(
     kept = await record_answer(s, c, config.status, reason, headers, recorded, lease_lost=False)
     if kept is Kept.IN_MEMORY:
         return None
-    response = web.Response(status=config.status, reason=reason, body=found.body)
-    for name, value in headers:
-        response.headers[name] = value
+    extra = expires(route.retention)
     if kept is Kept.FENCED:
-        response.headers.update(FENCED)  # another claim's answer is the record
-    return response
+        extra = {**extra, **FENCED}  # another claim's answer is the record
+    return whole_answer(config.status, reason, headers, found.body, extra)
