@@ -16,7 +16,7 @@ from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim, ClaimResult
 from gateway.ops.sizing import Inputs, main, plan, shard_limits
 from gateway.store.breaker import CircuitBreaker
-from loadtest.probes.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls, record
+from loadtest.probes.script_cost import BLOB_NAME, BODY, FINGERPRINT, HEADERS, Calls
 from testkit.stores import make_store
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
@@ -100,28 +100,33 @@ def test_idem_gateway_sizing_needs_no_config(capsys: pytest.CaptureFixture[str])
     assert err.startswith("idem-gateway sizing: argument --headroom") and err.count("\n") == 1
 
 
-async def _replay(url: str, key: str) -> ClaimResult:
+async def _replay(url: str, key: str, other: str) -> ClaimResult:
     store = make_store(url, RedisSettings(url=url), CircuitBreaker(5, 1.0))
     try:
-        return await store.claim(key, FINGERPRINT, "a-retry", 30.0)
+        return await store.claim(key, FINGERPRINT, "a-retry", 30.0, other=other)
     finally:
         await store.close()
 
 
+@pytest.mark.parametrize("record_format", [1, 2], ids=["format-1", "format-2"])
 @pytest.mark.parametrize("blob", [False, True], ids=["inline", "blob"])
 @pytest.mark.parametrize("concurrency", [0, 2], ids=["pipelined", "one-at-a-time"])
 def test_script_cost_stores_records_the_gateway_replays(
-    redis_url: str, blob: bool, concurrency: int
+    redis_url: str, blob: bool, concurrency: int, record_format: int
 ) -> None:
     """The CPU and memory are measured on the gateway's own records: a key `script_cost`
     claimed and completed replays through the gateway's Store as the typical answer."""
     with redis.Redis.from_url(redis_url) as client:
-        calls = Calls(client, LUA, keys=5, batch=2, concurrency=concurrency)
+        client.flushall()
+        calls = Calls(client, LUA, keys=5, batch=2, concurrency=concurrency,
+                      record_format=record_format)  # fmt: skip
         calls.claim("t")
-        calls.complete("t", *record(blob))
-    result = asyncio.run(_replay(redis_url, calls.names[4]))
-    assert result.outcome is Claim.DONE
+        calls.complete("t", blob)
+    result = asyncio.run(_replay(redis_url, calls.names[4], calls.others[4]))
+    assert result.outcome is Claim.DONE and result.key == calls.names[4]
     assert result.record is not None
     assert (result.record.status, result.record.headers) == (201, HEADERS)
-    assert result.record.sha256 == hashlib.sha256(BODY).hexdigest()
+    digest = hashlib.sha256(BODY).hexdigest()
+    kept = digest if blob or record_format == 1 else ""  # format 2: an inline body's CRC
+    assert result.record.sha256 == kept
     assert (result.record.blob, result.body) == ((BLOB_NAME, b"") if blob else (None, BODY))

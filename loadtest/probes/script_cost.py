@@ -39,8 +39,10 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from gateway.core.keys import digest, hashed_record_key
+from gateway.core.compact import fingerprint_field, pack_answer
+from gateway.core.keys import digest, record_names
 from gateway.core.record import Record
+from gateway.store.formats import shipped_codec
 from testkit.redis_server import RedisServer
 
 from ..procs import cpu_seconds
@@ -48,7 +50,7 @@ from ..procs import cpu_seconds
 LEASE_MS = 30_000
 RETENTION_MS = 86_400_000
 TENANT = digest("tenant-credential")
-FINGERPRINT = digest(b'{"amount":100,"currency":"EUR","reference":"order"}')
+FINGERPRINT = hashlib.sha256(b'{"amount":100,"currency":"EUR","reference":"order"}').hexdigest()
 BODY = (
     b'{"id":"pay_0123456789abcdef","status":"succeeded","amount":100,"currency":"EUR",'
     b'"reference":"order-2026-11-27-000123","created":"2026-11-27T15:00:00Z",'
@@ -89,20 +91,35 @@ class Row:
 
 
 class Calls:
-    """Each script's ARGV as the gateway sends it, over `keys` keys: in pipelines of `batch`
-    calls, or with `concurrency`, one call at a time on each of that many connections."""
+    """Each script's KEYS and ARGV as the gateway sends them, over `keys` keys, records
+    written in `record_format`: in pipelines of `batch` calls, or with `concurrency`, one
+    call at a time on each of that many connections. Scripts of before format 2 (another
+    tree's `--lua`) take one key, and format 1."""
 
     def __init__(
-        self, client: redis.Redis, lua: Path, keys: int, batch: int, concurrency: int = 0
+        self,
+        client: redis.Redis,
+        lua: Path,
+        keys: int,
+        batch: int,
+        concurrency: int = 0,
+        record_format: int = 1,
     ) -> None:
         self.client, self.keys, self.batch, self.concurrency = client, keys, batch, concurrency
-        self.sha = {
-            name: client.script_load(path.read_text())
+        texts = {
+            name: path.read_text()
             for name in ("claim", "complete", "sent")
             if (path := lua / f"{name}.lua").exists()
         }
-        self.names = [hashed_record_key("idem", "payments", TENANT, digest(f"order-{n}"))
-                      for n in range(keys)]  # fmt: skip
+        self.sha = {name: client.script_load(text) for name, text in texts.items()}
+        self.both_names = "KEYS[2]" in texts["claim"]  # a release that reads format 2
+        self.record_format = record_format if self.both_names else 1
+        names = [record_names("idem", "payments", TENANT, digest(f"order-{n}"))
+                 for n in range(keys)]  # fmt: skip
+        if self.record_format == 2:
+            names = [(short, legacy) for legacy, short in names]
+        self.names = [first for first, _ in names]
+        self.others = [other for _, other in names]
 
     def token(self, n: int, run: str) -> str:
         return hashlib.md5(f"{run}{n}".encode()).hexdigest()  # 32 hex, as secrets.token_hex(16)
@@ -110,23 +127,35 @@ class Calls:
     def run(self, script: str, args: Callable[[int], list[bytes | str | int]]) -> None:
         """`script` on every key."""
         sha = self.sha[script]
+        keys = self._keys(script)
         if self.concurrency:
-            asyncio.run(self._unpipelined(sha, args))
+            asyncio.run(self._unpipelined(sha, keys, args))
             return
         for start in range(0, self.keys, self.batch):
             with self.client.pipeline(transaction=False) as pipe:
                 for n in range(start, min(start + self.batch, self.keys)):
-                    pipe.evalsha(sha, 1, self.names[n], *args(n))
+                    pipe.evalsha(sha, *keys(n), *args(n))
                 pipe.execute()
 
-    async def _unpipelined(self, sha: str, args: Callable[[int], list[bytes | str | int]]) -> None:
+    def _keys(self, script: str) -> Callable[[int], list[str | int]]:
+        """The n-th key's KEYS, after their number: a claim reads both of a record's names."""
+        if script == "claim" and self.both_names:
+            return lambda n: [2, self.names[n], self.others[n]]
+        return lambda n: [1, self.names[n]]
+
+    async def _unpipelined(
+        self,
+        sha: str,
+        keys: Callable[[int], list[str | int]],
+        args: Callable[[int], list[bytes | str | int]],
+    ) -> None:
         url = "redis://{host}:{port}/0".format(**self.client.connection_pool.connection_kwargs)
         client = redis.asyncio.Redis.from_url(url, max_connections=self.concurrency)
-        keys = iter(range(self.keys))
+        pending = iter(range(self.keys))
 
         async def one_at_a_time() -> None:
-            for n in keys:
-                await client.evalsha(sha, 1, self.names[n], *args(n))
+            for n in pending:
+                await client.evalsha(sha, *keys(n), *args(n))
 
         try:
             await asyncio.gather(*(one_at_a_time() for _ in range(self.concurrency)))
@@ -135,13 +164,24 @@ class Calls:
 
     def claim(self, run: str, mark: bool = False) -> None:
         now = int(time.time() * 1000)
+        two = [fingerprint_field(FINGERPRINT)] if self.both_names else []
         self.run("claim", lambda n: [FINGERPRINT, self.token(n, run), LEASE_MS, now,
-                                     RETENTION_MS, "take", "1" if mark else ""])  # fmt: skip
+                                     RETENTION_MS, "take", "1" if mark else "", *two])  # fmt: skip
 
     def sent(self, run: str) -> None:
         self.run("sent", lambda n: [self.token(n, run)])
 
-    def complete(self, run: str, meta: bytes, body: bytes) -> None:
+    def complete(self, run: str, blob: bool) -> None:
+        """The typical answer stored for every key, in this Calls' format (format 2: with the
+        shipped dictionary, as a route's first answers are, before it has its own)."""
+        if self.record_format == 2:
+            codec, packed = shipped_codec(), pack_answer(answer(blob), b"" if blob else BODY)
+            fp = fingerprint_field(FINGERPRINT)
+            self.run("complete", lambda n: [self.token(n, run), "C",
+                                            codec.pack("C", fp, self.token(n, run), packed),
+                                            "", RETENTION_MS, FINGERPRINT, "2"])  # fmt: skip
+            return
+        meta, body = record(blob)
         self.run("complete", lambda n: [self.token(n, run), "C", meta, body, RETENTION_MS,
                                         FINGERPRINT])  # fmt: skip
 
@@ -194,17 +234,18 @@ def measure(
     keys: int,
     batch: int,
     concurrency: int = 0,
+    record_format: int = 1,
 ) -> list[Row]:
     """One round of every scenario on a flushed Redis."""
-    calls, meter, rows = Calls(client, lua, keys, batch, concurrency), Meter(client, *pids), []
+    calls = Calls(client, lua, keys, batch, concurrency, record_format)
+    meter, rows = Meter(client, *pids), []
     for blob in (False, True):
-        meta, body = record(blob)
         suffix = ", blob" if blob else ""
         client.flushall()
         before = client.info("memory")["used_memory"]
         with meter:
             calls.claim("t")
-            calls.complete("t", meta, body)
+            calls.complete("t", blob)
         row = meter.row(f"new key{suffix}", keys)
         row.bytes_per_record = (client.info("memory")["used_memory"] - before) / keys
         sample = [client.memory_usage(name, samples=0) or 0 for name in calls.names[:1000]]
@@ -217,7 +258,7 @@ def measure(
             with meter:
                 calls.claim("m", mark=True)
                 calls.sent("m")
-                calls.complete("m", meta, body)
+                calls.complete("m", blob)
             rows.append(meter.row("new key, mark_sent", keys))
     client.flushall()
     return rows
@@ -244,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         "them to a Redis Cluster (or with redis.pipeline: false)",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--record-format", type=int, choices=(1, 2), default=1,
+        help="the format records are written in (scripts of before format 2 write format 1)",
+    )  # fmt: skip
     parser.add_argument("--lua", action="append", type=Path, metavar="DIR")
     parser.add_argument(
         "--hash-value", type=int, metavar="BYTES",
@@ -302,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---:|---|---:|---:|---:|---:|---:|")
         for folder in folders:
             for round_ in range(1, args.rounds + 1):
-                rows = measure(client, pids, folder, args.keys, args.batch, args.concurrency)
+                rows = measure(
+                    client, pids, folder, args.keys, args.batch, args.concurrency,
+                    args.record_format,
+                )  # fmt: skip
                 for r in rows:
                     print(
                         f"| {folder} | {round_} | {r.scenario} | {r.script_us:.2f} "
