@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 
 from gateway.store.resp import Endpoint
 from gateway.store.resp_pipeline import RespPipeline
+from gateway.store.scripts import Script
 from gateway.upstream.httptools_client import UpstreamPool
 
 from .bare_proxy import HOP_BY_HOP, HeadWithBody
@@ -79,8 +80,7 @@ async def _calls(redis_url: str | None) -> Call:
     client = Redis.from_url(redis_url)
     scripts = {}
     for name, lua in (("claim", CLAIM), ("complete", COMPLETE), ("read", READ)):
-        scripts[name] = client.register_script(lua)
-        await client.script_load(lua)
+        scripts[name] = Script(name, lua, await client.script_load(lua))
     await client.set("floor-record", RECORD)
     pipeline = RespPipeline(Endpoint.of(client), 5.0)
 

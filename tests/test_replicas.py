@@ -199,7 +199,7 @@ async def test_an_unacknowledged_takeover_of_a_lost_owners_key_gives_it_back_as_
     )
     client = await make_gateway(settings=settings, url=master.url)
     key = {"Idempotency-Key": "lost-owner"}
-    route, rkey = locate(settings, "api", [], key["Idempotency-Key"])
+    route, (rkey, _) = locate(settings, "api", [], key["Idempotency-Key"])  # format 1's name
     fp = fingerprint(route.fingerprint, "POST", "/pay", "", (), b"1")
     dead = make_store(master.url)
     try:  # a gateway that claimed, sent and died: its lease runs out unrenewed

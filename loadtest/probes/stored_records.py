@@ -33,6 +33,7 @@ from pathlib import Path
 import hiredis
 import redis
 
+from gateway.core.compact import fingerprint_field
 from gateway.core.keys import digest, hashed_record_key
 from gateway.store.scripts import load_script
 
@@ -87,6 +88,7 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
     complete_sha = client.script_load(load_script("complete")).encode()
     address = client.connection_pool.connection_kwargs
     fingerprint, meta, body = fields[b"f"], fields[b"m"], fields[b"b"]
+    short_fingerprint = fingerprint_field(fingerprint.decode("latin-1"))
     started = time.perf_counter()
     with socket.create_connection((address["host"], address["port"])) as sock:
         reader = hiredis.Reader()
@@ -96,9 +98,9 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
             for i in range(first, min(count, first + BATCH)):
                 key = sibling(template, f"{run}-k{i}").encode()
                 token = b"%032x" % (i * 2654435761 + 1)
-                out.append(
-                    command(b"EVALSHA", claim_sha, b"1", key, fingerprint, token, b"30000", now,
-                            b"%d" % retention, b"take", b"")
+                out.append(  # the one name twice: the copies are of format 1, as the template
+                    command(b"EVALSHA", claim_sha, b"2", key, key, fingerprint, token, b"30000",
+                            now, b"%d" % retention, b"take", b"", short_fingerprint)
                 )  # fmt: skip
                 out.append(
                     command(b"EVALSHA", complete_sha, b"1", key, token, b"C", meta, body,
@@ -110,7 +112,7 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
                 while reply is False:
                     reader.feed(sock.recv(1 << 20))
                     reply = reader.gets()
-                wanted = [b"CLAIMED"] if n % 2 == 0 else 1
+                wanted = [b"CLAIMED", 1] if n % 2 == 0 else 1  # claimed, under the first name
                 if reply != wanted:
                     raise RuntimeError(f"filling record {first + n // 2}: {reply!r}")
     return time.perf_counter() - started
