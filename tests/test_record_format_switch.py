@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio
 import yaml
 
 from gateway.config.loading import settings_from_dict
 from gateway.core.keys import digest, record_names, tenant_id
 from gateway.http.app import SERVICES
-from gateway.store.fleet import EARLIER_CLAIM_SCRIPTS, seen_key
+from gateway.store.fleet import EARLIER_CLAIM_SCRIPTS, Fleet, seen_key
 from gateway.store.scripts import script
+from testkit.stores import make_store
 
 from .conftest import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
@@ -189,3 +191,25 @@ def test_a_format_this_release_does_not_write_is_refused_in_one_line(tmp_path: P
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "redis.record_format" in done.stderr, done.stderr
+
+
+async def test_no_look_made_holds_format_2_back(redis_url: str, plain: redis.Redis) -> None:
+    """A gateway that cannot ask Redis at start (nor later) writes format 1 until it has
+    looked; one that looked keeps what it saw while Redis is away."""
+    away = make_store("redis://127.0.0.1:9/0")
+    try:
+        fleet = Fleet(away, "idem", 2, shared=True)
+        assert await fleet.check() == 1 and away.record_format == 1
+    finally:
+        await away.close()
+    store = make_store(redis_url)
+    original, dead = store.client, redis.asyncio.Redis(port=9, socket_connect_timeout=0.2)
+    try:
+        fleet = Fleet(store, "idem", 2, shared=True)
+        assert await fleet.check() == 2
+        store.client = dead
+        assert await fleet.check() == 2, "nothing learnt: as it was"
+    finally:
+        store.client = original
+        await store.close()
+        await dead.aclose()

@@ -44,14 +44,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     try:
         watch = parse_duration(args.watch)
-    except ValueError as exc:
-        print(f"idem-gateway upgraded: --watch: {exc}", file=sys.stderr)
+    except ValueError as wrong:
+        print(f"idem-gateway upgraded: --watch: {wrong}", file=sys.stderr)
         return 2
     where = redis.url if redis.topology == "single" else redis.topology
     try:
         found = asyncio.run(build.contained(_run(settings, watch)))
-    except FAILURES as exc:
-        print(f"idem-gateway upgraded: Redis unavailable: {exc}", file=sys.stderr)
+    except FAILURES as down:
+        print(f"idem-gateway upgraded: Redis unavailable: {down}", file=sys.stderr)
         return UNREACHABLE
     if found:
         print(

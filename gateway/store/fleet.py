@@ -53,10 +53,11 @@ def seen_key(prefix: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Sighting:
     """What the last look found: `seen` says why format 2 is held back ("" when it is not);
-    `unknown` why no look could be made (Redis refused a command)."""
+    `unknown` why no look could be made (Redis refused a command, or did not answer)."""
 
     seen: str = ""
     unknown: str = ""
+    away: bool = False  # Redis did not answer: nothing was learnt
 
 
 async def earlier_scripts(client: Redis | RedisCluster) -> list[str]:
@@ -75,9 +76,10 @@ async def earlier_scripts(client: Redis | RedisCluster) -> list[str]:
     ]
 
 
-async def look(store: Store, prefix: str) -> Sighting:
+async def look(store: Store, prefix: str, previous: Sighting) -> Sighting:
     """Whether a gateway of an earlier release was seen: marked so already, or its claim
-    script loaded now (then marked, so that a restart of Redis does not forget it)."""
+    script loaded now (then marked, so that a restart of Redis does not forget it); where
+    Redis does not answer, the `previous` look stands."""
     client = store.client
     try:
         marked: Any = await client.get(seen_key(prefix))
@@ -90,10 +92,10 @@ async def look(store: Store, prefix: str) -> Sighting:
         seen = f"the claim script of release {', '.join(loaded)} loaded, seen {when}"
         await client.set(seen_key(prefix), seen)
         return Sighting(seen=seen)
-    except ResponseError as exc:  # a command refused (an ACL, a managed service)
-        return Sighting(unknown=f"{type(exc).__name__}: {exc}")
-    except FAILURES as exc:
-        return Sighting(unknown=f"{type(exc).__name__}: {exc}")
+    except ResponseError as refused:  # a command refused (an ACL, a managed service)
+        return Sighting(unknown=f"{type(refused).__name__}: {refused}")
+    except FAILURES as down:  # no look made: what was seen last stands
+        return Sighting(seen=previous.seen, unknown=f"{type(down).__name__}: {down}", away=True)
 
 
 class Fleet:
@@ -112,7 +114,9 @@ class Fleet:
         """Look again and set the format written; the format now written."""
         if self.configured == FORMAT_1 or not self.shared:
             return self.store.record_format
-        found = await look(self.store, self.prefix)
+        found = await look(self.store, self.prefix, self.last)
+        if found.away:
+            return self.store.record_format  # held as it was: 1 until a look is made
         if found.unknown and not self.last.unknown:
             log.warning(
                 "redis.record_format 2: cannot tell whether a gateway of an earlier release "

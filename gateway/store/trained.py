@@ -113,8 +113,10 @@ class Trained:
     async def _train(self, route: str, samples: list[bytes | bytearray | memoryview]) -> None:
         try:
             trained = await asyncio.to_thread(zstandard.train_dictionary, SIZE, samples)
-        except zstandard.ZstdError as exc:  # too few distinct bytes to train on, say
-            log.info("route %s: no dictionary trained (%s); the shipped one serves", route, exc)
+        except zstandard.ZstdError as untrainable:  # too few distinct bytes to train on, say
+            log.info(
+                "route %s: no dictionary trained (%s); the shipped one serves", route, untrainable
+            )
             return
         key = dictionaries_key(self.prefix, route)
         try:
