@@ -6,11 +6,10 @@ and without the token, go to the `shots` folder (never docs/)."""
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from gateway.core.keys import digest, hashed_record_key, tenant_id
 from testkit.redis_server import RedisServer
@@ -25,6 +24,7 @@ from .test_console import (
     send,
     shots,
     start_gateway,
+)
 
 
 @pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
@@ -32,7 +32,6 @@ def record_format(request: pytest.FixtureRequest) -> int:
     """Operators read and change records of either format alike."""
     return int(request.param)
 
-)
 
 __all__ = ["console", "shots", "start_gateway"]  # the fixtures, used by name
 
