@@ -28,7 +28,12 @@ class GatewayProcess:
         workdir: Path,
         args: list[str] | None = None,
         entry: Sequence[str] = ("-m", "gateway"),
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
+        """`env`: added to this process's environment; `cwd`: where it runs (`python -m`
+        puts that folder first on the path, before PYTHONPATH: a gateway of another tree
+        must not run in this one)."""
         self.port = config.setdefault("listen", {}).setdefault("port", free_port())
         config["listen"].setdefault("host", "127.0.0.1")
         self.workdir = workdir
@@ -38,6 +43,8 @@ class GatewayProcess:
         # One process unless a test asks for --workers (the default is one per core).
         self.args = args if args and "--workers" in args else ["--workers", "1", *(args or [])]
         self.entry = list(entry)  # what python runs: the gateway, or a wrapper of it
+        self.env = env or {}
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,7 +68,7 @@ class GatewayProcess:
             self.process = subprocess.Popen(
                 [sys.executable, *self.entry, "--config", str(self.config_path), *self.args],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, cwd=self.cwd,
             )  # fmt: skip
 
     def signal(self, sig: signal.Signals) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from loadtest.verify.checker import Floor, Verdict, check
 from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
 
-POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release"}
+POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release", "open": "open"}
+OPEN = ["open"]  # the route with fail_mode: open (its unknown outcomes recorded)
 
 
 def attempt(
@@ -25,12 +26,13 @@ def attempt(
     outcome: str = "",
     reason: str = "Created",
     head: str = "h1",
+    degraded: str = "",
 ) -> Attempt:
     ok = 200 <= status < 300
     return Attempt(
         f"a{n}", "o1", "first", route, tenant, key, payload, gateway, start, end, status,
         outcome, body if ok else "", execution if ok else "", "", reason if ok else "",
-        head if ok else "",
+        head if ok else "", degraded,
     )  # fmt: skip
 
 
@@ -347,3 +349,86 @@ def test_the_floor_counts_only_attempts_with_no_fault_on() -> None:
 def test_what_the_harness_found_wrong_with_the_run_is_rule_9() -> None:
     verdict = check([attempt(1)], [execution(1)], [], POLICIES, untrusted=["client 0 exit 1"])
     assert rules(verdict) == [9]
+
+
+# A fail_mode: open route forwards without idempotency while Redis is cut off: a key may run
+# once more there, by the attempt so answered (Idempotency-Degraded), and by no other.
+REDIS_DOWN = [Fault("redis-stop", "redis :7000", 12.5, 14.0)]
+
+
+def open_history(*, degraded: str = "true", gateway: int = 0) -> list[Attempt]:
+    """The key run and acknowledged, then its replay forwarded as degraded at 13 s (another
+    execution, another body and head) and replayed from the record after."""
+    return [
+        attempt(1, route="open"),
+        attempt(2, route="open", start=13, end=13.1, gateway=gateway, execution="x2",
+                body="b2", head="h2", degraded=degraded),
+        attempt(3, route="open", start=20, end=20.1),
+    ]  # fmt: skip
+
+
+def open_runs() -> list[Execution]:
+    return [execution(1, route="open"), execution(2, route="open", at=13.05, caused_by="a2")]
+
+
+def test_a_rerun_forwarded_as_degraded_while_redis_was_down_is_counted_not_reported() -> None:
+    """Neither a second execution (rule 1), one after a 2xx (rule 4), nor a second body and
+    head (rules 2 and 10): the degraded answer was never the key's claim's."""
+    verdict = check(open_history(), open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
+    assert verdict.violations == []
+    assert verdict.explained == {
+        "degraded: forwarded without idempotency while Redis was cut off (fail_mode: open)": 1
+    }
+    assert verdict.degraded == 1
+
+
+def test_a_degraded_rerun_still_answers_its_own_key_tenant_and_payload() -> None:
+    history = open_history()
+    history[1] = history[1]._replace(body="b1")  # the first execution's body: not its own
+    verdict = check(history, open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
+    assert rules(verdict) == [2]
+    assert "differs from its execution" in verdict.violations[0].what
+
+
+def test_a_rerun_on_the_open_route_with_no_degraded_attempt_is_reported() -> None:
+    """Redis down, but the second execution's attempt was answered from a claim (no
+    Idempotency-Degraded): the key's claim did not hold."""
+    verdict = check(open_history(degraded=""), open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
+    assert 1 in rules(verdict)
+    assert "executed 2 times" in next(v.what for v in verdict.violations if v.rule == 1)
+
+
+def test_a_degraded_rerun_with_redis_not_cut_off_is_reported() -> None:
+    """Marked degraded with no Redis fault on (a gateway that cannot read what Redis holds,
+    say), on the attempt's own gateway (another's link cut off), or long after one."""
+    for faults in (
+        [],
+        [Fault("redis-blackhole", "gateway 1 <-> redis", 12.5, 14.0)],
+        [Fault("redis-stop", "redis :7000", 5.0, 10.9)],  # ended 2.1 s before it started
+        [Fault("gateway-stop", "gateway 0", 12.5, 14.0)],  # not Redis
+    ):
+        verdict = check(open_history(), open_runs(), faults, POLICIES, fails_open=OPEN)
+        assert 1 in rules(verdict), faults
+        assert "with Redis not cut off" in verdict.violations[0].what
+    cut_off = [Fault("redis-blackhole", "gateway 0 <-> redis", 12.5, 14.0)]
+    assert check(open_history(), open_runs(), cut_off, POLICIES, fails_open=OPEN).violations == []
+
+
+def test_a_degraded_answer_explains_nothing_on_a_route_that_fails_closed() -> None:
+    history = [a._replace(route="record") for a in open_history()]
+    ran = [e._replace(route="record") for e in open_runs()]
+    verdict = check(history, ran, REDIS_DOWN, POLICIES, fails_open=OPEN)
+    assert 1 in rules(verdict)
+
+
+def test_two_degraded_runs_and_no_claim_are_one_key_run_twice_without_idempotency() -> None:
+    history = [
+        attempt(1, route="open", start=12.6, end=12.7, degraded="true"),
+        attempt(2, route="open", start=13, end=13.1, execution="x2", body="b2", head="h2",
+                degraded="true"),
+    ]  # fmt: skip
+    ran = [execution(1, route="open", at=12.65), execution(2, route="open", at=13.05,
+                                                            caused_by="a2")]  # fmt: skip
+    verdict = check(history, ran, REDIS_DOWN, POLICIES, fails_open=OPEN)
+    assert verdict.violations == []
+    assert sum(verdict.explained.values()) == 1

@@ -2,6 +2,8 @@
 
 python -m loadtest.verify [--seconds 30] [--routes reconcile,record,release] [--each 1]
                           [--topology single|sentinel|cluster] [--out DIR]
+python -m loadtest.verify --earlier PATH --fleet earlier,1 [--routes ...,open]
+                                                            (a mixed fleet: `fleet`)
 python -m loadtest.verify --judge RUN_FOLDER [--out DIR]    (a kept run, checked again)
 """
 
@@ -18,18 +20,31 @@ from pathlib import Path
 
 from loadtest.verify.broken import BREAKAGES, CONTROLS
 from loadtest.verify.checker import Floor
+from loadtest.verify.fleet import EARLIER, earlier_release, parse_fleet
 from loadtest.verify.harness import Plan, judge, run
 from loadtest.verify.nemesis import ALL_KINDS, default_kinds
 from loadtest.verify.report import print_table, write_report
+from loadtest.verify.system import ROUTES
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="how long clients send")
-    parser.add_argument("--gateways", type=int, default=2)
+    parser.add_argument("--gateways", type=int, help="gateway processes (default: 2)")
+    parser.add_argument(
+        "--fleet", help="each gateway's release and record format, comma-separated: "
+        "earlier (the release at --earlier), 1 or 2 (this one, redis.record_format), this "
+        "(this one, its default); default: this for every gateway",
+    )  # fmt: skip
+    parser.add_argument(
+        "--earlier", type=Path, metavar="PATH", help="a checkout of the earlier release"
+    )
     parser.add_argument("--clients", type=int, default=1, help="client processes")
     parser.add_argument("--concurrency", type=int, default=32, help="operations per process")
-    parser.add_argument("--routes", default="reconcile,record,release")
+    parser.add_argument(
+        "--routes", default="reconcile,record,release",
+        help=f"comma-separated, among {','.join(ROUTES)} (open: fail_mode: open)",
+    )  # fmt: skip
     parser.add_argument(
         "--faults", help="fault kinds, comma-separated (none: no faults; default: every one "
         "the topology can take)",
@@ -97,8 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_KINDS)})")
         return 2
+    unknown = sorted(set(args.routes.split(",")) - set(ROUTES))
+    if unknown:
+        print(f"unknown routes: {', '.join(unknown)} (known: {', '.join(ROUTES)})")
+        return 2
+    gateways = fleet_of(args)
+    if isinstance(gateways, str):
+        print(gateways, file=sys.stderr)
+        return 2
     plan = Plan(
-        seconds=args.seconds, gateways=args.gateways, client_procs=args.clients,
+        seconds=args.seconds, gateways=gateways, client_procs=args.clients,
         concurrency=args.concurrency, routes=args.routes.split(","), kinds=kinds,
         each=args.each, tracks=args.tracks, stretch=args.stretch, seed=args.seed,
         topology=args.topology,
@@ -106,13 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         mark_sent=args.mark_sent,
         log_level="info" if args.access_log else "warning",
         faults_given=args.faults is not None, floor_2xx=args.floor_2xx,
-        floor_rate=args.floor_rate, broken=args.broken,
+        floor_rate=args.floor_rate, broken=args.broken, fleet=args.fleet,
+        earlier=str(args.earlier) if args.earlier else None,
     )  # fmt: skip
-    workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir))
+    # Absolute: an earlier release's gateway runs in a folder of its own.
+    workdir = Path(tempfile.mkdtemp(prefix="idem-verify-", dir=args.workdir)).resolve()
     print(
         f"verify: {plan.gateways} gateways, {plan.client_procs}x{plan.concurrency} clients, "
         f"{plan.seconds:.0f} s, routes {args.routes}, {plan.topology} redis, seed {plan.seed}"
-        + (f", gateways broken: {plan.broken}" if plan.broken else ""),
+        + (f", gateways broken: {plan.broken}" if plan.broken else "")
+        + (f", fleet {plan.fleet}" if plan.fleet else ""),
         flush=True,
     )
     try:
@@ -130,6 +156,31 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         print("verify: OK")
     return 1 if failed else 0
+
+
+def fleet_of(args: argparse.Namespace) -> int | str:
+    """The number of gateways, once `--fleet` and `--earlier` agree with it (a breakage
+    that needs a fleet brings its own); else what is wrong. Sets `args.fleet` and
+    `args.earlier` as the plan takes them."""
+    if args.fleet is None and args.broken in BREAKAGES | CONTROLS:
+        args.fleet = {**BREAKAGES, **CONTROLS}[args.broken].fleet
+    if args.fleet is None:
+        return 2 if args.gateways is None else int(args.gateways)
+    try:
+        fleet = parse_fleet(args.fleet)
+    except ValueError as exc:
+        return f"--fleet: {exc}"
+    if args.gateways is not None and args.gateways != len(fleet):
+        return f"--gateways {args.gateways}, but --fleet {args.fleet} names {len(fleet)}"
+    if any(member.release == EARLIER for member in fleet):
+        if args.earlier is None:
+            return f"--fleet {args.fleet} runs the earlier release: give its checkout (--earlier)"
+        args.earlier = args.earlier.resolve()
+        try:
+            print(f"verify: the earlier release at {args.earlier}: {earlier_release(args.earlier)}")
+        except ValueError as exc:
+            return f"--earlier: {exc}"
+    return len(fleet)
 
 
 def rejudge(workdir: Path, out: Path | None) -> int:

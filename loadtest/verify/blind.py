@@ -7,6 +7,11 @@ gateway) exits 0. Exits 1 if any breakage went unseen or a control failed: a che
 change that goes blind, or that fails what is right, is caught.
 
     python -m loadtest.verify.blind [--seconds 6] [--seed 3] [--only a,b] [--parallel 2]
+                                    [--earlier PATH]
+
+The breakages that run beside the earlier release (`premature-switch` and its control) need
+its checkout (`--earlier`); without one they are skipped, and said so: there is nothing to
+run them beside.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.verify.broken import BREAKAGES, CONTROLS, Breakage
+from loadtest.verify.fleet import EARLIER
 
 ROOT = Path(__file__).resolve().parents[2]
 VIOLATION = re.compile(r"^\| (\d+) \| .+ \| .+ \|$")
@@ -47,7 +53,9 @@ def known(name: str) -> Breakage:
     return BREAKAGES.get(name) or CONTROLS[name]
 
 
-def command(breakage: str, seconds: float, seed: int, workdir: Path | None) -> list[str]:
+def command(
+    breakage: str, seconds: float, seed: int, workdir: Path | None, earlier: Path | None = None
+) -> list[str]:
     args = [
         sys.executable, "-m", "loadtest.verify", "--broken", breakage,
         "--faults", known(breakage).faults, "--routes", known(breakage).routes,
@@ -55,16 +63,30 @@ def command(breakage: str, seconds: float, seed: int, workdir: Path | None) -> l
     ]  # fmt: skip
     if known(breakage).floor_2xx is not None:
         args += ["--floor-2xx", str(known(breakage).floor_2xx)]
+    if known(breakage).fleet is not None:
+        args += ["--fleet", str(known(breakage).fleet)]
+    if earlier is not None and needs_earlier(breakage):
+        args += ["--earlier", str(earlier.resolve())]
     if workdir is not None:
         args += ["--workdir", str(workdir)]
     return args
 
 
-def run_one(breakage: str, seconds: float, seed: int, workdir: Path | None = None) -> Seen:
+def needs_earlier(breakage: str) -> bool:
+    return EARLIER in (known(breakage).fleet or "").split(",")
+
+
+def run_one(
+    breakage: str,
+    seconds: float,
+    seed: int,
+    workdir: Path | None = None,
+    earlier: Path | None = None,
+) -> Seen:
     began = time.monotonic()
     done = subprocess.run(
-        command(breakage, seconds, seed, workdir), cwd=ROOT, capture_output=True, text=True,
-        timeout=seconds + 120,
+        command(breakage, seconds, seed, workdir, earlier), cwd=ROOT, capture_output=True,
+        text=True, timeout=seconds + 120,
     )  # fmt: skip
     output = done.stdout + done.stderr
     rules = {int(m.group(1)) for line in output.splitlines() if (m := VIOLATION.match(line))}
@@ -78,14 +100,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated breakages (default: all)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument(
+        "--earlier", type=Path, metavar="PATH",
+        help="a checkout of the earlier release, for the breakages beside it",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else [*BREAKAGES, *CONTROLS]
     unknown = sorted(set(names) - set(BREAKAGES) - set(CONTROLS))
     if unknown:
         print(f"unknown breakages: {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if args.earlier is None:
+        skipped = [name for name in names if needs_earlier(name)]
+        names = [name for name in names if name not in skipped]
+        for name in skipped:
+            print(f"blind: {name} skipped: it runs beside the earlier release (--earlier PATH)")
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-        seen = list(pool.map(lambda b: run_one(b, args.seconds, args.seed, args.workdir), names))
+        seen = list(
+            pool.map(
+                lambda b: run_one(b, args.seconds, args.seed, args.workdir, args.earlier), names
+            )
+        )
     print("| breakage | faults | rules it breaks | exit | rules reported | caught | s |")
     print("|---|---|---|---|---|---|---|")
     for each in seen:

@@ -43,6 +43,9 @@ class Breakage:
     # 2 s after it takes most of a short run, leaving too few attempts with no fault on for
     # a share (21 of them, seed 3); the executions' rate still counts.
     floor_2xx: float | None = None
+    # The fleet it runs in (`--fleet`): the breakage is of this release's gateways, beside
+    # gateways of the earlier release (`--earlier`), which run as released.
+    fleet: str | None = None
 
 
 def replace(module_name: str, name: str, make: Callable[[Any], Any]) -> None:
@@ -313,6 +316,24 @@ def expired_lease_free() -> None:
     stall_after_send()
 
 
+def premature_switch() -> None:
+    """Configured `redis.record_format: 2` beside a gateway of the earlier release, and the
+    fleet guard blind: no earlier release is ever seen, so format 2 is written at once. The
+    earlier gateway takes a record of format 2 for an absent key and runs it again, and one
+    under its own name (a claim of its own, settled here) for a Redis error."""
+    from gateway.store.fleet import Sighting
+
+    async def nothing_seen(*args: Any) -> Any:
+        return Sighting()
+
+    replace("gateway.store.fleet", "look", lambda _: nothing_seen)
+
+
+def guarded_switch() -> None:
+    """The same switch with the guard as it is: not a breakage, the control of the one
+    above (the guard holds format 2 back)."""
+
+
 BREAKAGES: dict[str, Breakage] = {
     "replay-502": Breakage("every replay answered 502", (4,), "none", replay_502),
     "retry-422": Breakage("identical retries refused with 422", (7,), "none", retry_422),
@@ -351,9 +372,19 @@ BREAKAGES: dict[str, Breakage] = {
         "reconcile,record",
         floor_2xx=0.0,
     ),
+    # Every route, `open` among them: there a Redis error is forwarded as degraded, which
+    # with no Redis fault on explains nothing.
+    "premature-switch": Breakage(
+        "record_format 2 beside the earlier release, the fleet guard blind",
+        (1, 4),
+        "none",
+        premature_switch,
+        "reconcile,record,release,open",
+        fleet="earlier,2",
+    ),
 }
 # The same stalls on the unbroken gateway, which must pass: the breakage above is caught
-# for what it breaks, not for the stalls.
+# for what it breaks, not for the stalls; and the same premature switch with its guard.
 CONTROLS: dict[str, Breakage] = {
     "stall-after-send": Breakage(
         "owners stall after sending (the gateway unbroken)",
@@ -362,6 +393,14 @@ CONTROLS: dict[str, Breakage] = {
         stall_after_send,
         "reconcile,record",
         floor_2xx=0.0,
+    ),
+    "guarded-switch": Breakage(
+        "record_format 2 beside the earlier release, the fleet guard as it is",
+        (),
+        "none",
+        guarded_switch,
+        "reconcile,record,release,open",
+        fleet="earlier,2",
     ),
 }
 

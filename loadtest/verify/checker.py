@@ -2,7 +2,10 @@
 
 1. executions per key (route, tenant, key): at most one; on a `release` route each extra
    one must be explained (its owner gateway was killed or paused; the gateway answered an
-   unknown outcome; the upstream reset or hung after executing), never "unexplained";
+   unknown outcome; the upstream reset or hung after executing), never "unexplained"; on a
+   `fail_mode: open` route, a call the gateway forwarded without idempotency (answered
+   `Idempotency-Degraded`) while Redis was cut off from it is no claim's, and runs beside
+   them (`degraded`);
 2. every 2xx for a key carries the same body, that of an execution of the key;
 3. no 2xx from another key's, tenant's or payload's execution;
 4. no acknowledged outcome lost: after a client got a 2xx for a key, no execution of it
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +44,10 @@ FAILOVER_FAULTS = ("redis-kill", "redis-stop", "redis-failover", "redis-migrate"
 STATUS_500 = re.compile(r'"status": ?500\b|\bstatus=500\b')
 NOT_NOW = frozenset({409, 503})  # after a 2xx: "come back later", no other outcome
 AFTER_FAULT = 2.0  # seconds after a fault during which its effects still count as "on"
+# A fault's target when it hit one gateway's link to Redis alone (the journal-full fault
+# resets that link too, where there is one).
+REDIS_LINK = re.compile(r"\bgateway (\d+) <-> redis\b")
+DEGRADED = "degraded: forwarded without idempotency while Redis was cut off (fail_mode: open)"
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ class Verdict:
     outcomes: Counter[str] = field(default_factory=Counter)  # Idempotency-Outcome values
     runs_per_key: Counter[int] = field(default_factory=Counter)
     explained: Counter[str] = field(default_factory=Counter)  # extra runs, by cause
+    degraded: int = 0  # attempts answered Idempotency-Degraded (forwarded without a claim)
     violations: list[Violation] = field(default_factory=list)
     # Per second since the start: attempts answered 2xx or as expected, 2xx, all.
     per_second: dict[int, tuple[int, int, int]] = field(default_factory=dict)
@@ -101,11 +109,13 @@ def check(
     owner_lost: dict[str, str] | None = None,
     floor: Floor | None = None,
     untrusted: Sequence[str] = (),
+    fails_open: Collection[str] = (),
 ) -> Verdict:
     """`policies`: each route's policy for an unknown outcome (record, reconcile, release);
     `owner_lost`: for a key whose owner died (the gateway's `on_owner_lost`), the same
     unless given; `floor`: rule 8's, checked only if given (a handmade history is short);
-    `untrusted`: what the harness found wrong with the run itself (rule 9)."""
+    `untrusted`: what the harness found wrong with the run itself (rule 9); `fails_open`:
+    the routes with `fail_mode: open`."""
     accepts = {
         route: (policy == "release", (owner_lost or policies).get(route, policy) == "release")
         for route, policy in policies.items()
@@ -123,6 +133,8 @@ def check(
         verdict.statuses[status_name(attempt.status)] += 1
         if attempt.outcome:
             verdict.outcomes[attempt.outcome] += 1
+        if attempt.degraded:
+            verdict.degraded += 1
     verdict.keys = len(asked)
     for key in asked.keys() | runs.keys():
         ran = sorted(runs.get(key, ()), key=lambda e: e.time)
@@ -131,7 +143,10 @@ def check(
             verdict.held_unknown += 1
             verdict.unknown_causes[unknown_cause(ran, asked.get(key, []), faults)] += 1
         verdict.runs_per_key[len(ran)] += 1
-        check_key(verdict, key, ran, asked.get(key, []), by_id, faults, accepts, floor or Floor())
+        check_key(
+            verdict, key, ran, asked.get(key, []), by_id, faults, accepts, floor or Floor(),
+            key[0] in fails_open,
+        )  # fmt: skip
     availability(verdict, attempts, faults)
     check_logs(verdict, logs, exit_codes)
     if floor is not None:
@@ -149,11 +164,20 @@ def check_key(
     faults: Sequence[Fault],
     accepts: dict[str, tuple[bool, bool]],
     floor: Floor,
+    fails_open: bool = False,
 ) -> None:
     name = "/".join(key)
+    # A call forwarded without idempotency while Redis was cut off is none of the key's
+    # claims: it runs beside them, its answer is recorded nowhere, and no later answer is
+    # held to it. Only there, and only so told (the client saw Idempotency-Degraded).
+    degraded = degraded_attempts(asked, faults) if fails_open else set()
     # Rule 1: executions per key.
     unknown_released, owner_lost_released = accepts.get(key[0], (False, False))
-    for extra in ran[1:]:
+    claimed = [e for e in ran if e.attempt not in degraded]
+    beside = len(ran) - max(1, len(claimed))  # the first run of a key is no extra one
+    if beside > 0:
+        verdict.explained[DEGRADED] += beside
+    for extra in (claimed or ran[:1])[1:]:
         cause = explain(extra, ran, asked, faults)
         if cause is not None and (
             (cause.startswith("unknown outcome") and unknown_released)
@@ -164,12 +188,14 @@ def check_key(
             why = cause or "unexplained"
             verdict.violations.append(Violation(1, name, f"executed {len(ran)} times ({why})"))
             break
-    # Rules 2 and 3: every 2xx carries the body of this key's execution, one body for all.
-    acked = [a for a in asked if 200 <= a.status < 300]
+    # Rules 2 and 3: every 2xx carries the body of this key's execution, one body for all
+    # (a degraded one its own execution's).
+    answered = [a for a in asked if 200 <= a.status < 300]
+    acked = [a for a in answered if a.attempt not in degraded]
     bodies = {a.body for a in acked}
     if len(bodies) > 1:
         verdict.violations.append(Violation(2, name, f"{len(bodies)} different 2xx bodies"))
-    for attempt in acked:
+    for attempt in answered:
         execution = by_id.get(attempt.execution)
         if execution is None:
             verdict.violations.append(
@@ -192,7 +218,7 @@ def check_key(
     # client was told it ran.
     if acked:
         first_ack = min(a.end for a in acked)
-        late = [e for e in ran if e.time > first_ack]
+        late = [e for e in claimed if e.time > first_ack]
         if late:
             why = explain(late[0], ran, asked, faults) or "unexplained"
             after = late[0].time - first_ack
@@ -202,6 +228,8 @@ def check_key(
         paid = {a.payload for a in acked}
         for attempt in sorted(asked, key=lambda a: a.start):
             if attempt.start <= first_ack or attempt.payload not in paid:
+                continue
+            if attempt.attempt in degraded:  # never claimed: not held to the record
                 continue
             if 200 <= attempt.status < 300 or not_now(attempt, first_ack, faults, floor):
                 continue
@@ -281,6 +309,30 @@ def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: 
     return attempt.start - first_ack <= floor.grace or fault_near(attempt, faults)
 
 
+def degraded_attempts(asked: Sequence[Attempt], faults: Sequence[Fault]) -> set[str]:
+    """The attempts answered `Idempotency-Degraded` while a fault cut their gateway off
+    from Redis: what `fail_mode: open` forwards without idempotency. One so marked with no
+    such fault is not among them: Redis answered, and the key's claim should have held."""
+    return {
+        a.attempt for a in asked if a.degraded and any(cuts_off_redis(fault, a) for fault in faults)
+    }
+
+
+def cuts_off_redis(fault: Fault, attempt: Attempt) -> bool:
+    """Whether the fault cut the attempt's gateway off from Redis while the attempt ran (or
+    AFTER_FAULT seconds before it, as the breaker and the reconnection take their time):
+    Redis killed, paused, full or failing over, its slots moving, or that gateway's own
+    link to it black-holed, reset or slowed (the journal-full fault resets the link too)."""
+    if not fault.kind.startswith("redis-") and fault.kind != "journal-full":
+        return False
+    link = REDIS_LINK.search(fault.target)
+    if link is not None and link.group(1) != str(attempt.gateway):
+        return False
+    if link is None and fault.kind == "journal-full":  # no link to cut: the disk alone
+        return False
+    return fault.start <= attempt.end and fault.end + AFTER_FAULT >= attempt.start
+
+
 def fault_near(attempt: Attempt, faults: Sequence[Fault]) -> bool:
     """Whether a fault was on during the attempt, or ended AFTER_FAULT seconds before it."""
     return any(
@@ -293,6 +345,8 @@ def explain(
 ) -> str | None:
     """Why the key ran once more, when a cause the policy accepts is in the history."""
     caused_by = next((a for a in asked if a.attempt == extra.attempt), None)
+    if caused_by is not None and caused_by.degraded:  # explained only by a fault (check_key)
+        return "forwarded without idempotency (Idempotency-Degraded) with Redis not cut off"
     if caused_by is not None and caused_by.outcome == "rerun":
         return "owner lost: rerun announced (Idempotency-Outcome: rerun)"
     for attempt in asked:

@@ -161,7 +161,7 @@ class Client:
             "Content-Type": "application/json",
             "X-Attempt": attempt_id,
         }
-        outcome = body_digest = execution = code = reason = head = ""
+        outcome = body_digest = execution = code = reason = head = degraded = ""
         start = time.time()
         try:
             async with self.session.post(
@@ -175,6 +175,7 @@ class Client:
                 outcome = resp.headers.get("Idempotency-Outcome", "")
                 reason = escaped(resp.reason or "")
                 head = head_digest(resp.raw_headers, outcome)
+                degraded = escaped(resp.headers.get("Idempotency-Degraded", ""))
             body_digest = digest(body)
             execution, code = read_body(status, body)
         except aiohttp.ClientConnectorError:
@@ -188,6 +189,7 @@ class Client:
             Attempt(
                 attempt_id, op, kind, route, tenant, key, digest(payload), gateway, start,
                 time.time(), status, outcome, body_digest, execution, code, reason, head,
+                degraded,
             ).line()
         )  # fmt: skip
         return status, outcome

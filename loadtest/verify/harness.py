@@ -16,9 +16,10 @@ from typing import Any
 from loadtest.verify.broken import STALLS
 from loadtest.verify.checker import Floor, Verdict, check, read_logs
 from loadtest.verify.failover import make_topology
+from loadtest.verify.fleet import parse_fleet
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis
-from loadtest.verify.system import EXECUTIONS, Policy, System
+from loadtest.verify.system import EXECUTIONS, OPEN, Policy, System
 
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
@@ -46,6 +47,8 @@ class Plan:
     floor_2xx: float = Floor.share_2xx
     floor_rate: float = Floor.rate
     broken: str | None = None  # run gateways broken on purpose (`loadtest.verify.broken`)
+    fleet: str | None = None  # each gateway's release and format (`fleet`); None: this one's
+    earlier: str | None = None  # the earlier release's checkout, for `earlier` in the fleet
 
 
 @dataclass
@@ -64,7 +67,8 @@ async def run(plan: Plan, workdir: Path) -> Run:
     )  # fmt: skip
     system = System(
         workdir, make_topology(plan.topology, plan.claim_replicas), policy, plan.gateways,
-        plan.seed, plan.broken,
+        plan.seed, plan.broken, parse_fleet(plan.fleet) if plan.fleet else None,
+        Path(plan.earlier) if plan.earlier else None,
     )  # fmt: skip
     clients: list[subprocess.Popen[bytes]] = []
     histories = [history(workdir, i) for i in range(plan.client_procs)]
@@ -132,6 +136,7 @@ def judge(workdir: Path) -> Run:
     verdict = check(
         attempts, executions, faults, policies, logs, stopped["codes"], owner_lost,
         Floor(plan.floor_2xx, plan.floor_rate), untrusted,
+        [name for name in plan.routes if name == OPEN],
     )  # fmt: skip
     return Run(plan, verdict, faults, stopped["skipped"], workdir)
 

@@ -36,6 +36,9 @@ class Attempt(NamedTuple):
     code: str  # the problem+json code of an error answer
     reason: str = ""  # the status line's reason phrase, escaped (`escaped`)
     head: str = ""  # digest of the headers as received, less the gateway's own (`clients`)
+    # The Idempotency-Degraded header: a `fail_mode: open` route forwarded it without
+    # idempotency, Redis being unreachable (the key may run again).
+    degraded: str = ""
 
     def line(self) -> str:
         return "\t".join(map(str, self)) + "\n"
@@ -79,7 +82,7 @@ def read_attempts(path: Path, unreadable: list[str] | None = None) -> Iterator[A
         for number, line in enumerate(lines, 1):
             f = line.rstrip("\n").split("\t")
             try:
-                if len(f) not in (15, 17):
+                if len(f) not in (15, 17, 18):
                     raise ValueError(f"{len(f)} fields")
                 attempt = Attempt(
                     f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]),

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 NO_FAULT = "(no fault on)"
 RULES = {
-    1: "executions per key (<= 1; extra runs on release routes explained)",
+    1: "executions per key (<= 1; extra runs on release routes explained, degraded ones apart)",
     2: "every 2xx carries the key's one execution's body",
     3: "no answer of another key, tenant or payload",
     4: "no acknowledged outcome lost (no run after a 2xx; later answers for its payload the 2xx)",
@@ -42,6 +42,7 @@ def table(result: Run) -> str:
         ),
         ("answers by status", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.statuses.items()))),
         ("Idempotency-Outcome", ", ".join(f"{k}: {n:,}" for k, n in sorted(v.outcomes.items()))),
+        ("Idempotency-Degraded", f"{v.degraded:,} (forwarded without idempotency: fail_mode open)"),
         ("keys held unknown", f"{v.held_unknown:,} (last answer 502 unknown: for an operator)"),
         (
             "held unknown, by cause",

@@ -9,19 +9,28 @@ the one killed. Where root may mount, that folder is a small tmpfs, for the disk
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import subprocess
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadtest.procs import Child
+from loadtest.verify.fleet import EARLIER, Member, stage
 from loadtest.verify.topology import Topology
-from testkit.ports import free_port
+from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
 STATE_TMPFS = "16m"
 EXECUTIONS = "executions.tsv"  # the upstream's log, in the run's folder
+# The routes, each named after its policy: `on_unknown_outcome` (reconcile and record record
+# an unknown outcome, reconcile asking the upstream's lookup first; release releases it),
+# and `open`, which records it too and fails open: with Redis cut off, it forwards without
+# idempotency (`Idempotency-Degraded: true`) where the others answer 503.
+ROUTES = ("reconcile", "record", "release", "open")
+OPEN = "open"
 
 
 @dataclass
@@ -50,6 +59,8 @@ def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
         spec["on_owner_lost"] = policy.owner_lost
     if policy.mark_sent:
         spec["mark_sent"] = True
+    if name == OPEN:
+        spec["fail_mode"] = "open"
     if name == "reconcile":
         spec["reconcile"] = {
             "url": f"{origin}/reconcile/by-key/{{key}}",
@@ -94,13 +105,17 @@ class System:
         gateways: int,
         seed: int,
         broken: str | None = None,
+        fleet: list[Member] | None = None,
+        earlier: Path | None = None,
     ) -> None:
         self.workdir = workdir
-        # Gateways broken on purpose run through `loadtest.verify.broken`.
+        # Gateways broken on purpose run through `loadtest.verify.broken` (those of this
+        # release: an earlier one runs as it was released).
         self.entry = ("-m", "loadtest.verify.broken", broken) if broken else ("-m", "gateway")
         self.topology = topology
         self.policy = policy
-        self.n_gateways = gateways
+        self.fleet = fleet or [Member() for _ in range(gateways)]
+        self.earlier = earlier  # the earlier release's checkout, if the fleet runs it
         self.seed = seed
         self.executions = workdir / EXECUTIONS
         self.state = workdir / "state"
@@ -109,6 +124,7 @@ class System:
         self.redis_proxy: Proxy | None = None
         self.upstream_proxy: Proxy | None = None
         self.gateways: list[GatewayProcess] = []
+        self.admin: dict[int, int] = {}  # an earlier release's gateway's index: its admin port
 
     def start(self) -> None:
         self.state.mkdir(mode=0o700)
@@ -124,13 +140,56 @@ class System:
         redis_port = self.topology.proxy_target()
         if redis_port is not None:
             self.redis_proxy = Proxy("redis-proxy", redis_port, self.workdir).start()
-        for index in range(self.n_gateways):
+        staged = None
+        if any(member.release == EARLIER for member in self.fleet):
+            assert self.earlier is not None, "a fleet with an earlier release needs its tree"
+            staged = stage(self.earlier, self.workdir / "earlier")
+        for index, member in enumerate(self.fleet):
             upstream_port = self.upstream_proxy.port if index == 0 else port
             proxied = self.redis_proxy.port if index == 0 and self.redis_proxy else None
-            config = self.gateway_config(f"http://127.0.0.1:{upstream_port}", proxied)
-            self.gateways.append(GatewayProcess(config, self.workdir, entry=self.entry))
-        for gateway in self.gateways:
-            gateway.start()
+            config = self.member_config(member, f"http://127.0.0.1:{upstream_port}", proxied)
+            if member.release == EARLIER:
+                assert staged is not None
+                self.admin[index] = config["admin"]["port"]
+                self.gateways.append(
+                    GatewayProcess(
+                        config, self.workdir, env={"PYTHONPATH": str(staged)}, cwd=staged
+                    )
+                )
+            else:
+                self.gateways.append(GatewayProcess(config, self.workdir, entry=self.entry))
+        # The earlier release first, each asked whether it is ready, as an orchestrator
+        # does before it sends one traffic: only then has it loaded its scripts into Redis
+        # (it does at its first claim or readiness check, not at start), which is how this
+        # release sees it (`store.fleet`). An earlier fleet that is being upgraded has.
+        for index, admin in self.admin.items():
+            ready(self.gateways[index].start(), admin)
+        if staged is not None:
+            self.check_earlier_scripts(staged)
+        for index, gateway in enumerate(self.gateways):
+            if index not in self.admin:
+                gateway.start()
+
+    def check_earlier_scripts(self, staged: Path) -> None:
+        """The earlier gateways, once ready, hold their own claim script in Redis: they run
+        their release's scripts, not this one's."""
+        sha = hashlib.sha1((staged / "gateway" / "lua" / "claim.lua").read_bytes()).hexdigest()
+        for client in self.topology.primary_clients():
+            try:
+                if not all(client.script_exists(sha)):
+                    raise RuntimeError(f"the earlier release's claim script {sha} is not in Redis")
+            finally:
+                client.close()
+
+    def member_config(self, member: Member, origin: str, redis_port: int | None) -> dict[str, Any]:
+        """A fleet member's config: an earlier release's names no setting it does not know
+        (it refuses unknown fields) and has an admin listener, for its readiness check."""
+        config = self.gateway_config(origin, redis_port)
+        if member.release == EARLIER:
+            config["admin"] = {"host": "127.0.0.1", "port": free_port()}
+        elif member.record_format is not None:
+            config["redis"]["record_format"] = member.record_format
+        return config
 
     def gateway_config(self, origin: str, redis_port: int | None) -> dict[str, Any]:
         return {
@@ -177,6 +236,25 @@ class System:
                 with contextlib.suppress(OSError):
                     gateway.process.send_signal(18)  # SIGCONT, in case it was paused
                 gateway.kill()
+
+
+def ready(gateway: GatewayProcess, admin: int, timeout: float = 20.0) -> None:
+    """Wait until the gateway's admin listener (on port `admin`) says it is ready (`/readyz`
+    answers 200)."""
+    assert gateway.process is not None
+    wait_for_port(admin, gateway.process, timeout)
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{admin}/readyz"
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{gateway.url}: not ready in {timeout:.0f} s ({url})")
+        time.sleep(0.1)
 
 
 def stopped(gateway: GatewayProcess, deadline: float) -> int:
