@@ -256,6 +256,16 @@ async def test_redis_unreachable_fail_open_proxies_and_marks(upstream, make_gate
     assert counting.count("/pay") == 1
 
 
+async def test_a_failed_call_made_failing_open_is_marked_too(make_gateway: GatewayFactory) -> None:
+    """Its 502 answers a call sent without idempotency: a client must know, as for a 2xx."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    settings = gateway_settings(f"http://127.0.0.1:{free_port()}", fail_mode="open")
+    client = await make_gateway(settings, url=dead)
+    resp = await client.post("/pay", data=b"x", headers=KEY)
+    assert resp.status == 502
+    assert resp.headers["Idempotency-Degraded"] == "true"
+
+
 async def test_unprotected_method_is_proxied_untouched(
     make_gateway: GatewayFactory, upstream, redis_url: str
 ) -> None:

@@ -213,3 +213,19 @@ async def test_no_look_made_holds_format_2_back(redis_url: str, plain: redis.Red
         store.client = original
         await store.close()
         await dead.aclose()
+
+
+async def test_an_earlier_gateway_seen_on_a_full_redis_holds_format_2_back(
+    redis_url: str, plain: redis.Redis
+) -> None:
+    """The mark cannot be written (noeviction, full): what was seen holds all the same."""
+    earlier_release_starts(plain)
+    store = make_store(redis_url)
+    plain.config_set("maxmemory", 1)
+    try:
+        fleet = Fleet(store, "idem", 2, shared=True)
+        assert await fleet.check() == 1
+        assert plain.get(seen_key("idem")) is None, "Redis refused the mark"
+    finally:
+        plain.config_set("maxmemory", 0)
+        await store.close()

@@ -102,6 +102,7 @@ def _resources(
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
         watching = asyncio.ensure_future(fleet.watch())  # its first look is the one below
+        store.stalls.start()
         try:
             await refuse_evicting(services)
             await warn_unfenced(services)
@@ -111,6 +112,7 @@ def _resources(
             yield
         finally:
             await app[TASKS].drain(DRAIN_SECONDS)
+            store.stalls.stop()
             journal.close()
             for task in (sweeper, watching):
                 task.cancel()

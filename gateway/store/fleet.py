@@ -9,8 +9,11 @@ that is seen holds every gateway of this release at format 1 until an operator s
 fleet is upgraded (`idem-gateway upgraded`, docs/production.md#upgrading).
 
 Such a gateway is seen by its scripts: it loads `lua/claim.lua` as its release wrote it into
-Redis's script cache when it starts, on each readiness check and after any NOSCRIPT, so its
-SHA-1 in the cache of any primary means it ran since the cache was last emptied. Once seen,
+Redis's script cache at its first claim, on each readiness check and after any NOSCRIPT, so
+its SHA-1 in the cache of any primary means it ran since the cache was last emptied. One
+started after the switch is seen at its first claim or readiness check, and every gateway of
+this release goes back to format 1 within CHECK_EVERY seconds of that: a key it meets in
+between, recorded in format 2, may run again (docs/production.md#upgrading says so). Once seen,
 a mark in Redis keeps it so (the cache empties on a restart or a failover, the gateway may
 still run): only `upgraded` clears it, after it emptied the cache and watched it stay free
 of those scripts.
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat
@@ -78,24 +81,35 @@ async def earlier_scripts(client: Redis | RedisCluster) -> list[str]:
 
 async def look(store: Store, prefix: str, previous: Sighting) -> Sighting:
     """Whether a gateway of an earlier release was seen: marked so already, or its claim
-    script loaded now (then marked, so that a restart of Redis does not forget it); where
-    Redis does not answer, the `previous` look stands."""
+    script loaded now (then marked, so that a restart of Redis does not forget it). Where
+    Redis does not answer, the `previous` look stands (`away`); where it refuses the
+    commands for good (an ACL, a managed service), no look can be made (`unknown`)."""
     client = store.client
     try:
         marked: Any = await client.get(seen_key(prefix))
         if marked is not None:
             return Sighting(seen=bytes(marked).decode("utf-8", "replace"))
         loaded = await earlier_scripts(client)
-        if not loaded:
-            return Sighting()
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        seen = f"the claim script of release {', '.join(loaded)} loaded, seen {when}"
+    except FAILURES as failed:
+        if _refused_for_good(failed):
+            return Sighting(unknown=f"{type(failed).__name__}: {failed}")
+        return Sighting(seen=previous.seen, unknown=str(failed), away=True)
+    if not loaded:
+        return Sighting()
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    seen = f"the claim script of release {', '.join(loaded)} loaded, seen {when}"
+    try:
         await client.set(seen_key(prefix), seen)
-        return Sighting(seen=seen)
-    except ResponseError as refused:  # a command refused (an ACL, a managed service)
-        return Sighting(unknown=f"{type(refused).__name__}: {refused}")
-    except FAILURES as down:  # no look made: what was seen last stands
-        return Sighting(seen=previous.seen, unknown=f"{type(down).__name__}: {down}", away=True)
+    except FAILURES as unmarked:  # a full Redis, say: seen all the same, marked at the next look
+        log.warning("an earlier release's gateway seen, not marked yet: %s", unmarked)
+    return Sighting(seen=seen)
+
+
+def _refused_for_good(failure: BaseException) -> bool:
+    """A command this Redis never runs for us: no permission, or no such command."""
+    return isinstance(failure, NoPermissionError) or (
+        isinstance(failure, ResponseError) and "unknown command" in str(failure).lower()
+    )
 
 
 class Fleet:

@@ -27,6 +27,7 @@ from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat, shipped_codec
 from gateway.store.scripts import Script, script
 from gateway.store.sending import Sender
+from gateway.store.stalls import Stalls
 from gateway.store.trained import Trained
 
 T = TypeVar("T")
@@ -97,6 +98,7 @@ class Store:
         self.record_format: RecordFormat = record_format
         self.codec = codec or shipped_codec()
         self.trained = Trained(client, prefix)  # the routes' own dictionaries
+        self.stalls = Stalls()  # started by the gateway: calls held through one are not Redis's
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
         self._claim = script("claim", keys=2)
@@ -139,6 +141,7 @@ class Store:
         if not settles and not breaker.allow():
             raise StoreUnavailable("Redis circuit is open after repeated errors")
         loads = self._loads
+        started = time.monotonic()
         try:
             try:
                 result = await send(script, key, args)
@@ -146,7 +149,8 @@ class Store:
                 await self._reload(loads)
                 result = await send(script, key, args)
         except FAILURES as exc:
-            breaker.failure()
+            if not self.stalls.held_through(started):  # this process stood still, not Redis
+                breaker.failure()
             # A timeout: the call went out and may have run, its reply lost.
             timed_out = isinstance(exc, _TIMEOUTS)
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}", timed_out) from exc

@@ -245,7 +245,7 @@ class Gateway:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
                 for rkey in names:  # made under one of them, by the format written then
                     self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
-            return await self._store_down(request, route, body, down)
+            return await self._store_down(request, route, body, down, leased_at)
         except RecordCorrupt as corrupt:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
@@ -303,12 +303,23 @@ class Gateway:
         return CONFLICTS[action].answer()
 
     async def _store_down(
-        self, request: web.Request, route: Route, body: bytes, exc: StoreUnavailable
+        self,
+        request: web.Request,
+        route: Route,
+        body: bytes,
+        exc: StoreUnavailable,
+        asked_at: float,
     ) -> web.StreamResponse:
+        """The answer when Redis could not be asked (`asked_at`: when the claim was sent)."""
         self.s.metrics.redis_errors.inc()
         shadow = route.mode == "shadow"  # changes no answer: it fails open, unmarked
-        if route.fail_mode == "closed" and not shadow:
-            log.error("redis unavailable, route %s fails closed: %s", route.name, exc)
+        stalls = self.s.store.stalls
+        # Held through a stall of this process, or come in just after one, a request may have
+        # been retried at another gateway meanwhile: forwarded now, it could run twice.
+        stalled = stalls.held_through(asked_at) or stalls.within(route.lease)
+        if (route.fail_mode == "closed" or stalled) and not shadow:
+            why = "this gateway stood still" if route.fail_mode == "open" else "fails closed"
+            log.error("redis unavailable, route %s %s: %s", route.name, why, exc)
             self.s.metrics.request(route.name, request.method, m.ERROR)
             return STORE_UNAVAILABLE.answer()
         log.warning("redis unavailable, route %s fails open: %s", route.name, exc)

@@ -93,4 +93,6 @@ async def pass_through(
         if timed is not None and timed.expired:  # the client's body was too slow, not the upstream
             detail = "the request body did not arrive in time; the upstream got part of it"
             return await refuse_slow_body(request, detail)
-        return upstream_failure(exc.failure)
+        failed = upstream_failure(exc.failure)
+        failed.headers.update(extra or {})  # a degraded call's failure is marked as it is
+        return failed
