@@ -120,19 +120,23 @@ async def test_sigterm_finishes_in_flight_requests_then_exits_0(
     assert "Traceback" not in gateway.log()
 
 
+@pytest.mark.parametrize(("first", "successor"), [(1, 1), (1, 2), (2, 1)])
 async def test_a_journaled_outcome_survives_a_gateway_sigkill(
     upstream: tuple[CountingUpstream, str],
     own_redis: RedisServer,
     tmp_path: Path,
     state_dir: Path,
     gateways: list[GatewayProcess],
+    first: int,
+    successor: int,
 ) -> None:
     """Redis hangs while the answer is stored: the outcome goes to the journal (fsynced)
     and the client gets its answer; the gateway is SIGKILLed before Redis is back. The next
-    gateway replays the journal before it serves, so the retry is a replay: one run."""
+    gateway replays the journal before it serves, so the retry is a replay: one run, in
+    whichever record format each of the two writes."""
     counting, origin = upstream
     cfg = process_config(origin, own_redis.url, lease="30s")
-    cfg["redis"].update(socket_timeout="300ms", breaker={"failures": 1000})
+    cfg["redis"].update(socket_timeout="300ms", breaker={"failures": 1000}, record_format=first)
     gateway = GatewayProcess(cfg, tmp_path)
     await start(gateways, gateway)
     assert own_redis.process is not None
@@ -152,9 +156,11 @@ async def test_a_journaled_outcome_survives_a_gateway_sigkill(
         # that was in flight when it hung: either way the retry must be a replay).
         [journal] = list((state_dir / "journal").glob("*.jsonl"))
         assert b'"token"' in journal.read_bytes()
-        successor = GatewayProcess(process_config(origin, own_redis.url, lease="30s"), tmp_path)
-        await start(gateways, successor)
-        async with session.post(f"{successor.url}/gate", data=b"x", headers=KEY) as retry:
+        then = process_config(origin, own_redis.url, lease="30s")
+        then["redis"]["record_format"] = successor
+        replaying = GatewayProcess(then, tmp_path)
+        await start(gateways, replaying)
+        async with session.post(f"{replaying.url}/gate", data=b"x", headers=KEY) as retry:
             assert retry.status == 201
             assert retry.headers["Idempotent-Replayed"] == "true"
             assert await retry.read() == body

@@ -156,7 +156,8 @@ async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, byt
 
 
 def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path) -> Row:
-    extra = ["--hash-max-listpack-value", str(args.listpack_value)] if args.listpack_value else []
+    # The ziplist name: Redis 7 reads it as the listpack one, Redis 6.2 knows only it.
+    extra = ["--hash-max-ziplist-value", str(args.listpack_value)] if args.listpack_value else []
     server = RedisServer(extra=extra)
     if args.redis_server:
         server.binary = args.redis_server
