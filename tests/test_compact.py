@@ -175,4 +175,4 @@ def test_fingerprints_are_kept_as_128_bits() -> None:
     digest = hashlib.sha256(b"x").hexdigest()
     assert fingerprint_field(digest) == bytes.fromhex(digest)[:16]
     assert fingerprint_field("-") == b"-"  # a route that fingerprints nothing
-    assert fingerprint_field(digest.upper()) == digest.upper().encode()  # not ours: as text
+    assert fingerprint_field("z" * 64) == b"z" * 64  # no digest: as text

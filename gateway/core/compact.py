@@ -15,7 +15,7 @@ codec byte names, or raw where compressing would not make it smaller) and a CRC-
 which `unpack` checks: a damaged or truncated value, an unknown version or dictionary, is a
 ValueError, never a wrong answer. The packed answer holds only what cannot be recomputed:
 
-    kind | status (2 bytes) | completed at (ms) | reason | headers | extra | body
+    kind | flags | status (2 bytes) | completed at (ms, 6 bytes) | head | extra | body
 
 each variable part after its length (a LEB128 varint); `kind` says whether the body is
 inline (the rest of the packed answer), in the blob store (its name, size and SHA-256), or
@@ -26,6 +26,7 @@ character, as `core.record.Record` holds them.
 from __future__ import annotations
 
 import re
+import struct
 import zlib
 from collections.abc import Mapping
 from typing import Final
@@ -53,15 +54,19 @@ _STATES: Final = frozenset({STATE_COMPLETED, STATE_UNKNOWN})
 
 def fingerprint_field(fingerprint: str) -> bytes:
     """The fingerprint as a format-2 value holds it: a SHA-256 hex digest's first 128 bits as
-    bytes, any other (a route's "-") as its text. `claim.lua` and `resolve.lua` convert a
-    format-1 hash's `f` the same way."""
-    if len(fingerprint) == 64 and _HEX_DIGEST.fullmatch(fingerprint):
-        return bytes.fromhex(fingerprint[:32])
+    bytes, any other (a route's "-") as its text."""
+    if len(fingerprint) == 64:
+        try:
+            return bytes.fromhex(fingerprint[:32])
+        except ValueError:
+            pass
     return fingerprint.encode("latin-1")
 
 
 def _varint(value: int) -> str:
     """`value` (>= 0) as LEB128, a character a byte (the packed text is Latin-1)."""
+    if value < 0x80:  # most lengths: one byte, one call
+        return chr(value)
     out = []
     while value > 0x7F:
         out.append(chr(0x80 | (value & 0x7F)))
@@ -88,7 +93,8 @@ def pack_answer(record: Record, body: bytes) -> bytes:
 
     The head is one text: the reason phrase (when the upstream gave one) and each header's
     name and value, each followed by a line feed, which no recorded head holds (an answer
-    whose head has a control byte is refused before it is recorded: `core.headers`)."""
+    whose head has a control byte is refused before it is recorded: `core.headers`). The
+    time it was stored is in milliseconds, in six bytes."""
     if record.blob is not None:
         kind, where = _BLOB, _digest(record.blob) + _varint(record.size) + _digest(record.sha256)
     elif record.size == len(body) and not record.extra.get("body"):
@@ -96,24 +102,19 @@ def pack_answer(record: Record, body: bytes) -> bytes:
     else:
         kind, where = _NOT_KEPT, _varint(record.size) + _digest(record.sha256)
     lines = [value for header in record.headers for value in header]
+    flags = 0
     if record.reason is not None:
         lines.insert(0, record.reason)
+        flags = _REASON
     head = "\n".join(lines) + "\n" if lines else ""
     extra = orjson.dumps(record.extra).decode() if record.extra else ""
-    status = record.status
-    packed = "".join(
-        (
-            chr(kind),
-            chr(_REASON if record.reason is not None else 0),
-            chr(status >> 8),
-            chr(status & 0xFF),
-            _varint(max(0, round(record.completed_at * 1000))),
-            _text(head),
-            _text(extra),
-            where,
-        )
-    )
-    return packed.encode("latin-1") + body
+    fixed = _FIXED.pack(kind, flags, record.status, max(0, round(record.completed_at * 1000)))
+    text = "".join((_text(head), _text(extra), where)).encode("latin-1")
+    return b"".join((fixed[:4], fixed[6:], text, body))
+
+
+# kind, flags, status, then the time in ms as 8 bytes of which the first 2 are left out.
+_FIXED: Final = struct.Struct(">BBHQ")
 
 
 def _varint_at(data: bytes, at: int) -> tuple[int, int]:
@@ -160,8 +161,10 @@ def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
     status = packed[2] << 8 | packed[3]
     if not 100 <= status <= 599:
         raise ValueError(f"the recorded status {status} is not an HTTP status")
-    completed_ms, at = _varint_at(packed, 4)
-    head, at = _text_at(packed, at)
+    if len(packed) < 10:
+        raise ValueError("the packed answer ends early")
+    completed_ms = int.from_bytes(packed[4:10], "big")
+    head, at = _text_at(packed, 10)
     extra_text, at = _text_at(packed, at)
     lines = head.split("\n")
     lines.pop()  # what follows the last line feed: nothing
@@ -206,7 +209,7 @@ def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
 # The codec bytes of dictionaries: the package's own from 1, a route's (trained at run time
 # on its answers, `store.trained`) from OWN, read with the route of the record's key.
 OWN: Final = 128
-# Packed answers longer than this are compressed with one dictionary only, not with each.
+# Packed answers longer than this are compressed with the route's dictionary only.
 _BOTH_UP_TO: Final = 16 << 10
 _PARAMS: Final = zstandard.ZstdCompressionParameters.from_level(
     LEVEL,
@@ -253,15 +256,17 @@ class Codec:
         own: Dictionary | None = None,
     ) -> bytes:
         """The value of a packed answer (`pack_answer`) settled by `token`, the lost owner's
-        token left empty for `complete.lua` to fill in: compressed with the newest shipped
-        dictionary and with `own`, the route's, whichever makes it smaller (one only, the
-        route's, for a long answer), and raw when neither does."""
+        token left empty for `complete.lua` to fill in: compressed with `own`, the route's
+        dictionary, and with the newest shipped one too where the route's did poorly (an
+        answer unlike those it was trained on), whichever is smaller; raw when neither
+        makes it smaller."""
         answer = bytes((RAW,)) + packed
-        tried = [self.newest] if own is None else [own, self.newest]
-        for dictionary in tried[:1] if len(packed) > _BOTH_UP_TO else tried:
+        for dictionary in (self.newest,) if own is None else (own, self.newest):
             compressed = dictionary.compressor.compress(packed)
             if len(compressed) + 1 < len(answer):
                 answer = bytes((dictionary.number,)) + compressed
+            if len(answer) * 4 < len(packed) * 3 or len(packed) > _BOTH_UP_TO:
+                break  # a quarter smaller, or long: good enough for one try
         owner = token.encode("latin-1")
         head = bytes((VERSION, ord(state), len(fingerprint))) + fingerprint
         return b"".join(

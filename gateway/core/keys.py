@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import base64
+import binascii
 import functools
 import hashlib
 import json
@@ -226,8 +226,12 @@ def record_names(prefix: str, route: str, tenant: str, key_hash: str) -> tuple[s
     format 1's takes 81)."""
     tag = f"{route}:{tenant}:{key_hash}"
     both = hashlib.sha256(f"{tenant}:{key_hash}".encode("ascii")).digest()[:16]
-    short = base64.urlsafe_b64encode(both)[:22].decode("ascii")
+    short = binascii.b2a_base64(both, newline=False)[:22].translate(URL_SAFE).decode("ascii")
     return f"{prefix}:{{{tag}}}", f"{prefix}:{route}:{{{tag_for(slot_of(tag))}}}{short}"
+
+
+# base64url's alphabet from base64's (what base64.urlsafe_b64encode does, in one C call).
+URL_SAFE: Final = bytes.maketrans(b"+/", b"-_")
 
 
 # A record's name in either format, past its prefix (routes are [A-Za-z0-9_.-]+).

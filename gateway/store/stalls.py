@@ -13,7 +13,7 @@ import math
 import time
 from typing import Final
 
-TICK: Final = 0.1  # seconds between two looks at the clock
+TICK: Final = 0.25  # seconds between two looks at the clock (a few a second cost nothing)
 STALL: Final = 0.5  # a look this much later than due: the process stood still
 
 

@@ -308,8 +308,10 @@ class Store:
         state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
         if self.record_format == FORMAT_2:
             packed = pack_answer(record, body)
-            self.trained.sample(key, packed)
-            own = self.trained.newest(self.trained.route_of(key))
+            route = self.trained.route_of(key)
+            own = self.trained.newest(route)
+            if own is None:  # no dictionary of its own yet: its answers train one
+                self.trained.sample(route, packed)
             value = self.codec.pack(state, fingerprint_field(fingerprint), token, packed, own)
             return (token, state, value, b"", _ms(retention), fingerprint, b"2")
         return (token, state, record.encode(), body, _ms(retention), fingerprint, b"")

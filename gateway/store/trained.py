@@ -95,10 +95,9 @@ class Trained:
         self._adopt(route, number, bytes(data))
         return self._known[route]
 
-    def sample(self, key: str, packed: bytes) -> None:
-        """Keep `packed`, an answer the route of `key` records, to train its dictionary on:
-        only while the route has none, and until SAMPLES are kept (then train it)."""
-        route = self.route_of(key)
+    def sample(self, route: str | None, packed: bytes) -> None:
+        """Keep `packed`, an answer `route` records, to train its dictionary on: only while
+        the route has none, and until SAMPLES are kept (then train it)."""
         if route is None or route in self._known:
             return
         samples = self._samples.setdefault(route, [])

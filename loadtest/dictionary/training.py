@@ -96,8 +96,7 @@ def measure(dictionaries: Mapping[str, bytes], measured: Iterable[Answer]) -> li
         parts = {"zstd": [min(len(plain.compress(each)), len(each)) for each in packed]}
         for name, codec in codecs.items():
             parts[name] = [
-                len(codec.pack("C", FINGERPRINT, TOKEN, answer.record, answer.body)) - AROUND
-                for answer in group
+                len(codec.pack("C", FINGERPRINT, TOKEN, each)) - AROUND for each in packed
             ]
         out.append(
             Sizes(

@@ -6,8 +6,9 @@ shadow, fail-open), `forward` (the claimed call), `replay` (a recorded answer), 
 
 from __future__ import annotations
 
+import binascii
 import logging
-import secrets
+import os
 import time
 from collections.abc import Awaitable
 from functools import partial
@@ -19,7 +20,7 @@ from gateway.config.policy import Policy, Route
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, LostStep, on_claim
 from gateway.core.headers import foreign_coding, undecodable_header
-from gateway.core.keys import BadKey, digest, record_names, tenant_id
+from gateway.core.keys import URL_SAFE, BadKey, digest, record_names, tenant_id
 from gateway.core.retention import expires
 from gateway.core.routing import route_for
 from gateway.core.scope import BadScope
@@ -236,7 +237,7 @@ class Gateway:
         url = request.rel_url
         fields = fingerprint_fields(request, route)
         payload = (request.method, url.raw_path, url.raw_query_string, fields, body)
-        token = secrets.token_urlsafe(12)  # 96 bits: its claim's own among any others
+        token = new_token()
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
             may_wait = route.mode != "shadow"  # a shadow route holds up no request
@@ -330,3 +331,10 @@ class Gateway:
         return await self._passed(
             request, route.name, route.upstream, route, body=body, extra=marked
         )
+
+
+def new_token() -> str:
+    """A claim's owner token: 96 random bits in base64url, 16 characters (it tells one claim
+    of a key from another and is kept in every record: short, as secrets.token_urlsafe(12)
+    writes it, in fewer calls)."""
+    return binascii.b2a_base64(os.urandom(12), newline=False).translate(URL_SAFE).decode()
