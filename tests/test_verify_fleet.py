@@ -15,6 +15,7 @@ import yaml
 
 from loadtest.verify.__main__ import fleet_of, parse
 from loadtest.verify.fleet import EARLIER, THIS, Member, earlier_release, parse_fleet, stage
+from loadtest.verify.harness import GATEWAYS, gateway_ports
 from loadtest.verify.history import read_attempts
 from loadtest.verify.system import OPEN, Policy, System, route
 
@@ -125,3 +126,17 @@ def test_an_attempt_keeps_the_degraded_marker_and_older_lines_read(tmp_path: Pat
     history.write_text(seventeen + seventeen.replace("\th1\n", "\th1\ttrue\n"))
     old, new = read_attempts(history)
     assert (old.degraded, new.degraded) == ("", "true")
+
+
+def test_each_gateways_log_is_known_by_its_index(tmp_path: Path) -> None:
+    """A run writes its gateways' ports down (their logs are named by port); a folder kept
+    from before is read by its configs, where the fleet leaves no doubt."""
+    fleet = parse_fleet("earlier,1")
+    (tmp_path / "gateway-7001.yaml").write_text("redis:\n  record_format: 1\n")
+    (tmp_path / "gateway-7002.yaml").write_text("admin:\n  port: 9\nredis: {}\n")
+    assert gateway_ports(tmp_path, fleet) == {0: 7002, 1: 7001}
+    assert gateway_ports(tmp_path, parse_fleet("1,earlier")) == {0: 7001, 1: 7002}
+    (tmp_path / "gateway-7003.yaml").write_text("redis:\n  record_format: 1\n")
+    assert gateway_ports(tmp_path, parse_fleet("earlier,1,1")) == {0: 7002}
+    (tmp_path / GATEWAYS).write_text("[7002, 7001, 7003]")
+    assert gateway_ports(tmp_path, parse_fleet("earlier,1,1")) == {0: 7002, 1: 7001, 2: 7003}

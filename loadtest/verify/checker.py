@@ -4,8 +4,11 @@
    one must be explained (its owner gateway was killed or paused; the gateway answered an
    unknown outcome; the upstream reset or hung after executing), never "unexplained"; on a
    `fail_mode: open` route, a call the gateway forwarded without idempotency (answered
-   `Idempotency-Degraded`) while Redis was cut off from it is no claim's, and runs beside
-   them (`degraded`);
+   `Idempotency-Degraded`) while Redis was cut off from it, or while its gateway logged
+   that the route failed open (Redis slower than its socket timeout, its circuit open) with
+   no stall of its own just before, is no claim's, and runs beside them (`degraded`); one
+   forwarded so right after its gateway stood still is a violation, or, on a gateway of
+   the earlier release in a mixed fleet, that release's known defect, counted apart;
 2. every 2xx for a key carries the same body, that of an execution of the key;
 3. no 2xx from another key's, tenant's or payload's execution;
 4. no acknowledged outcome lost: after a client got a 2xx for a key, no execution of it
@@ -29,11 +32,16 @@
 
 from __future__ import annotations
 
+import calendar
+import json
 import re
+import time
+from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
 
@@ -48,6 +56,53 @@ AFTER_FAULT = 2.0  # seconds after a fault during which its effects still count 
 # resets that link too, where there is one).
 REDIS_LINK = re.compile(r"\bgateway (\d+) <-> redis\b")
 DEGRADED = "degraded: forwarded without idempotency while Redis was cut off (fail_mode: open)"
+DEGRADED_LOGGED = (
+    "degraded: forwarded without idempotency, its gateway logged failing open with no fault "
+    "on (a Redis call timed out, or its circuit was open)"
+)
+STOOD_STILL = "forwarded without idempotency after its gateway stood still"
+# After these a gateway's Redis timeouts and breaker say nothing of Redis (its timers ran
+# out while it stood still), and what it held may have been retried elsewhere meanwhile.
+STILL_FAULTS = (*OWNER_FAULTS, "gateway-stall")
+LEASE = 2.0  # seconds: a route's lease where none is given (the harness's default)
+# What a gateway logs as a route forwards without idempotency (`http.flow.handler`).
+FAILS_OPEN = re.compile(r"redis unavailable, route (\S+) fails open: ")
+LOG_SLACK = 0.05  # seconds: a log's times are cut to the millisecond
+# A forward reaches the upstream within the routes' upstream timeout after its log line.
+FORWARD_WITHIN = 1.0
+# The nemesis notes a wake just after its SIGCONT: the woken gateway may log before that.
+WAKE_SLACK = 0.5
+
+
+class LogLine(NamedTuple):
+    """One line of a gateway's JSON log: when (wall clock, as the histories) and what."""
+
+    time: float
+    msg: str
+
+
+class Gateways:
+    """What the gateways said and were, beside the histories: when each (by index) logged
+    that a route failed open, and which run the earlier release (a mixed fleet)."""
+
+    def __init__(
+        self, lines: Mapping[int, Iterable[LogLine]] | None = None, earlier: Collection[int] = ()
+    ) -> None:
+        self.fails_open: dict[tuple[int, str], list[float]] = defaultdict(list)
+        for gateway, logged in (lines or {}).items():
+            for line in logged:
+                said = FAILS_OPEN.match(line.msg)
+                if said is not None:
+                    self.fails_open[(gateway, said.group(1))].append(line.time)
+        for times in self.fails_open.values():
+            times.sort()
+        self.earlier = frozenset(earlier)
+
+    def failed_open(self, gateway: int, route: str, start: float, end: float) -> bool:
+        """Whether the gateway logged the route failing open between start and end."""
+        times = self.fails_open.get((gateway, route), [])
+        first = bisect_left(times, start - LOG_SLACK)
+        return first < len(times) and times[first] <= end + LOG_SLACK
 
 
 @dataclass(frozen=True)
@@ -77,6 +132,10 @@ class Verdict:
     runs_per_key: Counter[int] = field(default_factory=Counter)
     explained: Counter[str] = field(default_factory=Counter)  # extra runs, by cause
     degraded: int = 0  # attempts answered Idempotency-Degraded (forwarded without a claim)
+    # The earlier release's known defect, in a mixed fleet: runs it forwarded without
+    # idempotency right after it stood still (fixed in this one). Reported apart, not
+    # violations.
+    earlier_stalls: list[Violation] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     # Per second since the start: attempts answered 2xx or as expected, 2xx, all.
     per_second: dict[int, tuple[int, int, int]] = field(default_factory=dict)
@@ -110,12 +169,16 @@ def check(
     floor: Floor | None = None,
     untrusted: Sequence[str] = (),
     fails_open: Collection[str] = (),
+    gateways: Gateways | None = None,
+    leases: Mapping[str, float] | None = None,
 ) -> Verdict:
     """`policies`: each route's policy for an unknown outcome (record, reconcile, release);
     `owner_lost`: for a key whose owner died (the gateway's `on_owner_lost`), the same
     unless given; `floor`: rule 8's, checked only if given (a handmade history is short);
     `untrusted`: what the harness found wrong with the run itself (rule 9); `fails_open`:
-    the routes with `fail_mode: open`."""
+    the routes with `fail_mode: open`; `gateways`: their logs' fail-open lines and the
+    earlier release's among them; `leases`: each route's lease in seconds (LEASE unless
+    given)."""
     accepts = {
         route: (policy == "release", (owner_lost or policies).get(route, policy) == "release")
         for route, policy in policies.items()
@@ -143,9 +206,14 @@ def check(
             verdict.held_unknown += 1
             verdict.unknown_causes[unknown_cause(ran, asked.get(key, []), faults)] += 1
         verdict.runs_per_key[len(ran)] += 1
+        if key[0] in fails_open:
+            lease = (leases or {}).get(key[0], LEASE)
+            judged = Degraded(asked.get(key, []), ran, faults, gateways or Gateways(), lease)
+        else:
+            judged = Degraded()
         check_key(
             verdict, key, ran, asked.get(key, []), by_id, faults, accepts, floor or Floor(),
-            key[0] in fails_open,
+            judged,
         )  # fmt: skip
     availability(verdict, attempts, faults)
     check_logs(verdict, logs, exit_codes)
@@ -164,21 +232,26 @@ def check_key(
     faults: Sequence[Fault],
     accepts: dict[str, tuple[bool, bool]],
     floor: Floor,
-    fails_open: bool = False,
+    judged: Degraded | None = None,
 ) -> None:
     name = "/".join(key)
-    # A call forwarded without idempotency while Redis was cut off is none of the key's
-    # claims: it runs beside them, its answer is recorded nowhere, and no later answer is
-    # held to it. Only there, and only so told (the client saw Idempotency-Degraded).
-    degraded = degraded_attempts(asked, faults) if fails_open else set()
+    # A call forwarded without idempotency while Redis was unreachable from its gateway is
+    # none of the key's claims: it runs beside them, its answer is recorded nowhere, and no
+    # later answer is held to it (`Degraded`: only on a route that fails open).
+    judged = judged or Degraded()
+    degraded = judged.beside
     # Rule 1: executions per key.
     unknown_released, owner_lost_released = accepts.get(key[0], (False, False))
     claimed = [e for e in ran if e.attempt not in degraded]
-    beside = len(ran) - max(1, len(claimed))  # the first run of a key is no extra one
-    if beside > 0:
-        verdict.explained[DEGRADED] += beside
+    # The first run of a key is no extra one.
+    for extra in [e for e in ran if e.attempt in degraded][0 if claimed else 1 :]:
+        cause = degraded[extra.attempt]
+        if cause is None:
+            verdict.earlier_stalls.append(Violation(1, name, judged.apart[extra.attempt]))
+        else:
+            verdict.explained[cause] += 1
     for extra in (claimed or ran[:1])[1:]:
-        cause = explain(extra, ran, asked, faults)
+        cause = judged.wrong.get(extra.attempt) or explain(extra, ran, asked, faults)
         if cause is not None and (
             (cause.startswith("unknown outcome") and unknown_released)
             or (cause.startswith("owner lost") and owner_lost_released)
@@ -220,7 +293,8 @@ def check_key(
         first_ack = min(a.end for a in acked)
         late = [e for e in claimed if e.time > first_ack]
         if late:
-            why = explain(late[0], ran, asked, faults) or "unexplained"
+            why = judged.wrong.get(late[0].attempt) or explain(late[0], ran, asked, faults)
+            why = why or "unexplained"
             after = late[0].time - first_ack
             verdict.violations.append(
                 Violation(4, name, f"ran again {after:.3f}s after a 2xx ({why})")
@@ -309,13 +383,95 @@ def not_now(attempt: Attempt, first_ack: float, faults: Sequence[Fault], floor: 
     return attempt.start - first_ack <= floor.grace or fault_near(attempt, faults)
 
 
-def degraded_attempts(asked: Sequence[Attempt], faults: Sequence[Fault]) -> set[str]:
-    """The attempts answered `Idempotency-Degraded` while a fault cut their gateway off
-    from Redis: what `fail_mode: open` forwards without idempotency. One so marked with no
-    such fault is not among them: Redis answered, and the key's claim should have held."""
-    return {
-        a.attempt for a in asked if a.degraded and any(cuts_off_redis(fault, a) for fault in faults)
-    }
+class Degraded:
+    """A key's calls forwarded without idempotency on a route that fails open, judged for
+    rule 1. `beside`: the attempts that ran beside the key's claims, each with its cause, or
+    None for the earlier release's known defect (`apart` says what it did); `wrong`: those
+    that are violations, and why.
+
+    A call so answered (`Idempotency-Degraded`) runs beside the claims when Redis was
+    unreachable from its gateway: a fault cut it off (`cuts_off_redis`), or the gateway
+    logged that the route failed open during the attempt (a Redis call timed out, its
+    circuit open: a loaded Redis is slower than the socket timeout with no fault on). Not
+    right after the gateway stood still (stopped, killed, stalled: within the lease and
+    AFTER_FAULT): its timers ran out while it slept, and its own breaker then says nothing
+    of Redis. A call held through such a stall and forwarded, logged as failing open, after
+    its client had given up is the same, though no attempt holds the marker."""
+
+    def __init__(
+        self,
+        asked: Sequence[Attempt] = (),
+        ran: Sequence[Execution] = (),
+        faults: Sequence[Fault] = (),
+        gateways: Gateways | None = None,
+        lease: float = LEASE,
+    ) -> None:
+        self.beside: dict[str, str | None] = {}
+        self.wrong: dict[str, str] = {}
+        self.apart: dict[str, str] = {}
+        self.gateways = gateways or Gateways()
+        runs = {e.attempt: e for e in ran}
+        for attempt in asked:
+            run = runs.get(attempt.attempt)
+            if attempt.degraded:
+                self.marked(attempt, run, faults, lease)
+            elif run is not None:
+                self.unmarked(attempt, run, faults)
+
+    def marked(
+        self, attempt: Attempt, run: Execution | None, faults: Sequence[Fault], lease: float
+    ) -> None:
+        if any(cuts_off_redis(fault, attempt) for fault in faults):
+            self.beside[attempt.attempt] = DEGRADED
+            return
+        said = self.gateways.failed_open
+        if not said(attempt.gateway, attempt.route, attempt.start, attempt.end):
+            return  # nothing says Redis was unreachable: `explain` names it
+        still = next((f for f in faults if stood_still(f, attempt, lease)), None)
+        if still is None:
+            self.beside[attempt.attempt] = DEGRADED_LOGGED
+        else:
+            self.stood_still(attempt, run.time if run else attempt.start, still)
+
+    def unmarked(self, attempt: Attempt, run: Execution, faults: Sequence[Fault]) -> None:
+        """A call its client gave up on (or was cut from) during its gateway's stall, run
+        after the gateway woke with the route failing open in its log just before."""
+        for fault in faults:
+            woke = fault.end - WAKE_SLACK
+            if not (
+                fault.kind in STILL_FAULTS
+                and fault.target == f"gateway {attempt.gateway}"
+                and fault.start <= attempt.end
+                and attempt.start <= fault.end
+                and run.time >= woke
+            ):
+                continue
+            since = max(woke, run.time - FORWARD_WITHIN)
+            if self.gateways.failed_open(attempt.gateway, attempt.route, since, run.time):
+                self.stood_still(attempt, run.time, fault)
+                return
+
+    def stood_still(self, attempt: Attempt, ran_at: float, fault: Fault) -> None:
+        what = (
+            f"{STOOD_STILL} ({attempt.attempt}: {fault.kind} of {fault.target}, "
+            f"{ran_at - fault.end:+.2f}s from its end)"
+        )
+        if attempt.gateway in self.gateways.earlier:
+            self.beside[attempt.attempt] = None
+            self.apart[attempt.attempt] = f"{what}: the earlier release's known defect"
+        else:
+            self.wrong[attempt.attempt] = what
+
+
+def stood_still(fault: Fault, attempt: Attempt, lease: float) -> bool:
+    """Whether the attempt's gateway stood still (stopped, killed, stalled) during it or
+    within the lease and AFTER_FAULT before it."""
+    return (
+        fault.kind in STILL_FAULTS
+        and fault.target == f"gateway {attempt.gateway}"
+        and fault.start <= attempt.end
+        and fault.end + lease + AFTER_FAULT >= attempt.start
+    )
 
 
 def cuts_off_redis(fault: Fault, attempt: Attempt) -> bool:
@@ -345,8 +501,11 @@ def explain(
 ) -> str | None:
     """Why the key ran once more, when a cause the policy accepts is in the history."""
     caused_by = next((a for a in asked if a.attempt == extra.attempt), None)
-    if caused_by is not None and caused_by.degraded:  # explained only by a fault (check_key)
-        return "forwarded without idempotency (Idempotency-Degraded) with Redis not cut off"
+    if caused_by is not None and caused_by.degraded:  # explained only by `Degraded`
+        return (
+            "forwarded without idempotency (Idempotency-Degraded) with Redis not cut off, "
+            "and no fail-open in its gateway's log"
+        )
     if caused_by is not None and caused_by.outcome == "rerun":
         return "owner lost: rerun announced (Idempotency-Outcome: rerun)"
     for attempt in asked:
@@ -481,3 +640,21 @@ def check_logs(verdict: Verdict, logs: Iterable[str], exit_codes: Sequence[int])
 
 def read_logs(paths: Iterable[Path]) -> list[str]:
     return [path.read_text(errors="replace") for path in paths if path.exists()]
+
+
+def log_lines(text: str) -> list[LogLine]:
+    """A gateway's JSON log lines with their times (`{"ts": "...T23:14:20.363Z", "msg":
+    ...}`, either release); other lines (a traceback, a child's stderr) are left out."""
+    found = []
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+            ts, msg = entry["ts"], entry["msg"]
+            whole, _, millis = ts.rstrip("Z").partition(".")
+            when = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+            found.append(LogLine(when + int(millis or 0) / 1000, str(msg)))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -14,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.verify.broken import STALLS
-from loadtest.verify.checker import Floor, Verdict, check, read_logs
+from loadtest.verify.checker import Floor, Gateways, Verdict, check, log_lines, read_logs
 from loadtest.verify.failover import make_topology
-from loadtest.verify.fleet import parse_fleet
+from loadtest.verify.fleet import EARLIER, Member, parse_fleet
 from loadtest.verify.history import Fault, read_attempts, read_executions
-from loadtest.verify.nemesis import Nemesis
+from loadtest.verify.nemesis import Nemesis, seconds_of
 from loadtest.verify.system import EXECUTIONS, OPEN, Policy, System
 
+GATEWAYS = "gateways.json"  # each gateway's port, by index
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
 
@@ -109,6 +111,8 @@ async def run(plan: Plan, workdir: Path) -> Run:
             system.stop()
     (workdir / "plan.json").write_text(json.dumps(asdict(plan)))
     ports = {gateway.port: index for index, gateway in enumerate(system.gateways)}
+    # Each gateway's log is named by its port: which is which, for the checker.
+    (workdir / GATEWAYS).write_text(json.dumps([gateway.port for gateway in system.gateways]))
     faults = [*nemesis.done, *stalls(workdir / STALLS, ports)]
     (workdir / "faults.json").write_text(json.dumps([f._asdict() for f in faults]))
     stopped = {
@@ -133,12 +137,41 @@ def judge(workdir: Path) -> Run:
     policies = {name: name for name in plan.routes}
     owner_lost = {name: plan.owner_lost or name for name in plan.routes}
     logs = read_logs(sorted(workdir.glob("gateway-*.log")))
+    fleet = parse_fleet(plan.fleet) if plan.fleet else [Member()] * plan.gateways
+    lines = {
+        index: log_lines(log.read_text(errors="replace"))
+        for index, port in gateway_ports(workdir, fleet).items()
+        if (log := workdir / f"gateway-{port}.log").exists()
+    }
+    earlier = [index for index, member in enumerate(fleet) if member.release == EARLIER]
     verdict = check(
         attempts, executions, faults, policies, logs, stopped["codes"], owner_lost,
         Floor(plan.floor_2xx, plan.floor_rate), untrusted,
-        [name for name in plan.routes if name == OPEN],
+        [name for name in plan.routes if name == OPEN], Gateways(lines, earlier),
+        {name: seconds_of(plan.lease) for name in plan.routes},
     )  # fmt: skip
     return Run(plan, verdict, faults, stopped["skipped"], workdir)
+
+
+def gateway_ports(workdir: Path, fleet: list[Member]) -> dict[int, int]:
+    """Each gateway's port (by index), which names its log and config. A run's folder kept
+    before they were written down (GATEWAYS) is read by the configs: an earlier release's
+    has an admin listener, one of this release its `record_format` if set; where two
+    members look alike, their logs are left unread (no fail-open is seen in them)."""
+    if (workdir / GATEWAYS).exists():
+        return dict(enumerate(json.loads((workdir / GATEWAYS).read_text())))
+    looks: dict[str, list[int]] = {}
+    for config in workdir.glob("gateway-*.yaml"):
+        text = config.read_text()
+        match = re.search(r"record_format: (\d)", text)
+        look = EARLIER if "admin:" in text else (match.group(1) if match else "this")
+        looks.setdefault(look, []).append(int(config.stem.split("-")[1]))
+    ports = {}
+    for index, member in enumerate(fleet):
+        same = [i for i, other in enumerate(fleet) if other.name == member.name]
+        if len(same) == 1 and len(looks.get(member.name, [])) == 1:
+            ports[index] = looks[member.name][0]
+    return ports
 
 
 def distrust(plan: Plan, stopped: dict[str, Any], faults: list[Fault]) -> list[str]:
