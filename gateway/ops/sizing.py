@@ -10,7 +10,8 @@ docs/production.md#sizing):
 - Redis's CPU per new key (claim + complete) and per replay read, the redis-server process's
   user+sys time with the scripts sent as the gateway sends them to a Cluster
   (`loadtest.probes script_cost --concurrency 50`);
-- Redis's memory per stored record (`used_memory` growth, `loadtest.probes script_cost`).
+- Redis's memory per stored record (`used_memory` growth through a gateway, `loadtest.probes
+  record_memory`).
 
 Every core, gateway or Redis, is run at most at `--headroom` of its capacity, and a shard's
 memory is filled to at most `--headroom` of `--shard-memory-gb`. Redis holds every record for
@@ -39,9 +40,11 @@ GATEWAY_REPLAY_US = 61.0
 REDIS_NEW_US = 28.9
 REDIS_REPLAY_US = 14.2
 # `used_memory` per record on Redis 7.0 built with jemalloc, as production builds are
-# (`--redis-server` a distribution's binary): 201, eight headers, a 200-byte JSON body inline.
-# Its body in the blob store: 1333. The tests' libc-malloc build of Redis 6.2: 1541 and 1373.
-RECORD_BYTES = 1421.0
+# (`--redis-server` a distribution's binary), written through a gateway in record format 2:
+# 201, nine headers, a 200-byte JSON body inline, the route's own dictionary trained
+# (`loadtest.probes record_memory`). Format 1 (`--record-bytes 1566` for a fleet that still
+# writes it): 1566.
+RECORD_BYTES = 343.0
 
 
 @dataclass(frozen=True)
