@@ -73,22 +73,26 @@ class TypicalApi:
             "created": int(time.time()) - self.random.randint(0, 10_000),
             "reference": key[:16],
         }
-        items = []
+        items: list[dict[str, object]] = []
         text = orjson.dumps(doc)
-        while len(text) < self.size:  # line items until the body is long enough
-            items.append(
+        while len(text) < self.size:  # line items, many at a time, until it is long enough
+            more = max(1, (self.size - len(text)) // 60)
+            items += [
                 {
                     "sku": self._id("sku_", 10),
                     "quantity": self.random.randint(1, 9),
                     "unit_amount": self.random.randint(100, 99_999),
                 }
-            )
+                for _ in range(more)
+            ]
             text = orjson.dumps({**doc, "items": items})
-        if len(text) > self.size:  # cut in the last string value: still exactly `size` bytes
+        if len(text) > self.size:  # too long: fewer items, then padded to `size` exactly
             doc["pad"] = ""
-            text = orjson.dumps({**doc, "items": items[:-1]} if items else doc)
+            while items and len(orjson.dumps({**doc, "items": items})) > self.size:
+                items.pop()
+            text = orjson.dumps({**doc, "items": items})
             doc["pad"] = "x" * max(0, self.size - len(text))
-            text = orjson.dumps({**doc, "items": items[:-1]} if items else doc)
+            text = orjson.dumps({**doc, "items": items})
         return text
 
     async def handle(self, request: web.Request) -> web.Response:
