@@ -176,3 +176,12 @@ def test_fingerprints_are_kept_as_128_bits() -> None:
     assert fingerprint_field(digest) == bytes.fromhex(digest)[:16]
     assert fingerprint_field("-") == b"-"  # a route that fingerprints nothing
     assert fingerprint_field("z" * 64) == b"z" * 64  # no digest: as text
+
+
+def test_a_body_that_is_not_the_records_is_not_kept(codec: Codec) -> None:
+    """Its size another than the record says: the record as it says, no bytes after it."""
+    record = Record(200, [("A", "1")], 3, "d" * 64, extra={"body": "omitted"})
+    value = codec.pack("C", FP, "t", pack_answer(record, b"abcdef"))
+    assert codec.unpack(value) == (record, b"")
+    mismatched = Record(200, [], 3, "")
+    assert codec.unpack(codec.pack("C", FP, "t", pack_answer(mismatched, b"abcdef")))[1] == b""

@@ -9,6 +9,7 @@ import sys
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import redis
@@ -185,9 +186,13 @@ async def test_a_stalled_owner_stores_its_outcome_when_nobody_claimed_since(
     assert (await store.claim(KEY, "other-fp", "retry", 5)).outcome is Claim.MISMATCH
 
 
+@pytest.mark.parametrize("record_format", [1, 2], ids=["format-1", "format-2"])
 async def test_a_full_noeviction_redis_still_takes_an_outcome_but_no_new_claim(
-    store: Store, redis_url: str
+    store: Store, redis_url: str, record_format: Literal[1, 2]
 ) -> None:
+    """In either format: format 2's completion sets the claim's TTL before it writes the
+    record over it, as format 1's does before it writes the fields."""
+    store.record_format = record_format
     assert (await store.claim(KEY, "fp", "tok", 30)).outcome is Claim.CLAIMED
     plain = redis.Redis.from_url(redis_url)
     try:
@@ -195,7 +200,8 @@ async def test_a_full_noeviction_redis_still_takes_an_outcome_but_no_new_claim(
         with pytest.raises(StoreUnavailable):
             await store.claim("idem:{api:t:other}", "fp", "tok2", 30)
         assert await store.extend(KEY, "tok", 30), "a lease is renewed on a full Redis"
-        assert await store.complete(KEY, "tok", "fp", RECORD, b"abc" * 1000, 60)
+        record = Record(201, RECORD.headers, 3000, "")
+        assert await store.complete(KEY, "tok", "fp", record, b"abc" * 1000, 60)
     finally:
         plain.config_set("maxmemory", 0)
         plain.close()

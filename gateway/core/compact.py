@@ -89,7 +89,8 @@ def _digest(value: str) -> str:
 
 
 def pack_answer(record: Record, body: bytes) -> bytes:
-    """The packed answer of `record`, its inline `body` last.
+    """The packed answer of `record`, its inline `body` last (a body that is not the
+    record's, its size or kind another, is not kept).
 
     The head is one text: the reason phrase (when the upstream gave one) and each header's
     name and value, each followed by a line feed, which no recorded head holds (an answer
@@ -110,7 +111,7 @@ def pack_answer(record: Record, body: bytes) -> bytes:
     extra = orjson.dumps(record.extra).decode() if record.extra else ""
     fixed = _FIXED.pack(kind, flags, record.status, max(0, round(record.completed_at * 1000)))
     text = "".join((_text(head), _text(extra), where)).encode("latin-1")
-    return b"".join((fixed[:4], fixed[6:], text, body))
+    return b"".join((fixed[:4], fixed[6:], text, body if kind == _INLINE else b""))
 
 
 # kind, flags, status, then the time in ms as 8 bytes of which the first 2 are left out.
