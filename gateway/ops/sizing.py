@@ -42,9 +42,9 @@ REDIS_REPLAY_US = 14.2
 # `used_memory` per record on Redis 7.0 built with jemalloc, as production builds are
 # (`--redis-server` a distribution's binary), written through a gateway in record format 2:
 # 201, nine headers, a 200-byte JSON body inline, the route's own dictionary trained
-# (`loadtest.probes record_memory`). Format 1 (`--record-bytes 1566` for a fleet that still
-# writes it): 1566.
-RECORD_BYTES = 343.0
+# (`loadtest.probes record_memory`). Format 1 (`--record-bytes 1571` for a fleet that still
+# writes it): 1571.
+RECORD_BYTES = 339.0
 
 
 @dataclass(frozen=True)
