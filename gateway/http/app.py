@@ -24,6 +24,7 @@ from gateway.http.flow.tasks import TaskSet
 from gateway.http.server.access import add_request_id, observed
 from gateway.http.server.limits import Connections
 from gateway.http.server.rejected import quiet_malformed_requests
+from gateway.http.server.site import CONNECTIONS, ENTRY
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.journal import Journal
@@ -41,9 +42,6 @@ METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
-CONNECTIONS = web.AppKey("connections", Connections)
-# Every request's handler: the router's one route, and what `http.server.site` serves directly.
-ENTRY: web.AppKey[Handler] = web.AppKey("entry")
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
@@ -156,7 +154,7 @@ def create_app(
     if tracing is not None:
         app.on_cleanup.append(partial(_stop_tracing, tracing))  # after the drain
         handle = tracing.serve(handle)
-    app[ENTRY] = observed(handle, metrics)
+    app[ENTRY] = observed(handle, metrics)  # the router's one route, and what the site calls
     app.router.add_route("*", "/{tail:.*}", app[ENTRY])
     return app
 
