@@ -35,6 +35,22 @@ LAYERS: dict[str, set[str]] = {
     "__main__": {"cli"},
     "__init__": {"build"},
 }
+# Inside a layer, its groups from the lowest up: a group imports only itself and the groups
+# before it. A group is a sub-folder or a module of the layer's folder; "." is each module of
+# the folder that the list does not name. A package's __init__ only says what it groups.
+INNER_LAYERS: dict[str, tuple[str, ...]] = {
+    # what a client is sent; the connection and its serving, which call the handler they are
+    # given (`server.site.ENTRY`) and never the flow; a request's way; the assembly.
+    "http": ("answers", "server", "flow", "app"),
+    # the one-process admin and console; the `--workers N` supervisor built on them.
+    "ops": (".", "supervisor"),
+}
+# Imports that go back up inside a layer, each until the change named fixes it.
+UPWARD_KNOWN = {
+    # replay uses only `.metrics` and `.blobs` of the Services it is handed: to be given them
+    # by the change of the stored record's format, which rewrites replay.py.
+    ("gateway.http.answers.replay", "gateway.http.flow.context"),
+}
 # Third-party and standard modules the decision core must never import: it works on plain
 # values, with no event loop, network, Redis, HTTP or config parsing behind it.
 CORE_FORBIDDEN = {
@@ -111,6 +127,66 @@ def test_layers_import_only_the_layers_below_them() -> None:
             if other.count(".") and _layer(other) not in allowed:
                 bad.append(f"{name} ({layer}) imports {other}")
     assert bad == []
+
+
+def _group(module: str) -> tuple[str, str] | None:
+    """The layer and the group of `module` inside it (None: a layer with no groups, or a
+    package's __init__)."""
+    parts = module.split(".")
+    layer = parts[1] if len(parts) > 2 else None
+    if layer not in INNER_LAYERS or parts[-1] == "__init__":
+        return None
+    order = INNER_LAYERS[layer]
+    return layer, parts[2] if parts[2] in order else "."
+
+
+def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each import of a group above the importer's, inside one layer: (importer, imported)."""
+    bad = []
+    for name, imported in sorted(graph.items()):
+        mine = _group(name)
+        if mine is None:
+            continue
+        order = INNER_LAYERS[mine[0]]
+        for other in sorted(imported):
+            theirs = _group(other)
+            if theirs is None or theirs[0] != mine[0]:
+                continue  # another layer's: test_layers_import_only_the_layers_below_them
+            if order.index(theirs[1]) > order.index(mine[1]):
+                bad.append((name, other))
+    return bad
+
+
+def test_inside_a_layer_groups_import_only_the_groups_below_them() -> None:
+    upward = [f"{a} imports {b}" for a, b in _upward(_graph()) if (a, b) not in UPWARD_KNOWN]
+    assert upward == []
+
+
+def test_each_known_import_back_up_is_still_there() -> None:
+    """An import back up that the code no longer makes leaves UPWARD_KNOWN, so that it
+    cannot come back unseen."""
+    assert sorted(UPWARD_KNOWN - set(_upward(_graph()))) == []
+
+
+def test_every_module_of_a_grouped_layer_is_in_a_group() -> None:
+    named = {(layer, group) for layer, groups in INNER_LAYERS.items() for group in groups}
+    found = {group for group in map(_group, _modules()) if group is not None}
+    assert sorted(found - named) == []
+    assert sorted(named - found) == []
+
+
+def test_the_inner_check_sees_an_import_back_up() -> None:
+    """A server module importing the application's assembly, or the one-process console
+    importing the supervisor, is caught; an import down is not."""
+    graph = {
+        "gateway.http.server.site": {"gateway.http.app", "gateway.http.answers.problems"},
+        "gateway.ops.overview": {"gateway.ops.supervisor.merged_metrics"},
+        "gateway.ops.supervisor.admin_hub": {"gateway.ops.overview"},
+    }
+    assert _upward(graph) == [
+        ("gateway.http.server.site", "gateway.http.app"),
+        ("gateway.ops.overview", "gateway.ops.supervisor.merged_metrics"),
+    ]
 
 
 def test_there_is_no_import_cycle() -> None:
