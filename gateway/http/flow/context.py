@@ -1,8 +1,10 @@
-"""What the request path shares: the one live settings object and the gateway's clients."""
+"""What the request path shares: the one live settings object and the gateway's clients; and
+what one request carries along it: its facts as the handler read them (`Received`), then its
+claim (`Claimed`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -54,15 +56,32 @@ class Services:
 
 
 @dataclass(slots=True)
-class Claimed:
-    """A request that owns its key and is being forwarded."""
+class Received:
+    """A request to a protected method, read once by the handler: its route and the settings
+    in force when it came (a reload changes only the requests after it), then, as they are
+    read, its tenant scope and its body (None while it is not read: a request without a key
+    streams on to the upstream untouched)."""
 
     request: web.Request
     route: Route
-    key: str
+    settings: Settings
+    scope: Sequence[str] = ()
+    body: bytes | None = None
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A request that owns its key and is being forwarded: what the handler read of it, and
+    its claim."""
+
+    request: web.Request
+    route: Route
+    settings: Settings  # as `Received.settings`: read once, when the request came
+    key: str  # the record's Redis key
     token: str
     fingerprint: str
     body: bytes
+    client_key: str  # the Idempotency-Key as the client sent it (parsed), for the lookups
     unsent: bool = False  # the claim counts as unsent until marked (`mark_sent` routes)
     outcome: str | None = None  # an Idempotency-Outcome for this answer alone (a rerun)
     # When the lease began, by this process's monotonic clock (taken before the claim or the

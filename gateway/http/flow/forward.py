@@ -40,7 +40,7 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
         refused = await _mark_sent(s, c)
         if refused is not None:
             return refused
-    feed = ClientFeed(s.settings.limits.client_buffer)
+    feed = ClientFeed(c.settings.limits.client_buffer)
     s.tasks.spawn(_Call(s, c, feed).run())
     return await feed.serve(c.request)
 
@@ -251,7 +251,7 @@ class _Call:
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)
         if kind is not Failure.UNSENT and route.on_unknown_outcome == "record":
-            await note_held(s, route.name, c.key, route.retention)  # the console lists it
+            await note_held(s, c)  # the console lists it
         if feed.started or failed is None:
             feed.cut()
         else:  # a recorded answer's head waits for its first bytes: none went out

@@ -36,7 +36,6 @@ from gateway.errors import StoreUnavailable
 from gateway.http.answers.problems import OUTCOME, OUTCOME_UNKNOWN
 from gateway.http.answers.writing import upstream_failure
 from gateway.http.flow.context import Claimed, Services
-from gateway.http.flow.incoming import key_of
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
@@ -217,7 +216,7 @@ async def settle_failure(
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
         log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
         if route.reconcile is not None:
-            found = await look_up(route.reconcile, c.request, _key(c), s.upstreams.tls)
+            found = await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
             lookup = on_lookup(found.status, route.reconcile)
             s.metrics.reconciled.labels(route.name, lookup).inc()
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
@@ -261,13 +260,6 @@ async def _keep(s: Services, c: Claimed) -> None:
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         log.error("route %s: the kept key could not be renewed: %s", c.route.name, exc)
-
-
-def _key(c: Claimed) -> str:
-    """The request's key, from the sources the handler read it from (it accepted it)."""
-    key = key_of(c.request, c.route, c.body)
-    assert key is not None
-    return key
 
 
 async def record_found(

@@ -35,7 +35,6 @@ from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
-from gateway.http.flow.incoming import key_of
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
@@ -138,7 +137,7 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
         return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
     if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
-        await note_held(s, route.name, c.key, route.retention)
+        await note_held(s, c)
     if step is LostStep.RECONCILED:
         assert route.reconcile is not None
         answer = await record_found(s, c, route.reconcile, found)
@@ -165,12 +164,10 @@ async def _look_up(s: Services, c: Claimed) -> Found:
     """Ask the route's lookup, the lease renewed meanwhile (a lookup may wait `after`)."""
     route = c.route
     assert route.reconcile is not None
-    key = key_of(c.request, route, c.body)
-    assert key is not None  # the handler read it to get here
     beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
     beat.start()
     try:
-        return await look_up(route.reconcile, c.request, key, s.upstreams.tls)
+        return await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
     finally:
         beat.stop()
 
