@@ -3,8 +3,6 @@ fingerprint of the request, and waiting for the request in flight (`on_in_flight
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable
 from typing import Final
 
@@ -13,6 +11,7 @@ from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.errors import StoreUnavailable
+from gateway.http.flow.pacing import Pacing
 from gateway.store.store import Store
 
 # How often a waiting duplicate asks again: from the first value, growing to the last.
@@ -51,17 +50,14 @@ async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
     """Release a claim whose reply timed out, as soon as Redis answers (for a short while,
     within the lease): nothing was sent, and a key left claimed would be taken for a lost
     owner's after it. A Redis that stays away leaves it so: held, never run unasked."""
-    deadline = time.monotonic() + min(lease, GIVE_BACK_WINDOW)
-    pause, longest = GIVE_BACK_BACKOFF
+    pacing = Pacing(GIVE_BACK_BACKOFF, min(lease, GIVE_BACK_WINDOW))
     while True:
         try:
             await store.release(rkey, token)
             return
         except StoreUnavailable:
-            if time.monotonic() + pause > deadline:
+            if not await pacing.pause():
                 return  # the lease ends: the key is a lost owner's, never run unasked
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, longest)
 
 
 def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:
@@ -86,14 +82,9 @@ async def _wait(
     Asking is claiming: if the first one ended without a record, we hold the key, and
     `on_claim(..., waited=True)` says to give it back rather than run the call.
     """
-    deadline = time.monotonic() + route.in_flight_wait
-    pause, longest = WAIT_BACKOFF
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return result
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, longest)
+    pacing = Pacing(WAIT_BACKOFF, route.in_flight_wait)
+    while await pacing.pause():
         result = await claim(store, route, rkey, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:
             return result
+    return result

@@ -36,6 +36,7 @@ from gateway.errors import StoreUnavailable
 from gateway.http.answers.problems import OUTCOME, OUTCOME_UNKNOWN
 from gateway.http.answers.writing import upstream_failure
 from gateway.http.flow.context import Claimed, Services
+from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
@@ -136,7 +137,7 @@ async def keep_storing(
     s: Services, route: str, lease: float, outcome: Unstored, entry: int | None
 ) -> None:
     """Complete `outcome` as soon as Redis takes it; renew its lease while it cannot."""
-    pause, longest = STORE_BACKOFF
+    pacing = Pacing(STORE_BACKOFF)
     while True:
         try:
             stored = await _complete(s, outcome)
@@ -144,8 +145,7 @@ async def keep_storing(
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
                 await s.store.extend(outcome.key, outcome.token, lease, outcome.retention)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, longest)
+            await pacing.pause()
             continue
         if stored:  # the blob's age first: a crash before the journal's mark repeats it
             await _stored_late(s, outcome)

@@ -12,7 +12,6 @@ not happen runs, and what nobody can tell is held for an operator, kept (409) or
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -35,6 +34,7 @@ from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
+from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
@@ -67,11 +67,8 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     Asking again is claiming again with this request's token, which renews its lease. A
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
-    deadline = time.monotonic() + LATE_ANSWER_WAIT
-    pause, longest = LATE_ANSWER_POLL
-    while (left := deadline - time.monotonic()) > 0:
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, longest)
+    pacing = Pacing(LATE_ANSWER_POLL, LATE_ANSWER_WAIT)
+    while await pacing.pause():
         asked = time.monotonic()
         try:
             result = await claim(s.store, c.route, c.key, c.fingerprint, c.token)
