@@ -16,7 +16,7 @@ from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodical
 from gateway.config.settings import Settings
 from gateway.config.state import private_folder
 from gateway.errors import ConfigError
-from gateway.http.flow.context import Live, Services
+from gateway.http.flow.context import NO_SPANS, Live, Services, Spans
 from gateway.http.flow.eviction import refuse_evicting, warn_unfenced
 from gateway.http.flow.handler import Gateway
 from gateway.http.flow.settle import replay_journal
@@ -63,7 +63,6 @@ def _resources(
             sweep_periodically(blobs, settings.blob.sweep_interval, hold)
         )
         redis = settings.redis
-        new_store, new_upstreams = _clients(tracing)
         client = make_client(redis, redis_url)
         if isinstance(client, SentinelMaster):
             client.follow()  # drops the old master's connections the moment it is replaced
@@ -74,7 +73,7 @@ def _resources(
             pipeline_client=redis.pipeline_client,
             timeout=redis.socket_timeout,
         )
-        store = new_store(
+        store = Store(
             client,
             sender,
             replicas=redis.claim_replicas,
@@ -84,14 +83,15 @@ def _resources(
             tls = settings.upstream_tls.context()
         except ValueError as exc:
             raise ConfigError(f"upstream_tls: {exc}") from None
+        new_upstreams, spans = _traced(tracing)
         upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
         journal = Journal(Path(settings.state_dir) / "journal")
         app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_journal(lambda: journal.depth)
         app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
-        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal)
-        if tracing is not None:
-            services.span = tracing.span
+        services = Services(
+            live, store, upstreams, app[METRICS], app[TASKS], blobs, journal, spans=spans
+        )
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
         try:
@@ -112,15 +112,13 @@ def _resources(
     return resources
 
 
-def _clients(
-    tracing: Tracing | None,
-) -> tuple[Callable[..., Store], Callable[..., Upstreams]]:
-    """The store's and the upstreams' classes: with spans only when tracing is on."""
+def _traced(tracing: Tracing | None) -> tuple[Callable[..., Upstreams], Spans]:
+    """The upstreams' class and the request path's spans: spans only when tracing is on."""
     if tracing is None:
-        return Store, Upstreams
-    from gateway.http.flow.traced import TracedStore, TracedUpstreams
+        return Upstreams, NO_SPANS
+    from gateway.http.flow.traced import TracedSpans, TracedUpstreams
 
-    return partial(TracedStore, tracing), partial(TracedUpstreams, tracing)
+    return partial(TracedUpstreams, tracing), TracedSpans(tracing)
 
 
 def create_app(

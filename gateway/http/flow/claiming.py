@@ -11,6 +11,7 @@ from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.errors import StoreUnavailable
+from gateway.http.flow.context import Services
 from gateway.http.flow.pacing import Pacing
 from gateway.store.store import Store
 
@@ -24,24 +25,24 @@ Payload = tuple[str, str, str, Fields, bytes]
 
 
 async def take(
-    store: Store, route: Route, rkey: str, token: str, payload: Payload, may_wait: bool
+    s: Services, route: Route, rkey: str, token: str, payload: Payload, may_wait: bool
 ) -> tuple[ClaimResult, Action, str]:
     """Claim `rkey` for this request: what the claim found, what to do, and the fingerprint
     the key is held under."""
     fp = fingerprint(route.fingerprint, *payload)
-    result = await claim(store, route, rkey, fp, token)
+    result = await claim(s, route, rkey, fp, token)
     if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
         earlier = earlier_fingerprint(route.fingerprint, *payload)
         if earlier is not None and earlier != fp:
-            again = await claim(store, route, rkey, earlier, token)
+            again = await claim(s, route, rkey, earlier, token)
             if again.outcome is Claim.CLAIMED:  # the key went meanwhile: held under today's
-                await store.release(rkey, token)
-                result = await claim(store, route, rkey, fp, token)
+                await s.store.release(rkey, token)
+                result = await claim(s, route, rkey, fp, token)
             elif again.outcome is not Claim.MISMATCH:
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
     if action is Action.WAIT:
-        result = await _wait(store, result, rkey, fp, token, route)
+        result = await _wait(s, result, rkey, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
 
@@ -60,22 +61,24 @@ async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
                 return  # the lease ends: the key is a lost owner's, never run unasked
 
 
-def claim(store: Store, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:
+def claim(s: Services, route: Route, rkey: str, fp: str, token: str) -> Awaitable[ClaimResult]:
     """The claim as `route` makes it: a PENDING key outlives its lease by the retention, so
     that a lost owner's key is never taken for a free one."""
-    return store.claim(
-        rkey,
-        fp,
-        token,
-        route.lease,
-        route.retention,
-        take_lost=not route.holds_lost_keys,
-        mark_sent=route.mark_sent,
+    return s.spans.claim(
+        s.store.claim(
+            rkey,
+            fp,
+            token,
+            route.lease,
+            route.retention,
+            take_lost=not route.holds_lost_keys,
+            mark_sent=route.mark_sent,
+        )
     )
 
 
 async def _wait(
-    store: Store, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
+    s: Services, result: ClaimResult, rkey: str, fp: str, token: str, route: Route
 ) -> ClaimResult:
     """Ask again with a growing pause until the first request ends or time runs out.
 
@@ -84,7 +87,7 @@ async def _wait(
     """
     pacing = Pacing(WAIT_BACKOFF, route.in_flight_wait)
     while await pacing.pause():
-        result = await claim(store, route, rkey, fp, token)
+        result = await claim(s, route, rkey, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:
             return result
     return result

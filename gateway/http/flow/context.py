@@ -4,7 +4,7 @@ claim (`Claimed`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -14,6 +14,7 @@ from aiohttp import web
 from gateway.blobs.base import BlobStore
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
+from gateway.core.claims import ClaimResult
 from gateway.http.flow.tasks import TaskSet
 from gateway.http.flow.watch import Watch
 from gateway.store.journal import Journal
@@ -24,9 +25,24 @@ from gateway.upstream.upstreams import Upstreams
 NO_SPAN: Final = nullcontext()
 
 
-def no_span(name: str) -> AbstractContextManager[Any]:
-    """Tracing off: a step of the request is no span at all."""
-    return NO_SPAN
+class Spans:
+    """What tracing adds to the request path, here with tracing off: nothing. A step of the
+    request is no span at all, and a claim or a record is only the store's call, handed
+    back as it is (`http.flow.traced.TracedSpans` gives each a span when tracing is on)."""
+
+    def step(self, name: str) -> AbstractContextManager[Any]:
+        return NO_SPAN
+
+    def claim(self, call: Awaitable[ClaimResult]) -> Awaitable[ClaimResult]:
+        """The store's claim (`Store.claim(...)`, not yet awaited)."""
+        return call
+
+    def record(self, call: Awaitable[bool]) -> Awaitable[bool]:
+        """The store's completion (`Store.complete(...)`, not yet awaited)."""
+        return call
+
+
+NO_SPANS: Final = Spans()
 
 
 @dataclass(slots=True)
@@ -47,7 +63,7 @@ class Services:
     blobs: BlobStore
     journal: Journal
     eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
-    span: Callable[[str], AbstractContextManager[Any]] = no_span  # Tracing.span when on
+    spans: Spans = NO_SPANS  # TracedSpans when tracing is on
     watch: Watch = field(default_factory=Watch)  # what the console's attention list shows
 
     @property

@@ -29,6 +29,7 @@ from gateway.http.flow.outgoing import forward_headers, target
 from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import Answer, UpstreamError, failure_of, forget_frames
+from gateway.upstream.upstreams import Outbound
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,14 @@ class _Call:
         outcome = m.FORWARDED
         try:
             upstream = await s.upstreams.send(
-                route.upstream, c.request.method, target(c.request), headers, c.body, route.timeouts
+                Outbound(
+                    route.upstream,
+                    c.request.method,
+                    target(c.request),
+                    headers,
+                    c.body,
+                    route.timeouts,
+                )
             )
             async with upstream:
                 settle = on_answer(upstream.status, route)

@@ -234,7 +234,7 @@ class Gateway:
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
             may_wait = route.mode != "shadow"  # a shadow route holds up no request
-            result, action, fp = await take(self.s.store, route, rkey, token, payload, may_wait)
+            result, action, fp = await take(self.s, route, rkey, token, payload, may_wait)
         except StoreUnavailable as down:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
                 self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
@@ -263,7 +263,7 @@ class Gateway:
         route, method = c.route, c.request.method
         if action is Action.REPLAY:
             self.s.metrics.request(route.name, method, m.REPLAYED)
-            with self.s.span(REPLAY_SPAN):
+            with self.s.spans.step(REPLAY_SPAN):
                 return await replay(self.s, c.request, route, result, anonymous)
         if action is Action.REPLAY_UNKNOWN:
             self.s.metrics.request(route.name, method, m.REPLAYED)

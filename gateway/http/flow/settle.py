@@ -96,8 +96,8 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     background (in memory alone when the journal cannot be written either)."""
     route = c.route
     try:
-        stored = await s.store.complete(
-            c.key, c.token, c.fingerprint, record, body, route.retention
+        stored = await s.spans.record(
+            s.store.complete(c.key, c.token, c.fingerprint, record, body, route.retention)
         )
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
@@ -115,13 +115,15 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
 
 
 def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
-    return s.store.complete(
-        outcome.key,
-        outcome.token,
-        outcome.fingerprint,
-        outcome.record,
-        outcome.body,
-        outcome.retention,
+    return s.spans.record(
+        s.store.complete(
+            outcome.key,
+            outcome.token,
+            outcome.fingerprint,
+            outcome.record,
+            outcome.body,
+            outcome.retention,
+        )
     )
 
 

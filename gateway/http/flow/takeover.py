@@ -71,7 +71,7 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     while await pacing.pause():
         asked = time.monotonic()
         try:
-            result = await claim(s.store, c.route, c.key, c.fingerprint, c.token)
+            result = await claim(s, c.route, c.key, c.fingerprint, c.token)
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             continue
