@@ -85,5 +85,13 @@ class GatewayProcess:
             self.process.kill()
             return self.process.wait()
 
+    def worker_pids(self) -> list[int]:
+        """The pids of a `--workers N` gateway's workers: its supervisor's children."""
+        assert self.process is not None
+        pid = self.process.pid
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,10 @@ import pytest
 import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from yarl import URL
 
 from gateway import build
-from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
-from gateway.http.server.site import start_site
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
@@ -32,6 +28,7 @@ from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory, GatewayServer, gateway_settings
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
@@ -159,46 +156,6 @@ async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
         counting.release.set()
 
 
-def gateway_settings(
-    origin: str,
-    redis: dict[str, Any] | None = None,
-    blob: dict[str, Any] | None = None,
-    **route: Any,
-) -> Settings:
-    """One route, `api`, protecting every path of `origin`; `route` overrides its fields,
-    `redis` the Redis settings (the breaker stays out of the way unless a test sets it) and
-    `blob` the blob store's."""
-    raw: dict[str, Any] = {
-        "upstream": origin,
-        "redis": {"breaker": {"failures": 1000}, **(redis or {})},
-        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
-    }
-    if blob is not None:
-        raw["blob"] = blob
-    return settings_from_dict(raw)
-
-
-GatewayFactory = Callable[..., Awaitable[TestClient]]
-
-
-class GatewayServer(TestServer):
-    """aiohttp's test server, serving as the gateway does (`gateway.http.server.site.start_site`):
-    each request straight to its handler, connections guarded by the limits, aiohttp's own
-    error answers as problem+json, closing lingering after them."""
-
-    async def start_server(self, loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
-        if self.runner:
-            return
-        self._loop = loop
-        self.runner = await self._make_runner(handler_cancellation=True)
-        await self.runner.setup()
-        sock = self.socket_factory(self.host, 0, socket.AF_INET)
-        self.port = sock.getsockname()[1]
-        await start_site(self.runner, sock, backlog=128)
-        self.scheme = "http"
-        self._root = URL(f"http://{self.host}:{self.port}")
-
-
 @pytest.fixture
 async def make_gateway(
     redis_url: str, upstream: tuple[CountingUpstream, str], tmp_path: Path
@@ -226,10 +183,6 @@ async def make_gateway(
     yield factory
     for client in clients:
         await client.close()
-
-
-AdminFactory = Callable[..., Awaitable[TestClient]]
-ADMIN_TOKEN = "test-admin-token-0123456789"
 
 
 @pytest.fixture

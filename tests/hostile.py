@@ -160,30 +160,6 @@ def connect(port: int, receive_buffer: int | None = None, wire: Wire = PLAIN) ->
         raise
 
 
-async def exchange(
-    port: int, data: bytes, timeout: float = 10.0, wire: Wire = PLAIN
-) -> tuple[int, bytes, bytes]:
-    """Send `data` on a fresh connection and read one answer: status, head and body
-    (Content-Length framed)."""
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", port, limit=1 << 21, ssl=wire.client,
-        server_hostname="127.0.0.1" if wire.client else None,
-    )  # fmt: skip
-    try:
-        writer.write(data)
-        async with asyncio.timeout(timeout):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                 if line.lower().startswith(b"content-length:")),
-                0,
-            )  # fmt: skip
-            body = await reader.readexactly(length)
-        return int(head.split(b" ")[1]), head, body
-    finally:
-        writer.close()
-
-
 def tcp_state(sock: socket.socket) -> int:
     """The kernel's TCP state of a client socket (1: established; a reset or a FIN from
     the gateway moves it on) without reading what is buffered."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 

@@ -7,7 +7,7 @@ import random
 
 import aiohttp
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 
 
 async def test_200_concurrent_duplicates_run_once(make_gateway: GatewayFactory, upstream) -> None:

@@ -12,9 +12,9 @@ from gateway.config.policy import Fingerprint
 from gateway.core.fingerprint import earlier_fingerprint, fingerprint
 from gateway.errors import ConfigError
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
+from .rawhttp import exchange, status_of
 from .scripted import answering, scripted
-from .test_faults_input import exchange, status_of
 from .upstream import CountingUpstream
 
 

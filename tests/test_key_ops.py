@@ -15,7 +15,7 @@ import yaml
 from gateway.cli import main
 from testkit.procs import GatewayProcess
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
 TENANT = {"Authorization": "Bearer tenant-1"}
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import redis
 import uvloop
 
-from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.resp import RedisProtocol
@@ -22,45 +21,9 @@ from gateway.store.resp_pipeline import RespPipeline
 from gateway.store.store import Store
 from testkit.polling import until
 from testkit.redis_server import RedisServer
-from testkit.stores import make_store
 
-Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
-
-
-def resp_store(url: str, timeout: float = 5.0, connect_timeout: float = 5.0) -> Store:
-    settings = RedisSettings(connect_timeout=connect_timeout, socket_timeout=timeout)
-    store = make_store(url, settings, pipeline=True, pipeline_client="resp")
-    assert isinstance(getattr(store.sender, "batches", None), RespPipeline)
-    return store
-
-
-@asynccontextmanager
-async def serving(handle: Relay) -> AsyncIterator[int]:
-    """A loopback server whose `handle` gets each connection and its number (from 1)."""
-    count = 0
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal count
-        count += 1
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        try:
-            await handle(reader, writer, count)
-        finally:
-            writer.close()
-            tasks.discard(task)
-
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
+from .loopback import serving
+from .resp_stores import redis_port, resp_store
 
 
 async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
@@ -74,10 +37,6 @@ async def until_sent(store: Store) -> None:
     batch = getattr(store.sender, "batches", None)
     assert isinstance(batch, RespPipeline)
     await until(lambda: batch._busy, 5, "a batch out", every=0)
-
-
-def redis_port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 @asynccontextmanager

@@ -22,11 +22,11 @@ from .hostile import (
     client_fds,
     closed_by_peer,
     connect,
-    exchange,
     open_fds,
     request,
     start_gateway,
 )
+from .rawhttp import one_answer
 from .scrape import sample
 from .upstream import serving
 
@@ -57,7 +57,7 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
         pid = gateway.process.pid
         every: list[socket.socket] = []
         try:
-            status, _, _ = await exchange(gateway.port, request("/warm", "warm"), wire=wire)
+            status, _, _ = await one_answer(gateway.port, request("/warm", "warm"), tls=wire.client)
             assert status == 201  # Redis, blob store and upstream connections are open
             baseline = open_fds(pid)
             heads = [connect(gateway.port, wire=wire) for _ in range(SLOW_HEADS)]
@@ -98,7 +98,7 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
             assert most_held > len(every) // 2  # they did get in
             for n in range(NOT_READING):
                 sent = request("/pay", f"stalled-{n}")
-                status, head, body = await exchange(gateway.port, sent, wire=wire)
+                status, head, body = await one_answer(gateway.port, sent, tls=wire.client)
                 assert status == 201 and b"Idempotent-Replayed: true" in head
                 assert body == upstream.body
             assert upstream.count == 1 + NOT_READING

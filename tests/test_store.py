@@ -24,6 +24,8 @@ from gateway.store.store import Store
 from testkit.polling import until
 from testkit.stores import make_store
 
+from .faultkit import fill_to_maxmemory
+
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "idem:{api:t:k}"
 RECORD = Record(201, [("X-A", "1"), ("Set-Cookie", "a"), ("Set-Cookie", "b")], 3, "d")
@@ -214,19 +216,3 @@ async def test_an_open_breaker_stops_claims_but_not_what_settles_them(redis_url:
         assert await store.complete(KEY, "tok", "fp", RECORD, b"abc", 60)
     finally:
         await store.close()
-
-
-def fill_to_maxmemory(plain: redis.Redis) -> None:
-    """`noeviction` at the memory in use now, then filled until Redis refuses even a tiny
-    write (large values first: a refused command's own buffer no longer counts after it)."""
-    plain.config_set("maxmemory-policy", "noeviction")
-    plain.config_set("maxmemory", int(plain.info("memory")["used_memory"]) + 256 * 1024)
-    count = 0
-    for size in (16 * 1024, 1024, 64, 1):
-        while True:
-            count += 1
-            assert count < 100_000, "Redis never refused a write"
-            try:
-                plain.set(f"filler:{count}", b"x" * size)
-            except redis.exceptions.OutOfMemoryError:
-                break

@@ -10,10 +10,9 @@ import contextlib
 import gzip
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from multidict import CIMultiDict
@@ -22,50 +21,17 @@ from gateway.config.policy import Timeouts
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.core.headers import MAX_FIELDS, MAX_HEAD
-from gateway.upstream import aiohttp_client
 from gateway.upstream.aiohttp_client import AioAnswer
-from gateway.upstream.base import Answer, UpstreamError, failure_of
+from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.codings import PIECE
-from gateway.upstream.httptools_client import UpstreamPool
 from gateway.upstream.httptools_conn import PooledAnswer
 from gateway.upstream.upstreams import Outbound, Upstreams
 
 from .scripted import Respond, Scripted, answering, scripted
 from .tls_certs import PrivateCa, private_ca
+from .upstream_clients import CLIENTS, Send
 
-Send = Callable[[str, str, bytes | None, float], Any]
 FAST = Timeouts(connect=1.0, total=0.5, read=0.5)
-
-
-@contextlib.asynccontextmanager
-async def _httptools(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
-    pool = UpstreamPool(origin, 8, tls)
-
-    async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
-        return await pool.request(method, target, [("X-A", "1")], body, 1.0, total)
-
-    try:
-        yield send
-    finally:
-        pool.close()
-
-
-@contextlib.asynccontextmanager
-async def _aiohttp(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
-    session = aiohttp_client.session(8, tls or True)
-
-    async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
-        timeouts = Timeouts(connect=1.0, total=total, read=total)
-        headers = CIMultiDict({"X-A": "1"})
-        return await aiohttp_client.send(session, method, origin + target, headers, body, timeouts)
-
-    try:
-        yield send
-    finally:
-        await session.close()
-
-
-CLIENTS = {"httptools": _httptools, "aiohttp": _aiohttp}
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,7 @@ from testkit.procs import GatewayProcess
 
 from .hostile import every_worker_serving
 from .scrape import sample
-from .test_admin_workers import worker_pids
-from .test_listener_rotation import der, presented
-from .tls_certs import private_ca
+from .tls_certs import der, presented, private_ca
 from .upstream import CountingUpstream, serving_app
 
 
@@ -88,13 +86,13 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
                 and gateway.log().count("config reload refused") == 2,
                 10, "both workers refusing the reload",
             )  # fmt: skip
-            killed = worker_pids(gateway)[0]
+            killed = gateway.worker_pids()[0]
             os.kill(killed, signal.SIGKILL)
             await until(
                 lambda: gateway.log().count("idem-gateway listening on https") == 3,
                 30, "a replacement worker serving",
             )  # fmt: skip
-            pids = await asyncio.to_thread(worker_pids, gateway)
+            pids = await asyncio.to_thread(gateway.worker_pids)
             assert killed not in pids and len(pids) == 2
             body = await health(admin, context)
             assert body["status"] == "ok" and {w["pid"] for w in body["workers"]} == set(pids)
@@ -130,7 +128,7 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
             # A blob folder that a new worker's start-up check refuses (a file in its way).
             shutil.rmtree(blobs, ignore_errors=True)
             blobs.write_bytes(b"not a folder")
-            os.kill(worker_pids(gateway)[0], signal.SIGKILL)
+            os.kill(gateway.worker_pids()[0], signal.SIGKILL)
             await until(
                 lambda: "failed at its start (3 times in a row)" in gateway.log(),
                 30, "three failed starts",
