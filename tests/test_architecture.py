@@ -267,6 +267,55 @@ def test_few_modules_sit_directly_in_the_package() -> None:
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
 
 
+TESTS = Path(__file__).resolve().parent
+# An import of a test module or of conftest.py, in code or in the code a test runs as a child.
+TEST_MODULE = re.compile(r"^(?:tests\.)?(?:test_\w+|conftest)$")
+IMPORTED_IN_TEXT = re.compile(r"\b(?:from|import) +tests\.(test_\w+|conftest)\b")
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """The test modules and conftest.py that the file at `path` imports."""
+    text = path.read_text(encoding="utf-8")
+    found = {f"tests.{name}" for name in IMPORTED_IN_TEXT.findall(text)}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and node.level <= 1:
+            names = [node.module or ""] if node.module else [a.name for a in node.names]
+            found.update(name for name in names if TEST_MODULE.match(name))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if TEST_MODULE.match(a.name))
+    return sorted(found)
+
+
+def test_no_module_of_the_tests_imports_a_test_module_or_conftest() -> None:
+    """What tests share lives in helper modules of tests/ (or in testkit/, shared with the
+    load harness); conftest.py holds fixtures, which pytest gives by name (its documentation:
+    conftest.py is not meant to be imported)."""
+    found = {
+        path.name: imported
+        for path in sorted(TESTS.glob("*.py"))
+        if (imported := _test_module_imports(path))
+    }
+    assert found == {}
+
+
+def test_the_test_import_check_sees_each_way_of_importing(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    tests = "tests"  # spelt apart, so that this file does not import them by its own check
+    probe.write_text(
+        "from .conftest import GatewayFactory\n"
+        "from . import test_store\n"
+        f"import {tests}.test_journal\n"
+        f"child = 'from {tests}.test_readme import walk_through'\n"
+        "from .rawhttp import exchange\n"
+    )
+    assert _test_module_imports(probe) == [
+        "conftest",
+        "test_store",
+        "tests.test_journal",
+        "tests.test_readme",
+    ]
+
+
 ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 
