@@ -5,6 +5,7 @@ grows past what a reader holds at once."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -327,3 +328,84 @@ def test_docs_architecture_names_every_module_and_no_other() -> None:
     modules.add("gateway/lua/__init__.py")  # lua/ in the checkout, the scripts' package installed
     assert sorted(modules - named) == [], "modules docs/architecture.md does not name"
     assert sorted(named - modules) == [], "paths docs/architecture.md names that do not exist"
+
+
+# A row of the module map: the module's path, what it is, and the tests that import it.
+MAP_ROW = re.compile(r"^\| `(gateway/[\w/]+\.py)` \| (.*) \| (.*) \|$", re.M)
+TESTS_SHOWN = 3  # the map's "tests that import it": at most this many named, then (+N)
+THROUGH_THE_GATEWAY = "— (through the gateway)"
+
+
+def _what(path: Path) -> str:
+    """The first sentence of the module's docstring, white space folded, as the map's cell."""
+    text = " ".join((ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").split())
+    sentence = re.split(r"(?<=[.!?]) ", text, maxsplit=1)[0].removesuffix(".")
+    return sentence.replace("|", "\\|")
+
+
+@functools.cache
+def _named_by_tests() -> dict[str, frozenset[str]]:
+    """Each test module (tests/test_*.py) and the modules and names its imports name."""
+    named: dict[str, frozenset[str]] = {}
+    for path in sorted(TESTS.glob("test_*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+        named[path.stem] = frozenset(names)
+    return named
+
+
+def _importers(module: str) -> list[str]:
+    """The test modules that import `module` by name, those named after it first (its name
+    a word of theirs), then the others in order."""
+    found = [test for test, names in _named_by_tests().items() if module in names]
+    named = re.compile(rf"(^|_){module.rsplit('.', 1)[1]}(_|$)")
+    return sorted(found, key=lambda test: named.search(test.removeprefix("test_")) is None)
+
+
+def _tests_cell(module: str) -> str:
+    tests = _importers(module)
+    if not tests:
+        return THROUGH_THE_GATEWAY
+    cell = ", ".join(f"`{test}`" for test in tests[:TESTS_SHOWN])
+    return cell + (f" (+{len(tests) - TESTS_SHOWN})" if len(tests) > TESTS_SHOWN else "")
+
+
+def _map_differences() -> list[str]:
+    """Each row of the module map whose cells are not what the code says, with the cells
+    it should hold."""
+    wrong = []
+    module_map = ARCHITECTURE.read_text(encoding="utf-8").split("\n## Module map\n", 1)[1]
+    for path, what, tests in MAP_ROW.findall(module_map):
+        source = PACKAGE.parent / path
+        if path.endswith("/__init__.py") or not source.exists():
+            continue  # a package says what it groups above its table
+        module = path.removesuffix(".py").replace("/", ".")
+        expected = (_what(source), _tests_cell(module))
+        if (what, tests) != expected:
+            wrong.append(f"| `{path}` | {expected[0]} | {expected[1]} |")
+    return wrong
+
+
+def test_the_module_map_says_what_each_module_is_and_which_tests_import_it() -> None:
+    """Its rows as they should read, for those that do not: each module's docstring's first
+    sentence, and the test modules whose imports name it."""
+    assert _map_differences() == []
+
+
+LAYER_ROW = re.compile(r"^\| `gateway/([\w]+)(?:/|\.py)` \| .* \| (.*) \|$", re.M)
+
+
+def test_the_layers_table_says_what_each_layer_may_import() -> None:
+    """docs/architecture.md's table of layers: a row per layer of LAYERS, whose last cell
+    names the layers it may import, as LAYERS holds them."""
+    section = ARCHITECTURE.read_text(encoding="utf-8").split("\n## Layers\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    table = {
+        layer: set(re.findall(r"`(\w+)`", cell)) & set(LAYERS)
+        for layer, cell in LAYER_ROW.findall(section)
+    }
+    assert table == LAYERS
