@@ -23,6 +23,15 @@ def redis_keys(url: str) -> list[bytes]:
         client.close()
 
 
+def redis_clients(url: str) -> int:
+    """How many connections Redis has besides the one asking."""
+    client = redis.Redis.from_url(url)
+    try:
+        return len(client.client_list()) - 1
+    finally:
+        client.close()
+
+
 def records(url: str) -> list[dict[bytes, bytes]]:
     """Every idempotency record's fields (one HASH per key; the console's attention index,
     `...:attention:<route>`, is no record)."""

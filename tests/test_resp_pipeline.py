@@ -22,6 +22,7 @@ from gateway.store.store import Store
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
+from .faultkit import redis_clients
 from .loopback import serving
 from .resp_stores import redis_port, resp_store
 
@@ -52,6 +53,15 @@ async def to_redis(
     finally:
         forward.cancel()
         up_writer.close()
+
+
+def flush_scripts(url: str) -> None:
+    """Redis forgets the scripts, as a restart does: the next call is answered NOSCRIPT."""
+    plain = redis.Redis.from_url(url)
+    try:
+        plain.script_flush()
+    finally:
+        plain.close()
 
 
 def evalsha_calls(url: str) -> int:
@@ -224,6 +234,37 @@ async def test_close_waits_for_the_batch_in_flight(redis_url: str) -> None:
     await store.close()
     assert all(call.done() for call in calls)
     assert [call.result().outcome for call in calls] == [Claim.CLAIMED] * 20
+
+
+async def test_close_waits_for_a_reload_under_way_and_the_call_it_repeats(
+    redis_url: str,
+) -> None:
+    """A call answered NOSCRIPT before close is loaded again and repeated, and close waits
+    for both: the call gets its answer, and nothing is left connected."""
+    flush_scripts(redis_url)
+    store = resp_store(redis_url)
+    call = asyncio.ensure_future(store.claim("idem:{t:reload}", "f", "t", 30.0))
+    await until(store._reload_lock.locked, 5, "the reload under way", every=0)
+    await store.close()
+    assert call.done() and call.result().outcome is Claim.CLAIMED
+    assert redis_clients(redis_url) == 0
+
+
+async def test_a_noscript_answered_while_the_store_closes_is_not_loaded_again(
+    redis_url: str,
+) -> None:
+    """Calls whose batch comes back NOSCRIPT during close fail as store errors rather than
+    reload the scripts and connect again after it."""
+    flush_scripts(redis_url)
+    store = resp_store(redis_url)
+    calls = [
+        asyncio.ensure_future(store.claim(f"idem:{{t:{n}}}", "f", "t", 30.0)) for n in range(5)
+    ]
+    await until_sent(store)
+    await store.close()
+    await asyncio.wait(calls, timeout=5)
+    assert [type(call.exception()) for call in calls] == [StoreUnavailable] * 5
+    assert redis_clients(redis_url) == 0
 
 
 async def test_a_cancelled_callers_reply_goes_to_no_other_call(redis_url: str) -> None:

@@ -75,6 +75,7 @@ class Store:
         self._wait_ms = _ms(replicas_timeout)
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
+        self._closed = False
         self._claim = self._register("claim")
         self._extend = self._register("extend")
         self._complete = self._register("complete")
@@ -142,6 +143,8 @@ class Store:
         Cluster client reset its connections under load; one at a time is enough.
         """
         async with self._reload_lock:
+            if self._closed:  # a NOSCRIPT answered while the store closed: not loaded again
+                raise RedisConnectionError("the store is closed")
             if self._loads != loads_before:
                 return  # reloaded by another call meanwhile
             for each in self._scripts_all:
@@ -282,8 +285,12 @@ class Store:
         return True
 
     async def close(self) -> None:
-        await self.sender.close()
-        await self.client.aclose()
+        """Close once a reload under way has ended (the call it repeats is then among those
+        the sender waits for); no reload starts after, and the sender refuses new calls."""
+        async with self._reload_lock:
+            self._closed = True
+            await self.sender.close()
+            await self.client.aclose()
 
     # What operators and the start-up checks read of Redis, outside the scripts.
 
