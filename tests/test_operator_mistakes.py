@@ -203,7 +203,7 @@ async def _new_lines(process: GatewayProcess, before: int, text: str) -> list[st
         new = [line for line in process.log().splitlines()[before:] if ".access" not in line]
         if any(text in line or "Traceback" in line for line in new):
             return new
-        assert time.monotonic() < deadline, f"no {text!r} in the log"
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{process.log()[-3000:]}"
         await asyncio.sleep(0.02)
 
 
