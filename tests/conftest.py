@@ -167,11 +167,12 @@ async def make_gateway(
         settings: Settings | None = None,
         url: str | None = None,
         blob: dict[str, Any] | None = None,
+        redis: dict[str, Any] | None = None,
         **route: Any,
     ) -> TestClient:
         blob = blob or {"url": f"file://{tmp_path}/blobs"}
         app: web.Application = create_app(
-            settings or gateway_settings(upstream[1], blob=blob, **route),
+            settings or gateway_settings(upstream[1], redis=redis, blob=blob, **route),
             url or redis_url,
             Metrics(),
         )

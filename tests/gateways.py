@@ -16,7 +16,8 @@ from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.server.site import start_site
 
-# `await make_gateway(settings=None, url=None, blob=None, **route)`: a started gateway's client.
+# `await make_gateway(settings=None, url=None, blob=None, redis=None, **route)`: a started
+# gateway's client (`gateway_settings` of the counting upstream, unless `settings` are given).
 GatewayFactory = Callable[..., Awaitable[TestClient]]
 # `await make_admin(gateway_client, token=ADMIN_TOKEN, state=None)`: its admin listener's client.
 AdminFactory = Callable[..., Awaitable[TestClient]]
