@@ -23,6 +23,7 @@ from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.record import STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
+from gateway.store.client import close_client
 from gateway.store.sending import Sender
 
 T = TypeVar("T")
@@ -290,7 +291,7 @@ class Store:
         async with self._reload_lock:
             self._closed = True
             await self.sender.close()
-            await self.client.aclose()
+            await close_client(self.client)
 
     # What operators and the start-up checks read of Redis, outside the scripts.
 
