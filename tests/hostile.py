@@ -15,7 +15,7 @@ from typing import Any
 
 from testkit.polling import until
 from testkit.ports import wait_for_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .tls_certs import private_ca
 from .upstream import RawUpstream, read_raw_request
@@ -168,7 +168,11 @@ def tcp_state(sock: socket.socket) -> int:
 
 
 async def every_worker_serving(
-    gateway: GatewayProcess, admin_port: int, workers: int, timeout: float = 20, scheme: str = ""
+    gateway: GatewayProcess,
+    admin_port: int,
+    workers: int,
+    timeout: float = STARTS_WITHIN,
+    scheme: str = "",
 ) -> None:
     """Wait until a started `--workers` gateway answers on its admin port and each of its
     workers has said it listens (on `scheme`, `http` or `https`, when given)."""

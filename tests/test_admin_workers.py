@@ -20,7 +20,7 @@ from cryptography import x509
 
 from testkit.polling import until
 from testkit.ports import free_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .gateways import ADMIN_TOKEN
 from .scrape import sample
@@ -70,7 +70,7 @@ async def two_workers(
                 async with http.get(f"{admin}/readyz") as resp:  # it listens as the gateway does
                     return resp.status == 200
 
-            await until(both_ready, 20.0, "the gateway ready", every=0.05)
+            await until(both_ready, STARTS_WITHIN, "the gateway ready", every=0.05)
         yield gateway, admin
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0

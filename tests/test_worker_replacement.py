@@ -25,7 +25,7 @@ from gateway.http.server.certificates import Certificates
 from gateway.ops.supervisor.serving import Serving, worker_settings
 from testkit.polling import until
 from testkit.ports import free_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .hostile import every_worker_serving
 from .scrape import sample
@@ -74,7 +74,7 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            await every_worker_serving(gateway, admin, 2, 20, "https")
+            await every_worker_serving(gateway, admin, 2, scheme="https")
             # Half a certificate where the configured one was, and a config with a typo:
             # both refused by the reload, the files in use serve on.
             Path(cert).write_bytes(Path(cert).read_bytes()[:300])
@@ -90,7 +90,7 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
             os.kill(killed, signal.SIGKILL)
             await until(
                 lambda: gateway.log().count("idem-gateway listening on https") == 3,
-                30, "a replacement worker serving",
+                STARTS_WITHIN, "a replacement worker serving",
             )  # fmt: skip
             pids = await asyncio.to_thread(gateway.worker_pids)
             assert killed not in pids and len(pids) == 2
@@ -124,7 +124,7 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            await every_worker_serving(gateway, admin, 2, 20, "http")
+            await every_worker_serving(gateway, admin, 2, scheme="http")
             # A blob folder that a new worker's start-up check refuses (a file in its way).
             shutil.rmtree(blobs, ignore_errors=True)
             blobs.write_bytes(b"not a folder")
@@ -152,7 +152,7 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
             blobs.mkdir()
             await until(
                 lambda: gateway.log().count("idem-gateway listening on http") == 3,
-                30, "the replacement serving",
+                STARTS_WITHIN, "the replacement serving",
             )  # fmt: skip
         finally:
             assert await asyncio.to_thread(gateway.stop) == 0
