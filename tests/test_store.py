@@ -134,6 +134,7 @@ async def test_a_reload_in_one_task_leaves_no_exception_seen_by_another(
     reason="no source tree beside the tests: they run against an installed wheel, which"
     " .ci/check_dist.py checked for these files and this suite runs",
 )
+@pytest.mark.timeout(150)  # longer than the build's own 120 s, so that its end is seen
 def test_built_wheel_ships_and_finds_the_scripts(tmp_path: Path) -> None:
     # Pure: compiled modules cannot be imported from a zip, and compiling takes minutes (the
     # compiled build's own run of the suite tests it; setup.py's choice is tested below).
