@@ -17,6 +17,7 @@ import pytest
 import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import settings
 
 from gateway import build
 from gateway.config.settings import Settings
@@ -32,6 +33,11 @@ from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory, GatewayServer, 
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
+
+# Hypothesis's examples have no deadline of their own: one took 425 ms beside other work,
+# past the 200 ms default, and ran in 1.4 ms again. The suite's per-test timeout bounds them.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Kits whose fixtures some test files share (loaded as plugins: their fixtures are global).
 pytest_plugins = ["tests.lostowner"]
