@@ -108,6 +108,9 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
     assert "failed at its start" not in log and "Traceback" not in log
 
 
+# Five gateway starts one after another (two workers, three failed tries, the one that
+# serves) and 7 s of pauses between the tries: beside other work, past the suite's 60 s.
+@pytest.mark.timeout(150)
 async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_others_serve(
     redis_url: str, tmp_path: Path
 ) -> None:
