@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterable, Awaitable, Iterable
-from dataclasses import dataclass
 from typing import TypeGuard
 
 import aiohttp
@@ -18,19 +17,28 @@ from gateway.upstream.base import Answer
 from gateway.upstream.httptools_client import UpstreamPool, default_tls, httptools_serves
 
 
-@dataclass(slots=True)
 class Outbound:
     """A request on its way to an upstream: `method` and `target` (the path and query exactly
     as the client sent them) for `origin`, its headers, and its body (None: none; an async
     iterable streams as it comes, with aiohttp's client). Its answer's head must arrive
-    within `timeouts.total`."""
+    within `timeouts.total`. A plain class, made per request: compiled, a dataclass's
+    __init__ runs as Python."""
 
-    origin: str
-    method: str
-    target: str
-    headers: CIMultiDict[str]
-    body: bytes | AsyncIterable[bytes] | None
-    timeouts: Timeouts
+    def __init__(
+        self,
+        origin: str,
+        method: str,
+        target: str,
+        headers: CIMultiDict[str],
+        body: bytes | AsyncIterable[bytes] | None,
+        timeouts: Timeouts,
+    ) -> None:
+        self.origin = origin
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.timeouts = timeouts
 
 
 class Upstreams:

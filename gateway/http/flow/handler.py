@@ -242,9 +242,7 @@ class Gateway:
         except RecordCorrupt as corrupt:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
-        claimed = Claimed(
-            request, route, r.settings, rkey, token, fp, body, key, unsent, leased_at=leased_at
-        )
+        claimed = Claimed(r, rkey, token, fp, body, key, unsent, leased_at)
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)

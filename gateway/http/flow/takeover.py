@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Final
 
 from aiohttp import web
@@ -131,7 +130,8 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
         s.metrics.request(route.name, c.request.method, m.CONFLICT)
         return IN_FLIGHT.answer()
     if step in RAN_AGAIN:
-        return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
+        c.outcome = RAN_AGAIN[step]  # this answer alone says it: a replay is the upstream's
+        return await forward(s, c)
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
     if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
         await note_held(s, c)
