@@ -42,7 +42,8 @@ PURE = {
     "gateway/upstream/base.py": "the upstream errors must be Python classes (one is also a"
     " TimeoutError), and compiled code tests isinstance against a Python class of a compiled"
     " module by its exact type: a subclass's instance did not match",
-    "gateway/http/flow/incoming.py": "subclasses aiohttp's request parser",
+    "gateway/http/flow/incoming.py": "an async generator (the body read within its deadlines,"
+    " TimedBody), which mypyc does not compile",
     "gateway/http/server/site.py": "subclasses aiohttp's server protocol",
     "gateway/http/app.py": "aiohttp's cleanup contexts are async generators; runs at start",
     "gateway/http/flow/reconcile.py": "an async with of an aiohttp session whose exit awaits on an"

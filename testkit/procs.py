@@ -8,11 +8,18 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from testkit.ports import free_port, wait_for_port
+
+# How long a gateway process may take from its launch until each of its workers serves. A
+# start is about a second of CPU (Python's imports, then the application's start), and a
+# `--workers N` gateway starts its other workers only once the first serves: measured beside
+# two busy loops, two workers served 6 to 10 s after the launch, and among the suite's own
+# workers as well, up to twice that. A gateway that hangs at its start still fails here.
+STARTS_WITHIN: Final = 45.0
 
 
 class GatewayProcess:
@@ -51,7 +58,7 @@ class GatewayProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> GatewayProcess:
+    def start(self, timeout: float = STARTS_WITHIN) -> GatewayProcess:
         self._launch()
         assert self.process is not None
         wait_for_port(self.port, self.process, timeout)
@@ -91,6 +98,14 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
+
+    def worker_pids(self) -> list[int]:
+        """The pids of a `--workers N` gateway's workers: its supervisor's children."""
+        assert self.process is not None
+        pid = self.process.pid
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

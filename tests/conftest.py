@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,11 @@ import pytest
 import redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from yarl import URL
+from hypothesis import settings
 
 from gateway import build
-from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.http.app import create_app
-from gateway.http.server.site import start_site
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
@@ -32,9 +29,15 @@ from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
 from .blob_stores import FileBlobs, S3Blobs, StoredBlobs
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory, GatewayServer, gateway_settings
 from .hostile import PLAIN, Wire, tls_wire
 from .s3 import MotoServer
 from .upstream import CountingUpstream, serving_app
+
+# Hypothesis's examples have no deadline of their own: one took 425 ms beside other work,
+# past the 200 ms default, and ran in 1.4 ms again. The suite's per-test timeout bounds them.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Kits whose fixtures some test files share (loaded as plugins: their fixtures are global).
 pytest_plugins = ["tests.lostowner"]
@@ -159,47 +162,6 @@ async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
         counting.release.set()
 
 
-def gateway_settings(
-    origin: str,
-    redis: dict[str, Any] | None = None,
-    blob: dict[str, Any] | None = None,
-    **route: Any,
-) -> Settings:
-    """One route, `api`, protecting every path of `origin`; `route` overrides its fields,
-    `redis` the Redis settings (the breaker stays out of the way unless a test sets it; the
-    records are written in format 1, as on a Redis other gateways share, unless it sets
-    `record_format`) and `blob` the blob store's."""
-    raw: dict[str, Any] = {
-        "upstream": origin,
-        "redis": {"breaker": {"failures": 1000}, "record_format": 1, **(redis or {})},
-        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
-    }
-    if blob is not None:
-        raw["blob"] = blob
-    return settings_from_dict(raw)
-
-
-GatewayFactory = Callable[..., Awaitable[TestClient]]
-
-
-class GatewayServer(TestServer):
-    """aiohttp's test server, serving as the gateway does (`gateway.http.server.site.start_site`):
-    each request straight to its handler, connections guarded by the limits, aiohttp's own
-    error answers as problem+json, closing lingering after them."""
-
-    async def start_server(self, loop: asyncio.AbstractEventLoop | None = None, **_: Any) -> None:
-        if self.runner:
-            return
-        self._loop = loop
-        self.runner = await self._make_runner(handler_cancellation=True)
-        await self.runner.setup()
-        sock = self.socket_factory(self.host, 0, socket.AF_INET)
-        self.port = sock.getsockname()[1]
-        await start_site(self.runner, sock, backlog=128)
-        self.scheme = "http"
-        self._root = URL(f"http://{self.host}:{self.port}")
-
-
 @pytest.fixture
 def record_format() -> int:
     """The format `make_gateway`'s gateways write when a test gives no settings: format 1
@@ -218,10 +180,11 @@ async def make_gateway(
         settings: Settings | None = None,
         url: str | None = None,
         blob: dict[str, Any] | None = None,
+        redis: dict[str, Any] | None = None,
         **route: Any,
     ) -> TestClient:
         blob = blob or {"url": f"file://{tmp_path}/blobs"}
-        written = {"record_format": record_format}
+        written = {"record_format": record_format, **(redis or {})}
         app: web.Application = create_app(
             settings or gateway_settings(upstream[1], redis=written, blob=blob, **route),
             url or redis_url,
@@ -235,10 +198,6 @@ async def make_gateway(
     yield factory
     for client in clients:
         await client.close()
-
-
-AdminFactory = Callable[..., Awaitable[TestClient]]
-ADMIN_TOKEN = "test-admin-token-0123456789"
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers for the fault tests: reading Redis and metrics, filling a disk."""
+"""Helpers for the fault tests: reading Redis and metrics, filling Redis and a disk, an
+outcome for the journal."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 import redis
 from aiohttp.test_utils import TestClient
 
+from gateway.core.record import Record
 from gateway.http.app import METRICS
+from gateway.store.journal import Unstored
 from gateway.telemetry.metrics import Metrics
 
 
@@ -16,6 +19,15 @@ def redis_keys(url: str) -> list[bytes]:
     client = redis.Redis.from_url(url)
     try:
         return list(client.scan_iter())
+    finally:
+        client.close()
+
+
+def redis_clients(url: str) -> int:
+    """How many connections Redis has besides the one asking."""
+    client = redis.Redis.from_url(url)
+    try:
+        return len(client.client_list()) - 1
     finally:
         client.close()
 
@@ -62,3 +74,24 @@ def fill(folder: Path, leave: int = 0) -> None:
                     break
     finally:
         os.close(fd)
+
+
+def fill_to_maxmemory(plain: redis.Redis) -> None:
+    """`noeviction` at the memory in use now, then filled until Redis refuses even a tiny
+    write (large values first: a refused command's own buffer no longer counts after it)."""
+    plain.config_set("maxmemory-policy", "noeviction")
+    plain.config_set("maxmemory", int(plain.info("memory")["used_memory"]) + 256 * 1024)
+    count = 0
+    for size in (16 * 1024, 1024, 64, 1):
+        while True:
+            count += 1
+            assert count < 100_000, "Redis never refused a write"
+            try:
+                plain.set(f"filler:{count}", b"x" * size)
+            except redis.exceptions.OutOfMemoryError:
+                break
+
+
+def outcome(key: str, body: bytes = b"{}") -> Unstored:
+    """An outcome for the journal: a 201 with `body`, under `key` and a token of its own."""
+    return Unstored(key, f"token-{key}", "fp", Record(201, [], len(body), ""), body, 60.0)

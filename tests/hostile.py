@@ -15,7 +15,7 @@ from typing import Any
 
 from testkit.polling import until
 from testkit.ports import wait_for_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .tls_certs import private_ca
 from .upstream import RawUpstream, read_raw_request
@@ -161,30 +161,6 @@ def connect(port: int, receive_buffer: int | None = None, wire: Wire = PLAIN) ->
         raise
 
 
-async def exchange(
-    port: int, data: bytes, timeout: float = 10.0, wire: Wire = PLAIN
-) -> tuple[int, bytes, bytes]:
-    """Send `data` on a fresh connection and read one answer: status, head and body
-    (Content-Length framed)."""
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", port, limit=1 << 21, ssl=wire.client,
-        server_hostname="127.0.0.1" if wire.client else None,
-    )  # fmt: skip
-    try:
-        writer.write(data)
-        async with asyncio.timeout(timeout):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                 if line.lower().startswith(b"content-length:")),
-                0,
-            )  # fmt: skip
-            body = await reader.readexactly(length)
-        return int(head.split(b" ")[1]), head, body
-    finally:
-        writer.close()
-
-
 def tcp_state(sock: socket.socket) -> int:
     """The kernel's TCP state of a client socket (1: established; a reset or a FIN from
     the gateway moves it on) without reading what is buffered."""
@@ -193,7 +169,11 @@ def tcp_state(sock: socket.socket) -> int:
 
 
 async def every_worker_serving(
-    gateway: GatewayProcess, admin_port: int, workers: int, timeout: float = 20, scheme: str = ""
+    gateway: GatewayProcess,
+    admin_port: int,
+    workers: int,
+    timeout: float = STARTS_WITHIN,
+    scheme: str = "",
 ) -> None:
     """Wait until a started `--workers` gateway answers on its admin port and each of its
     workers has said it listens (on `scheme`, `http` or `https`, when given)."""

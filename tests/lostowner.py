@@ -23,7 +23,7 @@ from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.stores import make_store
 
-from .conftest import ADMIN_TOKEN
+from .gateways import ADMIN_TOKEN
 
 KEY = {"Idempotency-Key": "k-lost"}
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -1,6 +1,7 @@
 """Raw HTTP/1.1 on loopback for byte-exact tests: an upstream that serves a corpus of answers
-written as bytes, a client that reads an answer to the connection's end, and a minimal parser
-that keeps every byte of the head."""
+written as bytes, clients that send raw bytes and read the answer to the connection's end
+(`exchange`) or one answer (`one_answer`), and a minimal parser that keeps every byte of the
+head."""
 
 from __future__ import annotations
 
@@ -82,8 +83,11 @@ async def corpus_upstream(entries: list[Entry]) -> AsyncIterator[tuple[CorpusUps
         yield upstream, server.sockets[0].getsockname()[1]
 
 
-async def exchange(port: int, data: bytes, tls: ssl.SSLContext | None = None) -> bytes:
-    """Send raw bytes (over TLS with `tls`); everything that comes back until the other end
+async def exchange(
+    port: int, data: bytes, *, tls: ssl.SSLContext | None = None, half_close: bool = False
+) -> bytes:
+    """Send raw bytes on a fresh connection (over TLS with `tls`; with `half_close`, the
+    sending side shut after them) and read everything that comes back until the other end
     closes."""
     reader, writer = await asyncio.open_connection(
         "127.0.0.1", port, ssl=tls, server_hostname="127.0.0.1" if tls else None
@@ -91,10 +95,44 @@ async def exchange(port: int, data: bytes, tls: ssl.SSLContext | None = None) ->
     try:
         writer.write(data)
         await writer.drain()
+        if half_close:
+            writer.write_eof()
         return await asyncio.wait_for(reader.read(), timeout=10)
     finally:
         writer.close()
         await writer.wait_closed()
+
+
+async def one_answer(
+    port: int, data: bytes, *, tls: ssl.SSLContext | None = None, timeout: float = 10.0
+) -> tuple[int, bytes, bytes]:
+    """Send `data` on a fresh connection (over TLS with `tls`) and read one answer: its
+    status, its head and its body (Content-Length framed; none after HEAD, 204 or 304)."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, limit=1 << 21, ssl=tls, server_hostname="127.0.0.1" if tls else None
+    )
+    try:
+        writer.write(data)
+        async with asyncio.timeout(timeout):
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ")[1])
+            length = next(
+                (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                 if line.lower().startswith(b"content-length:")),
+                0,
+            )  # fmt: skip
+            if data.startswith(b"HEAD ") or status in (204, 304):
+                length = 0
+            body = await reader.readexactly(length)
+        return status, head, body
+    finally:
+        writer.close()
+
+
+def status_of(reply: bytes) -> int:
+    """The status code of a raw answer (its first line must be an HTTP/1.x status line)."""
+    assert reply[:9] in (b"HTTP/1.1 ", b"HTTP/1.0 "), reply[:200]
+    return int(reply[9:12])
 
 
 @dataclass

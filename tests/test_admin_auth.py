@@ -10,7 +10,7 @@ import pytest
 
 from gateway.telemetry.logs import JsonFormatter
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
 QUERY = {"route": "api", "key": "k"}
 

@@ -19,7 +19,7 @@ from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
-from .conftest import ADMIN_TOKEN
+from .gateways import ADMIN_TOKEN
 from .hostile import Wire, closed_by_peer, connect, every_worker_serving
 from .upstream import CountingUpstream, serving_app
 

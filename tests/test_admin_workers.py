@@ -20,12 +20,11 @@ from cryptography import x509
 
 from testkit.polling import until
 from testkit.ports import free_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
-from .conftest import ADMIN_TOKEN
+from .gateways import ADMIN_TOKEN
 from .scrape import sample
-from .test_listener_rotation import der, presented, rotate
-from .tls_certs import private_ca
+from .tls_certs import der, presented, private_ca, rotate
 from .upstream import CountingUpstream
 
 WORKER = re.compile(r"worker pid (\d+) started")
@@ -50,12 +49,6 @@ def listening_ports(pids: list[int]) -> set[int]:
     return ports
 
 
-def worker_pids(gateway: GatewayProcess) -> list[int]:
-    assert gateway.process is not None
-    children = Path(f"/proc/{gateway.process.pid}/task/{gateway.process.pid}/children")
-    return [int(pid) for pid in children.read_text().split()]
-
-
 @pytest.fixture
 async def two_workers(
     upstream: tuple[CountingUpstream, str], redis_url: str, tmp_path: Path
@@ -77,7 +70,7 @@ async def two_workers(
                 async with http.get(f"{admin}/readyz") as resp:  # it listens as the gateway does
                     return resp.status == 200
 
-            await until(both_ready, 20.0, "the gateway ready", every=0.05)
+            await until(both_ready, STARTS_WITHIN, "the gateway ready", every=0.05)
         yield gateway, admin
     finally:
         assert await asyncio.to_thread(gateway.stop) == 0
@@ -105,7 +98,7 @@ async def test_a_multi_worker_gateway_listens_on_its_two_addresses_only(
 ) -> None:
     gateway, admin = two_workers
     assert gateway.process is not None
-    pids = [gateway.process.pid, *worker_pids(gateway)]
+    pids = [gateway.process.pid, *gateway.worker_pids()]
     assert len(pids) == 3
     admin_port = int(admin.rsplit(":", 1)[1])
     assert listening_ports(pids) == {gateway.port, admin_port}
@@ -142,7 +135,7 @@ async def test_counts_carry_on_across_a_worker_restart(
         await spread(http, gateway.url, "before", 20)
         counted = sample(await metrics(http, admin), "idem_requests_total", outcome="forwarded")
         assert counted == 20
-        victim = worker_pids(gateway)[0]
+        victim = gateway.worker_pids()[0]
         os.kill(victim, signal.SIGKILL)
 
         async def replaced() -> bool:
@@ -170,7 +163,7 @@ async def test_health_and_readiness_answer_for_every_worker(
         assert resp.status == 200
         assert [w["worker"] for w in body["workers"]] == [0, 1]
         assert all(w["ready"] and w["redis"] for w in body["workers"])
-        stopped = worker_pids(gateway)[1]
+        stopped = gateway.worker_pids()[1]
         os.kill(stopped, signal.SIGSTOP)  # alive, answering nothing
         try:
             async with http.get(f"{admin}/healthz") as resp:

@@ -11,7 +11,7 @@ import redis
 from gateway.core.keys import digest, hashed_record_key, tenant_id
 from testkit.ports import free_port
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-1"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
 
 @pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])

@@ -18,7 +18,7 @@ from gateway.http.app import create_app
 from testkit.polling import until
 from testkit.procs import GatewayProcess
 
-from .conftest import gateway_settings
+from .gateways import gateway_settings
 from .s3 import MotoServer
 
 

@@ -24,8 +24,8 @@ from gateway.http.app import METRICS
 from testkit.polling import until
 
 from .blob_stores import StoredBlobs
-from .conftest import GatewayFactory
 from .faultkit import fill
+from .gateways import GatewayFactory
 from .upstream import CountingUpstream, blob_chunks
 
 INLINE_MAX = 64 << 10

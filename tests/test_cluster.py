@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 import redis.exceptions
+from redis.asyncio import RedisCluster
 from redis.cluster import key_slot
 from redis.exceptions import RedisClusterException
 
@@ -363,3 +364,29 @@ async def test_a_lost_owners_key_is_told_apart_on_every_master(cluster: ClusterS
         assert len({slot_owner(cluster.servers, key_slot(k.encode())) for k in keys}) == 3
     finally:
         await store.close()
+
+
+async def test_a_connection_slow_to_close_leaves_no_other_open(cluster: ClusterServers) -> None:
+    """redis-py's close of a Cluster client stops at a connection that does not close in
+    time (a busy machine), leaving its startup nodes' connections open: the store closes
+    them all the same, and its close does not fail."""
+    store = make_store(settings=RedisSettings(cluster={"nodes": cluster.nodes[:1]}))
+    await store.claim("idem:{slow}:0", "f", "t", 30.0)
+    client = store.client
+    assert isinstance(client, RedisCluster)
+    manager = client.nodes_manager
+    nodes = {*manager.startup_nodes.values(), *manager.nodes_cache.values()}
+    connections = [c for node in nodes for c in node._connections if c.is_connected]
+    assert connections
+
+    closing = connections[0].disconnect
+
+    async def too_slow(nowait: bool = False, error: Exception | None = None) -> None:
+        """As redis-py's own: the socket closes, but its wait for that outlasts the timeout."""
+        await closing(nowait=True)
+        raise redis.exceptions.TimeoutError("Timed out closing connection after 0.5")
+
+    connections[0].disconnect = too_slow  # type: ignore[method-assign]
+    await store.close()
+    assert [c for c in connections[1:] if c.is_connected] == []
+    assert [c for node in nodes for c in node._connections[1:] if c.is_connected] == []

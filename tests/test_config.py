@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from gateway.config.loading import load_settings, settings_from_dict
+from gateway.config.loading import MAX_FLOW_DEPTH, load_settings, settings_from_dict
 from gateway.config.units import parse_duration, parse_size
 from gateway.core.routing import route_for
 from gateway.errors import ConfigError
@@ -147,6 +148,27 @@ def test_check_command_rejects_a_bad_file(tmp_path: Path, text: str, expected: s
         assert result.returncode == 2
         assert expected in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_flow_collections_nested_past_the_limit_are_refused_as_they_are_read(
+    tmp_path: Path,
+) -> None:
+    """At the limit the file is read (and then refused as settings); past it, refused as
+    too deep where the nesting goes on, with no more than a moment of CPU for 3,000 levels
+    (PyYAML's scanner is quadratic in the depth: it took a second, in a reloading gateway's
+    event loop)."""
+    path = tmp_path / "deep.yaml"
+    path.write_text("routes: " + "[" * MAX_FLOW_DEPTH + "]" * MAX_FLOW_DEPTH + "\n")
+    with pytest.raises(ConfigError) as at_limit:
+        load_settings(path)
+    assert "nested too deeply" not in str(at_limit.value)
+    path.write_text("routes: " + "[" * 3000 + "]" * 3000 + "\n")
+    started = time.process_time()
+    with pytest.raises(ConfigError) as deep:
+        load_settings(path)
+    assert time.process_time() - started < 0.25
+    column = len("routes: ") + MAX_FLOW_DEPTH + 1  # the first bracket past the limit
+    assert str(deep.value) == f"{path}:1:{column}: not valid YAML: nested too deeply"
 
 
 LEAN_ROUTE = {"name": "a", "path_prefix": "/a", "upstream": "http://127.0.0.1:9"}

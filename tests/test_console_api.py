@@ -22,7 +22,7 @@ from gateway.telemetry.metrics import Metrics
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 from .lostowner import KEY, claim_as_dead_owner, settled
 from .upstream import CountingUpstream
 

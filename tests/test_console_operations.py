@@ -13,7 +13,7 @@ import aiohttp
 from gateway.core.keys import digest, hashed_record_key, tenant_id
 from testkit.redis_server import RedisServer
 
-from .test_console import (
+from .consolekit import (
     TOKEN,
     WAIT_MS,
     Console,

@@ -19,7 +19,7 @@ from gateway.http.app import DRAIN_SECONDS, METRICS
 from gateway.ops.supervisor.admin_hub import supervisor_families
 from testkit.polling import until
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .tls_certs import private_ca
 from .upstream import CountingUpstream
 

@@ -20,8 +20,8 @@ import pytest
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, value
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 REDIS = {"breaker": {"failures": 1000}, "socket_timeout": "300ms",

@@ -20,8 +20,8 @@ from gateway.store.resp_pipeline import RespPipeline
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, value
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import serving_app
 
 SOCKET_TIMEOUT = 1.0

@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import orjson
 import pytest
 
-from .conftest import GatewayFactory
 from .faultkit import redis_keys
+from .gateways import GatewayFactory
+from .rawhttp import exchange, status_of
 from .upstream import CountingUpstream
 
 HEAD = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
-
-
-async def exchange(port: int, data: bytes, half_close: bool = False) -> bytes:
-    """Send raw bytes and read what comes back until the gateway closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(data)
-        await writer.drain()
-        if half_close:
-            writer.write_eof()
-        return await asyncio.wait_for(reader.read(), timeout=10)
-    finally:
-        writer.close()
-        await writer.wait_closed()
-
-
-def status_of(reply: bytes) -> int:
-    assert reply[:9] in (b"HTTP/1.1 ", b"HTTP/1.0 "), reply[:200]
-    return int(reply[9:12])
 
 
 def no_traceback(caplog: pytest.LogCaptureFixture) -> None:

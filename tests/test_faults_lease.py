@@ -12,8 +12,8 @@ import redis
 
 from testkit.polling import until
 
-from .conftest import GatewayFactory
 from .faultkit import metrics_of, records, state, value
+from .gateways import GatewayFactory
 from .upstream import CountingUpstream
 
 KEY = {"Idempotency-Key": "k-lease"}

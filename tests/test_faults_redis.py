@@ -13,9 +13,8 @@ import redis
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .conftest import GatewayFactory, gateway_settings
-from .faultkit import metrics_of, records, value
-from .test_store import fill_to_maxmemory
+from .faultkit import fill_to_maxmemory, metrics_of, records, value
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 REDIS = {"breaker": {"failures": 2, "reset": "200ms"}, "socket_timeout": "300ms",

@@ -13,8 +13,8 @@ import pytest
 
 from testkit.ports import free_port
 
-from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, redis_keys, state, value
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream, read_raw_request
 
 KEY = {"Idempotency-Key": "k-unknown"}

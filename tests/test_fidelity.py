@@ -13,9 +13,9 @@ from redis.asyncio import Redis
 from gateway.core.keys import digest, hashed_record_key, tenant_id
 from gateway.http.answers.writing import head_bytes
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
+from .rawhttp import exchange
 from .scripted import answering, scripted
-from .test_faults_input import exchange
 
 
 def head_lines(reply: bytes) -> list[bytes]:

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import GatewayFactory, gateway_settings
+from .differences import differences, request
+from .gateways import GatewayFactory, gateway_settings
 from .hostile import Wire, start_gateway
-from .rawhttp import Entry, corpus_upstream, parse
-from .rawhttp import exchange as raw_exchange
+from .rawhttp import Entry, corpus_upstream, exchange, parse, status_of
 from .scripted import answering, scripted
-from .test_differential import differences, request
-from .test_faults_input import exchange, status_of
 
 ANSWER = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
 
@@ -72,13 +70,11 @@ async def test_a_large_head_within_the_limits_passes_every_way_alike(
 ) -> None:
     async with corpus_upstream([Entry(name, WITHIN[name])]) as (upstream, port):
         gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
-        direct = parse(await raw_exchange(port, corpus_request(name, None)))
+        direct = parse(await exchange(port, corpus_request(name, None)))
         answers = {
-            "first (httptools client)": await raw_exchange(
-                gateway.port, corpus_request(name, "L1")
-            ),
-            "replay": await raw_exchange(gateway.port, corpus_request(name, "L1")),
-            "pass-through (aiohttp)": await raw_exchange(gateway.port, corpus_request(name, None)),
+            "first (httptools client)": await exchange(gateway.port, corpus_request(name, "L1")),
+            "replay": await exchange(gateway.port, corpus_request(name, "L1")),
+            "pass-through (aiohttp)": await exchange(gateway.port, corpus_request(name, None)),
         }
     found = {way: d for way, raw in answers.items() if (d := differences(direct, parse(raw)))}
     assert not found, {way: d[:3] for way, d in found.items()}
@@ -92,9 +88,9 @@ async def test_a_head_past_the_limits_is_malformed_for_both_clients(
     async with corpus_upstream([Entry(name, PAST[name])]) as (upstream, port):
         gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
         replies = [
-            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # the httptools client
-            await raw_exchange(gateway.port, corpus_request(name, "P1")),  # nothing recorded
-            await raw_exchange(gateway.port, corpus_request(name, None)),  # aiohttp's
+            await exchange(gateway.port, corpus_request(name, "P1")),  # the httptools client
+            await exchange(gateway.port, corpus_request(name, "P1")),  # nothing recorded
+            await exchange(gateway.port, corpus_request(name, None)),  # aiohttp's
         ]
     assert [status_of(reply) for reply in replies] == [502, 502, 502]
     assert all(b"upstream-broken" in reply for reply in replies)
@@ -114,8 +110,8 @@ async def test_a_coding_the_gateway_cannot_undo_is_a_502_with_a_key_or_without(
     entry = Entry("coded", raw, close=True)
     async with corpus_upstream([entry]) as (upstream, port):
         gateway = await make_gateway(settings=gateway_settings(f"http://127.0.0.1:{port}"))
-        keyed = await raw_exchange(gateway.port, corpus_request("coded", "C1"))
-        passed = await raw_exchange(gateway.port, corpus_request("coded", None))
+        keyed = await exchange(gateway.port, corpus_request("coded", "C1"))
+        passed = await exchange(gateway.port, corpus_request("coded", None))
     for reply in (keyed, passed):
         assert status_of(reply) == 502, reply[:80]
         assert b"upstream-broken" in reply

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .scripted import answering, scripted
 
 ANSWER = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"

@@ -22,24 +22,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config.loading import settings_from_dict
-from gateway.core.record import Record
 from gateway.http.app import SERVICES, create_app
 from gateway.store import journal as journal_module
-from gateway.store.journal import Journal, Unstored, orphans
+from gateway.store.journal import Journal, orphans
 from gateway.telemetry.metrics import Metrics
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .faultkit import fill, metrics_of, value
-from .test_reconcile import Orders
-from .test_reconcile import _reconcile as reconcile_config
+from .faultkit import fill, metrics_of, outcome, value
+from .orders import Orders, reconcile_config
 from .upstream import CountingUpstream, serving_app
 
 KEY = {"Idempotency-Key": "k-journal"}
-
-
-def outcome(key: str, body: bytes = b"{}") -> Unstored:
-    return Unstored(key, f"token-{key}", "fp", Record(201, [], len(body), ""), body, 60.0)
 
 
 def unstored_keys(folder: Path) -> list[str]:
@@ -86,7 +80,7 @@ def test_a_line_a_full_disk_cut_short_does_not_take_the_next_entry_with_it(
         import resource, signal, sys
         from pathlib import Path
         sys.path[:0] = {sys.path!r}
-        from tests.test_journal import outcome
+        from tests.faultkit import outcome
         from gateway.store.journal import Journal
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
         journal = Journal(Path({str(tmp_path)!r}))

@@ -15,7 +15,7 @@ import yaml
 from gateway.cli import main
 from testkit.procs import GatewayProcess
 
-from .conftest import ADMIN_TOKEN, AdminFactory, GatewayFactory
+from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
 
 
 @pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])

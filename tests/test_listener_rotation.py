@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from gateway.config.server_tls import ServerTls
 from gateway.http.server.certificates import Certificates
@@ -26,32 +25,8 @@ from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
 from .scrape import sample
-from .tls_certs import PrivateCa, private_ca
+from .tls_certs import PrivateCa, der, presented, private_ca, rotate
 from .upstream import CountingUpstream, serving_app
-
-
-def der(cert: str) -> bytes:
-    return x509.load_pem_x509_certificate(Path(cert).read_bytes()).public_bytes(Encoding.DER)
-
-
-def rotate(ca: PrivateCa, cert: str, key: str, not_after: datetime | None = None) -> bytes:
-    """New files written beside the old ones and renamed over them, as an operator (or the
-    kubelet) would; the new certificate's DER."""
-    new_cert, new_key = ca.leaf_files("next", not_after=not_after)
-    os.replace(new_key, key)
-    os.replace(new_cert, cert)
-    return der(cert)
-
-
-async def presented(port: int, context: ssl.SSLContext) -> bytes:
-    """The certificate a new connection is given (DER)."""
-    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    try:
-        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-        assert der is not None
-        return bytes(der)
-    finally:
-        writer.close()
 
 
 async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, key: str) -> int:

@@ -30,10 +30,10 @@ from gateway.http.server.client_cert import subject_of
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
 
-from .conftest import ADMIN_TOKEN
-from .test_readme import ROOT, walk_through
+from .gateways import ADMIN_TOKEN
 from .tls_certs import PrivateCa, private_ca
 from .upstream import CountingUpstream, serving_app
+from .walkthrough import ROOT, walk_through
 
 
 @pytest.fixture

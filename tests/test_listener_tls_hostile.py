@@ -23,11 +23,11 @@ from .hostile import (
     Wire,
     client_fds,
     closed_by_peer,
-    exchange,
     request,
     start_gateway,
     tls_wire,
 )
+from .rawhttp import one_answer
 from .upstream import serving
 
 LIMITS = {"request_header_timeout": "1s", "keepalive_timeout": "30s"}
@@ -43,7 +43,7 @@ async def tls_gateway(
         try:
             yield gateway, wire
             # It still serves, and none of the hostile clients' sockets is left.
-            status, _, _ = await exchange(gateway.port, _request("after"), wire=wire)
+            status, _, _ = await one_answer(gateway.port, _request("after"), tls=wire.client)
             assert status == 201
             assert gateway.process is not None
             pid = gateway.process.pid
@@ -137,5 +137,5 @@ async def test_a_client_older_than_tls_1_2_is_refused(
             old.wrap_socket(sock, server_hostname="127.0.0.1")
 
     await asyncio.to_thread(handshake)
-    status, _, _ = await exchange(gateway.port, _request("modern"), wire=wire)
+    status, _, _ = await one_answer(gateway.port, _request("modern"), tls=wire.client)
     assert status == 201

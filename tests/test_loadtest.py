@@ -22,6 +22,11 @@ from testkit.ports import free_port, wait_for_port
 from .upstream import CountingUpstream
 
 ROOT = Path(__file__).resolve().parent.parent
+# A tiny run of the harness (or of a probe) may take this long; the test that waits for one
+# is given as long again, and more, to read it: the suite's 60 s would stop the test first,
+# leaving the run's gateways, Redis and wrk behind it.
+RUN_SECONDS = 120
+A_RUN = pytest.mark.timeout(RUN_SECONDS + 30)
 
 
 def test_the_readme_tables_name_exactly_the_modules_there_are() -> None:
@@ -49,13 +54,14 @@ def test_find_duplicates_names_every_key_not_run_exactly_once() -> None:
 @pytest.mark.skipif(
     shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
 )
+@A_RUN
 def test_tiny_run_holds_exactly_once_through_the_gateway_only(tmp_path: Path) -> None:
     out = subprocess.run(
         [
             sys.executable, "-m", "loadtest.run", "--quick", "--scenarios", "new-key,seed",
             "--no-claim-bench", "--out", str(tmp_path),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_SECONDS,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     rows = {
@@ -85,7 +91,7 @@ def _quick(probe: str, *args: str) -> str:
     """`python -m loadtest.probes PROBE --quick`: its output, after checking it exited 0."""
     out = subprocess.run(
         [sys.executable, "-m", "loadtest.probes", probe, "--quick", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=RUN_SECONDS,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
@@ -105,6 +111,7 @@ def _table_rows(stdout: str) -> list[list[str]]:
 @pytest.mark.skipif(
     shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
 )
+@A_RUN
 def test_workers_scaling_compares_one_and_two_workers_exactly_once() -> None:
     rows = _table_rows(_quick("workers_scaling"))
     assert {(r[0], r[1]) for r in rows} == {
@@ -116,6 +123,7 @@ def test_workers_scaling_compares_one_and_two_workers_exactly_once() -> None:
 @pytest.mark.skipif(
     shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
 )
+@A_RUN
 def test_stored_records_fills_records_that_replay_and_measures_both_redis() -> None:
     """The filled records are the gateway's own: the script replays one through the gateway
     before measuring, and replays of filled keys must not run upstream ("exactly once")."""
@@ -131,6 +139,7 @@ def test_stored_records_fills_records_that_replay_and_measures_both_redis() -> N
 @pytest.mark.skipif(
     shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)"
 )
+@A_RUN
 def test_many_connections_reports_socket_errors_and_listen_drops() -> None:
     stdout = _quick("many_connections")
     rows = _table_rows(stdout)
@@ -145,6 +154,7 @@ def test_many_connections_reports_socket_errors_and_listen_drops() -> None:
     assert all(r[3].startswith("+") for r in listen), listen
 
 
+@A_RUN
 def test_big_body_curve_stores_small_bodies_inline_and_large_ones_as_blobs() -> None:
     rows = _table_rows(_quick("big_body"))
     assert [(r[0], r[2].split(" ")[0], r[-1]) for r in rows] == [

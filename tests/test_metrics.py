@@ -27,7 +27,7 @@ from gateway.telemetry.metrics import Metrics
 from testkit.polling import until
 from testkit.redis_server import RedisServer
 
-from .conftest import AdminFactory, GatewayFactory, gateway_settings
+from .gateways import AdminFactory, GatewayFactory, gateway_settings
 from .scrape import sample, scrape
 
 REQUESTS = "idem_requests_total"

@@ -92,7 +92,7 @@ async def test_metrics_is_one_valid_exposition(
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
         await asyncio.to_thread(gateway.start)
         try:
-            await every_worker_serving(gateway, admin_port, workers, 30)
+            await every_worker_serving(gateway, admin_port, workers)
             scheme = "https" if tls else "http"
             public = f"{scheme}://127.0.0.1:{gateway.port}"
             connector = aiohttp.TCPConnector(force_close=True)  # spread over the workers

@@ -19,7 +19,7 @@ import yaml
 from gateway.cli import main
 from testkit.polling import wait_until
 from testkit.ports import free_port, wait_for_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .tls_certs import private_ca
 
@@ -28,9 +28,10 @@ GOOD = "redis: {url: 'redis://127.0.0.1:6399'}\nroutes:\n" + ROUTE
 
 
 def gateway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The gateway run to its end: one that refuses to start exits within a start's time."""
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
-        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=STARTS_WITHIN, stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 
@@ -203,7 +204,7 @@ async def _new_lines(process: GatewayProcess, before: int, text: str) -> list[st
         new = [line for line in process.log().splitlines()[before:] if ".access" not in line]
         if any(text in line or "Traceback" in line for line in new):
             return new
-        assert time.monotonic() < deadline, f"no {text!r} in the log"
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{process.log()[-3000:]}"
         await asyncio.sleep(0.02)
 
 

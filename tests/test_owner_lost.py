@@ -26,8 +26,8 @@ from gateway.telemetry.logs import FIELDS
 from testkit.polling import until
 from testkit.procs import GatewayProcess
 
-from .conftest import AdminFactory, GatewayFactory
 from .faultkit import metrics_of, records, value
+from .gateways import AdminFactory, GatewayFactory
 from .lostowner import (
     AUTH,
     KEY,

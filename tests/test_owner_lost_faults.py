@@ -34,8 +34,8 @@ from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 from testkit.topologies import SentinelServers
 
-from .conftest import AdminFactory, GatewayFactory, gateway_settings
 from .faultkit import metrics_of, records, value
+from .gateways import AdminFactory, GatewayFactory, gateway_settings
 from .lostowner import (
     AUTH,
     DEAD,

@@ -15,7 +15,7 @@ from gateway.core.keys import KeyProblem
 from gateway.core.scope import ScopeProblem
 from gateway.http.answers.problems import KEY_PROBLEMS, SCOPE_PROBLEMS
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 

@@ -112,13 +112,13 @@ def check_config(raw: Any) -> None:
         assert isinstance(result, Settings)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(json_tree)
 def test_any_config_tree_is_settings_or_config_error(raw: Any) -> None:
     check_config(raw)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     st.dictionaries(st.sampled_from(FIELDS), json_tree, max_size=4),
     st.dictionaries(st.sampled_from(ROUTE_FIELDS), json_tree, max_size=4),

@@ -3,15 +3,11 @@ the upstream whether it ran, and the key is recorded or released by what it says
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 
 from gateway.config.loading import settings_from_dict
 from gateway.config.policy import Policy
@@ -20,68 +16,11 @@ from gateway.core.decision import Failure, Lookup, Settle, after_lookup, on_look
 from gateway.errors import ConfigError
 from testkit.ports import free_port
 
-from .conftest import GatewayFactory, gateway_settings
 from .faultkit import metrics_of, value
+from .gateways import GatewayFactory, gateway_settings
+from .orders import Orders, reconcile_config
 from .scripted import answering, scripted
 from .upstream import serving_app
-
-
-class Orders:
-    """An upstream that creates orders and can lose its answers.
-
-    POST /orders creates an order for the request's Idempotency-Key. While `cut` is set, it
-    either creates the order and then resets the connection mid-answer (`cut == "after"`), or
-    resets before creating anything (`cut == "before"`). GET /orders?request_id=K says
-    whether K's order exists (200 with it, 404 without), as a real API could.
-    """
-
-    def __init__(self) -> None:
-        self.cut: str | None = None
-        self.runs: Counter[str] = Counter()  # POSTs that reached the handler, per key
-        self.orders: dict[str, dict[str, Any]] = {}
-        self.ids = itertools.count(1)
-        self.lookups: list[tuple[str | None, str | None]] = []
-
-    async def create(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        key = request.headers.get("Idempotency-Key", "").strip('"')  # an sf-string, read as one
-        key = key or request.headers.get("X-Request-Key") or orjson.loads(body)["request_id"]
-        self.runs[key] += 1
-        if self.cut == "slow":  # creates the order a while after the gateway gave up
-            order = {"id": f"ord_{next(self.ids)}", "key": key}
-            asyncio.get_running_loop().call_later(0.3, self.orders.__setitem__, key, order)
-            await asyncio.Event().wait()  # never answers
-        if self.cut == "before":
-            assert request.transport is not None
-            request.transport.abort()
-            return web.Response()
-        order = {"id": f"ord_{next(self.ids)}", "key": key}
-        self.orders[key] = order
-        body = orjson.dumps(order)
-        response = web.StreamResponse(status=201, headers={"Content-Type": "application/json"})
-        response.content_length = len(body)
-        await response.prepare(request)
-        if self.cut == "after":
-            await response.write(body[:5])
-            assert request.transport is not None
-            request.transport.abort()  # the order exists; its answer is lost
-            return response
-        await response.write(body)
-        await response.write_eof()
-        return response
-
-    async def find(self, request: web.Request) -> web.Response:
-        key = request.query.get("request_id")
-        self.lookups.append((key, request.headers.get("Authorization")))
-        if key in self.orders:
-            return web.json_response(self.orders[key], headers={"Set-Cookie": "lookup=1"})
-        return web.json_response({"error": "no such order"}, status=404)
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_post("/orders", self.create)
-        app.router.add_get("/orders", self.find)
-        return app
 
 
 @pytest.fixture
@@ -91,17 +30,6 @@ async def orders() -> AsyncIterator[tuple[Orders, str]]:
         yield upstream, origin
 
 
-def _reconcile(origin: str) -> dict[str, Any]:
-    return {
-        "url": f"{origin}/orders?request_id={{key}}",
-        "forward_headers": ["Authorization"],
-        "happened": [200],
-        "not_happened": [404],
-        "status": 201,
-        "timeout": "2s",
-    }
-
-
 HEADERS = {"Authorization": "Bearer t1"}
 
 
@@ -109,7 +37,7 @@ async def test_a_lost_answer_that_happened_is_recorded_from_the_lookup(
     make_gateway: GatewayFactory, orders: tuple[Orders, str]
 ) -> None:
     upstream, origin = orders
-    settings = gateway_settings(origin, reconcile=_reconcile(origin))
+    settings = gateway_settings(origin, reconcile=reconcile_config(origin))
     client = await make_gateway(settings=settings)
     upstream.cut = "after"
     key = "order 1/a&b"  # percent-encoded into the lookup's query
@@ -145,7 +73,9 @@ async def test_a_lost_call_that_did_not_happen_is_released_and_runs_once_more(
     make_gateway: GatewayFactory, orders: tuple[Orders, str]
 ) -> None:
     upstream, origin = orders
-    settings = gateway_settings(origin, reconcile=_reconcile(origin), on_unknown_outcome="keep")
+    settings = gateway_settings(
+        origin, reconcile=reconcile_config(origin), on_unknown_outcome="keep"
+    )
     client = await make_gateway(settings=settings)
     upstream.cut = "before"
     headers = {**HEADERS, "Idempotency-Key": "k2"}
@@ -170,7 +100,7 @@ async def test_a_timed_out_call_is_looked_up_after_the_configured_wait(
     """The upstream is still working when the gateway's timeout ends the call: a lookup made
     at once would say "not happened" and let a retry run it again; `after` waits first."""
     upstream, origin = orders
-    rule = {**_reconcile(origin), "after": "600ms"}
+    rule = {**reconcile_config(origin), "after": "600ms"}
     settings = gateway_settings(origin, reconcile=rule, timeouts={"total": "100ms"})
     client = await make_gateway(settings=settings)
     upstream.cut = "slow"
@@ -189,7 +119,10 @@ async def test_a_lookup_that_cannot_answer_falls_back_to_on_unknown_outcome(
     make_gateway: GatewayFactory, orders: tuple[Orders, str]
 ) -> None:
     upstream, origin = orders
-    down = {**_reconcile(f"http://127.0.0.1:{free_port()}"), "timeout": "1s"}  # nobody listens
+    down = {
+        **reconcile_config(f"http://127.0.0.1:{free_port()}"),
+        "timeout": "1s",
+    }  # nobody listens
     settings = gateway_settings(origin, reconcile=down, on_unknown_outcome="record")
     client = await make_gateway(settings=settings)
     upstream.cut = "after"
@@ -212,7 +145,7 @@ async def test_an_unexpected_lookup_status_falls_back_to_on_unknown_outcome(
     """The lookup answers 404 but the route maps no status to not_happened: unclear, and the
     route's on_unknown_outcome (keep) holds the key until its lease ends."""
     upstream, origin = orders
-    rule = {**_reconcile(origin), "not_happened": []}
+    rule = {**reconcile_config(origin), "not_happened": []}
     settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep")
     client = await make_gateway(settings=settings)
     upstream.cut = "before"
@@ -244,7 +177,7 @@ async def test_a_key_from_an_alias_header_or_the_body_is_looked_up_too(
     """The lookup asks about the request's key wherever the route read it from (only
     key_header was read: the lookup was never made, and the call's outcome stayed unknown)."""
     upstream, origin = orders
-    rule = _reconcile(origin)
+    rule = reconcile_config(origin)
     settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep", **route)
     client = await make_gateway(settings=settings)
     upstream.cut = "before"
@@ -262,7 +195,7 @@ async def test_a_key_that_is_a_dot_segment_is_not_looked_up_at_another_path(
     lookup is sent, asking about `/state`: its 404 would say "not happened" and let a
     retry create the order a second time. No lookup is made; on_unknown_outcome applies."""
     upstream, origin = orders
-    rule = {**_reconcile(origin), "url": f"{origin}/orders/{{key}}/state"}
+    rule = {**reconcile_config(origin), "url": f"{origin}/orders/{{key}}/state"}
     settings = gateway_settings(origin, reconcile=rule, on_unknown_outcome="keep")
     client = await make_gateway(settings=settings)
     upstream.cut = "after"
@@ -286,7 +219,7 @@ async def test_a_lookup_with_a_control_byte_in_its_content_type_is_not_recorded(
     found = b"HTTP/1.1 200 OK\r\nContent-Type: text/x\x01y\r\nContent-Length: 2\r\n\r\n{}"
     async with scripted(answering(found)) as (lookups, lookup_origin):
         settings = gateway_settings(
-            origin, reconcile=_reconcile(lookup_origin), on_unknown_outcome="keep"
+            origin, reconcile=reconcile_config(lookup_origin), on_unknown_outcome="keep"
         )
         client = await make_gateway(settings=settings)
         upstream.cut = "after"

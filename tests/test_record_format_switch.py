@@ -23,7 +23,7 @@ from gateway.store.fleet import EARLIER_CLAIM_SCRIPTS, Fleet, seen_key
 from gateway.store.scripts import script
 from testkit.stores import make_store
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 FROZEN = Path(__file__).parent / "format1" / "lua"  # the scripts of the release before

@@ -25,7 +25,7 @@ from gateway.store.trained import SAMPLES, Trained, dictionaries_key
 from testkit.polling import until
 from testkit.stores import make_store
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 Upstream = tuple[CountingUpstream, str]

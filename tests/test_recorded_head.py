@@ -4,7 +4,6 @@ aiohttp server on loopback and read back from a raw socket."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +16,8 @@ from gateway.http.answers.writing import recorded_response, start_response
 from gateway.http.server.access import REQUEST_INFO, add_request_id
 from gateway.telemetry.requestlog import RequestInfo
 from testkit.ports import free_port
+
+from .rawhttp import one_answer
 
 BODY = b'{"id":"pay","status":"captured"}'
 TYPICAL = [
@@ -110,25 +111,6 @@ async def serving(taken: dict[str, bool]) -> AsyncIterator[int]:
         await runner.cleanup()
 
 
-async def exchange(port: int, data: bytes) -> bytes:
-    """One request on a fresh connection; what came back within its head and body."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(data)
-        async with asyncio.timeout(10):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = re.search(rb"(?im)^content-length: *(\d+)\r$", head)
-            head_only = data.startswith(b"HEAD") or b" 204 " in head.split(b"\r\n")[0]
-            body = (
-                b""
-                if head_only or length is None
-                else await reader.readexactly(int(length.group(1)))
-            )
-        return head + body
-    finally:
-        writer.close()
-
-
 def _dated_now(answer: bytes, case: Case) -> bytes:
     """The answer with the Date aiohttp adds (the time of sending) masked."""
     if any(name.lower() == "date" for name, _ in case.headers):
@@ -143,8 +125,8 @@ async def test_a_recorded_head_is_written_as_aiohttp_writes_it(how: str) -> None
         for name, case in CASES.items():
             template = REQUESTS[how]
             sent = {
-                way: await exchange(port, template.replace(b"{case}", name.encode()).replace(
-                    b"{way}", way.encode()))
+                way: b"".join((await one_answer(port, template.replace(
+                    b"{case}", name.encode()).replace(b"{way}", way.encode())))[1:])
                 for way in ("aiohttp", "recorded")
             }  # fmt: skip
             assert _dated_now(sent["recorded"], case) == _dated_now(sent["aiohttp"], case), name

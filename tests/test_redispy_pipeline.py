@@ -20,6 +20,8 @@ from gateway.store.store import Store
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
+from .faultkit import redis_clients
+
 
 @pytest.fixture(params=["resp", "redis-py"])
 def pipeline_client(request: pytest.FixtureRequest) -> PipelineClient:
@@ -45,14 +47,6 @@ def pipelined_store(
             RespPipeline if pipeline_client == "resp" else RedisPyPipeline,
         )
     return store
-
-
-def redis_clients(url: str) -> int:
-    client = redis.Redis.from_url(url)
-    try:
-        return len(client.client_list()) - 1  # less this one
-    finally:
-        client.close()
 
 
 @pytest.mark.parametrize("pipeline", [True, False])
@@ -222,3 +216,15 @@ async def test_a_call_queued_behind_hung_batches_fails_within_one_timeout(
         assert (await store.claim("idem:{t:queued}", "f", "t2", 30.0)).outcome is Claim.CLAIMED
     finally:
         await store.close()
+
+
+async def test_a_closed_store_refuses_calls_and_opens_no_connection(
+    redis_url: str, pipeline_client: PipelineClient
+) -> None:
+    """After close, a call fails as a store error: the pipeline connects no more."""
+    store = pipelined_store(redis_url, pipeline_client)
+    assert (await store.claim("idem:{t:before}", "f", "t", 30.0)).outcome is Claim.CLAIMED
+    await store.close()
+    with pytest.raises(StoreUnavailable):
+        await store.claim("idem:{t:after}", "f", "t", 30.0)
+    assert redis_clients(redis_url) == 0

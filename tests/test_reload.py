@@ -18,7 +18,7 @@ from testkit.polling import until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .upstream import CountingUpstream
 
 

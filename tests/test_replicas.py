@@ -22,7 +22,7 @@ from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 from testkit.topologies import SentinelServers, start_all
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .tls_certs import private_ca
 from .upstream import CountingUpstream
 

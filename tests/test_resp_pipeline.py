@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import redis
 import uvloop
 
-from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
 from gateway.errors import StoreUnavailable
 from gateway.store.resp import RedisProtocol
@@ -22,45 +21,10 @@ from gateway.store.resp_pipeline import RespPipeline
 from gateway.store.store import Store
 from testkit.polling import until
 from testkit.redis_server import RedisServer
-from testkit.stores import make_store
 
-Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
-
-
-def resp_store(url: str, timeout: float = 5.0, connect_timeout: float = 5.0) -> Store:
-    settings = RedisSettings(connect_timeout=connect_timeout, socket_timeout=timeout)
-    store = make_store(url, settings, pipeline=True, pipeline_client="resp")
-    assert isinstance(getattr(store.sender, "batches", None), RespPipeline)
-    return store
-
-
-@asynccontextmanager
-async def serving(handle: Relay) -> AsyncIterator[int]:
-    """A loopback server whose `handle` gets each connection and its number (from 1)."""
-    count = 0
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal count
-        count += 1
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        try:
-            await handle(reader, writer, count)
-        finally:
-            writer.close()
-            tasks.discard(task)
-
-    server = await asyncio.start_server(accept, "127.0.0.1", 0)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        for task in list(tasks):
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await server.wait_closed()
+from .faultkit import redis_clients
+from .loopback import serving
+from .resp_stores import redis_port, resp_store
 
 
 async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
@@ -76,10 +40,6 @@ async def until_sent(store: Store) -> None:
     await until(lambda: batch._busy, 5, "a batch out", every=0)
 
 
-def redis_port(url: str) -> int:
-    return int(url.rsplit(":", 1)[1].split("/")[0])
-
-
 @asynccontextmanager
 async def to_redis(
     redis_url: str, client: asyncio.StreamReader
@@ -93,6 +53,15 @@ async def to_redis(
     finally:
         forward.cancel()
         up_writer.close()
+
+
+def flush_scripts(url: str) -> None:
+    """Redis forgets the scripts, as a restart does: the next call is answered NOSCRIPT."""
+    plain = redis.Redis.from_url(url)
+    try:
+        plain.script_flush()
+    finally:
+        plain.close()
 
 
 def evalsha_calls(url: str) -> int:
@@ -265,6 +234,37 @@ async def test_close_waits_for_the_batch_in_flight(redis_url: str) -> None:
     await store.close()
     assert all(call.done() for call in calls)
     assert [call.result().outcome for call in calls] == [Claim.CLAIMED] * 20
+
+
+async def test_close_waits_for_a_reload_under_way_and_the_call_it_repeats(
+    redis_url: str,
+) -> None:
+    """A call answered NOSCRIPT before close is loaded again and repeated, and close waits
+    for both: the call gets its answer, and nothing is left connected."""
+    flush_scripts(redis_url)
+    store = resp_store(redis_url)
+    call = asyncio.ensure_future(store.claim("idem:{t:reload}", "f", "t", 30.0))
+    await until(store._reload_lock.locked, 5, "the reload under way", every=0)
+    await store.close()
+    assert call.done() and call.result().outcome is Claim.CLAIMED
+    assert redis_clients(redis_url) == 0
+
+
+async def test_a_noscript_answered_while_the_store_closes_is_not_loaded_again(
+    redis_url: str,
+) -> None:
+    """Calls whose batch comes back NOSCRIPT during close fail as store errors rather than
+    reload the scripts and connect again after it."""
+    flush_scripts(redis_url)
+    store = resp_store(redis_url)
+    calls = [
+        asyncio.ensure_future(store.claim(f"idem:{{t:{n}}}", "f", "t", 30.0)) for n in range(5)
+    ]
+    await until_sent(store)
+    await store.close()
+    await asyncio.wait(calls, timeout=5)
+    assert [type(call.exception()) for call in calls] == [StoreUnavailable] * 5
+    assert redis_clients(redis_url) == 0
 
 
 async def test_a_cancelled_callers_reply_goes_to_no_other_call(redis_url: str) -> None:

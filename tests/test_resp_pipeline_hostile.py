@@ -20,7 +20,8 @@ from testkit.polling import until
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
-from .test_resp_pipeline import redis_port, resp_store, serving
+from .loopback import serving
+from .resp_stores import redis_port, resp_store
 
 # RESP3 out-of-band data (a client-side caching invalidation): never the reply to a command.
 PUSH = b">2\r\n$10\r\ninvalidate\r\n*1\r\n$10\r\nidem:{t:x}\r\n"

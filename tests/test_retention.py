@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from email.utils import parsedate_to_datetime
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 
 
 def expires_in(headers) -> float:

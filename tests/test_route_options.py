@@ -11,9 +11,9 @@ import pytest
 
 from testkit.ports import free_port
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
+from .rawhttp import exchange, status_of
 from .scripted import answering, scripted
-from .test_faults_input import exchange, status_of
 
 CREDENTIALED = (
     b"HTTP/1.1 201 Created\r\nSet-Cookie: session=s1\r\nWWW-Authenticate: Bearer\r\n"

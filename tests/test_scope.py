@@ -12,9 +12,9 @@ import pytest
 
 from testkit.polling import until
 
-from .conftest import GatewayFactory
 from .faultkit import redis_keys
-from .test_faults_input import exchange, status_of
+from .gateways import GatewayFactory
+from .rawhttp import exchange, status_of
 from .upstream import CountingUpstream
 
 HEAD = b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nContent-Length: 1\r\n"

@@ -26,7 +26,7 @@ from gateway.store.sentinel import PROMOTING, SentinelMaster, moved_to
 from testkit.polling import until, wait_until
 from testkit.topologies import SERVICE, SentinelServers, client
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .tls_certs import private_ca
 from .upstream import CountingUpstream
 

@@ -11,7 +11,8 @@ import orjson
 from testkit.polling import until
 from testkit.procs import GatewayProcess
 
-from .hostile import BigAnswers, Wire, exchange, request, start_gateway
+from .hostile import BigAnswers, Wire, request, start_gateway
+from .rawhttp import one_answer
 from .upstream import serving
 
 
@@ -28,14 +29,14 @@ async def test_each_answer_names_its_request_id(redis_url: str, tmp_path: Path) 
         gateway = start_gateway(origin, redis_url, tmp_path, {})
         try:
             sent = request("/pay", "k1", extra=b"X-Request-Id: first-1\r\n")
-            status, head, _ = await exchange(gateway.port, sent)
+            status, head, _ = await one_answer(gateway.port, sent)
             assert (status, header(head, b"X-Request-Id")) == (201, b"first-1")
             again = request("/pay", "k1", extra=b"X-Request-Id: retry-2\r\n")
-            status, head, _ = await exchange(gateway.port, again)
+            status, head, _ = await one_answer(gateway.port, again)
             assert header(head, b"Idempotent-Replayed") == b"true"
             assert (status, header(head, b"X-Request-Id")) == (201, b"retry-2")
             # A problem the gateway answers itself, with an id of its own.
-            status, head, _ = await exchange(gateway.port, request("/pay", "k1", b"{1}"))
+            status, head, _ = await one_answer(gateway.port, request("/pay", "k1", b"{1}"))
             fresh = header(head, b"X-Request-Id")
             assert status == 422 and fresh is not None and len(fresh) == 32
         finally:
@@ -57,7 +58,7 @@ async def test_expect_is_answered_as_the_router_did(redis_url: str, tmp_path: Pa
             assert final.startswith(b"HTTP/1.1 201 ")
             writer.close()
             odd = request("/pay", "e2", extra=b"Expect: teapot\r\n")
-            status, _, _ = await exchange(gateway.port, odd)
+            status, _, _ = await one_answer(gateway.port, odd)
             assert status == 417
         finally:
             gateway.stop()
@@ -111,7 +112,7 @@ async def test_a_request_the_parser_refuses_gets_a_problem_with_a_request_id(
                 b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
             ]
             for sent in refused:
-                status, head, body = await exchange(gateway.port, sent, wire=wire)
+                status, head, body = await one_answer(gateway.port, sent, tls=wire.client)
                 assert status == 400, head
                 assert header(head, b"Content-Type") == b"application/problem+json", head
                 assert orjson.loads(body)["code"] == "malformed-request"

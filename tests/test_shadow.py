@@ -10,7 +10,7 @@ import yaml
 from gateway.ops.reload import apply
 from testkit.redis_server import RedisServer
 
-from .conftest import AdminFactory, GatewayFactory
+from .gateways import AdminFactory, GatewayFactory
 from .scrape import sample, scrape
 
 SHADOW = "idem_shadow_decisions_total"

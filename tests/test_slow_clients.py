@@ -13,8 +13,9 @@ import pytest
 
 from testkit.polling import until
 
-from .conftest import GatewayFactory, gateway_settings
-from .hostile import BigAnswers, closed_by_peer, connect, exchange, pattern, request, start_gateway
+from .gateways import GatewayFactory, gateway_settings
+from .hostile import BigAnswers, closed_by_peer, connect, pattern, request, start_gateway
+from .rawhttp import one_answer
 from .upstream import serving
 
 SIZE = 12 << 20  # far more than the socket buffers of both ends hold
@@ -39,7 +40,7 @@ async def test_a_client_that_never_reads_does_not_hold_its_key(
         sent = time.monotonic()
         # A retry from another socket: 409 while the first one runs, then the replay.
         while True:
-            status, head, body = await exchange(gateway.port, request("/pay", "k-stalled"))
+            status, head, body = await one_answer(gateway.port, request("/pay", "k-stalled"))
             if status != 409:
                 break
             assert time.monotonic() - sent < write_timeout / 2, "the key stayed in flight"
@@ -51,7 +52,7 @@ async def test_a_client_that_never_reads_does_not_hold_its_key(
         assert completed < write_timeout / 2
         assert not closed_by_peer(stalled)  # it is still connected, still not reading
         # The upstream connection went back to the pool: a new key reuses it.
-        status, _, body = await exchange(gateway.port, request("/pay", "k-next"))
+        status, _, body = await one_answer(gateway.port, request("/pay", "k-next"))
         assert status == 201 and len(body) == SIZE
         assert (upstream.count, upstream.connections) == (2, 1)
         # The stalled client is cut by the write timeout, not before.
@@ -75,7 +76,7 @@ async def test_a_slow_reader_gets_the_whole_answer_from_the_record(
         slow.sendall(request("/pay", "k-slow"))
         # Wait until the answer is stored (the retry replays), reading nothing meanwhile.
         sent = time.monotonic()
-        while (await exchange(gateway.port, request("/pay", "k-slow")))[0] == 409:
+        while (await one_answer(gateway.port, request("/pay", "k-slow")))[0] == 409:
             assert time.monotonic() - sent < 10, "the key stayed in flight"
             await asyncio.sleep(0.05)
         received = await asyncio.to_thread(_read_all, slow)
@@ -141,7 +142,9 @@ async def test_a_client_behind_an_answer_that_outgrows_max_recorded_body_gets_it
             slow = connect(gateway.port, receive_buffer=4096)
             slow.sendall(request("/pay", "k-spill", extra=b"Connection: close\r\n"))
             sent = time.monotonic()
-            while (status := (await exchange(gateway.port, request("/pay", "k-spill")))[0]) == 409:
+            while (
+                status := (await one_answer(gateway.port, request("/pay", "k-spill")))[0]
+            ) == 409:
                 assert time.monotonic() - sent < 10, "the key stayed in flight"
                 await asyncio.sleep(0.05)  # pacing the retries, as a client would
             assert status == 502  # body-not-recorded: over max_recorded_body

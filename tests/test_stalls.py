@@ -19,7 +19,7 @@ from gateway.store.stalls import STALL, Stalls
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 
 
 async def test_two_tenants_same_key_get_their_own_answers(

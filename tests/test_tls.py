@@ -19,7 +19,7 @@ import trustme
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .upstream import CountingUpstream
 
 

@@ -26,7 +26,7 @@ from gateway.config.settings import Settings
 from gateway.core.keys import digest
 from gateway.errors import ConfigError
 from gateway.http.app import SERVICES, create_app
-from gateway.http.flow.traced import TracedStore, TracedUpstreams
+from gateway.http.flow.traced import TracedSpans, TracedUpstreams
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import CLAIM, RECORD, REPLAY, Tracing
 from testkit.ports import free_port
@@ -350,7 +350,7 @@ async def test_tracing_off_keeps_the_plain_clients_and_the_callers_traceparent(
     caller = {**HEADERS, "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
     assert (await client.post("/pay", data=b"x", headers=caller)).status == 201
     services = client.server.app[SERVICES]
-    assert not isinstance(services.store, TracedStore)
+    assert not isinstance(services.spans, TracedSpans)
     assert not isinstance(services.upstreams, TracedUpstreams)
     assert upstream[0].seen_headers[-1]["traceparent"] == caller["traceparent"]
 

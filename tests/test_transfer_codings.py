@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
+from .rawhttp import exchange, status_of
 from .scripted import answering, scripted
-from .test_faults_input import exchange, status_of
 
 ANSWER = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
 BODY = b"2\r\n{}\r\n0\r\n\r\n"

@@ -22,7 +22,7 @@ from gateway.upstream.base import UpstreamBroken, UpstreamTimeout, UpstreamUnsen
 from gateway.upstream.httptools_client import UpstreamPool, httptools_serves
 from gateway.upstream.httptools_conn import HIGH_WATER, MAX_HEAD
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .loopback import loopback_server
 from .scripted import answering, scripted
 

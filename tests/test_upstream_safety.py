@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.config.loading import settings_from_dict
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .upstream import RawUpstream, serving
 
 

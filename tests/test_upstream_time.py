@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from gateway.http.app import METRICS
 from gateway.telemetry.logs import JsonFormatter
 
-from .conftest import GatewayFactory, gateway_settings
+from .gateways import GatewayFactory, gateway_settings
 from .scrape import sample
 from .upstream import RawUpstream, serving
 

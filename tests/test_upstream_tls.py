@@ -11,7 +11,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
@@ -20,21 +19,20 @@ import uvloop
 import yaml
 import yarl
 
-from gateway.config.loading import settings_from_dict
 from gateway.config.tls import UpstreamTls
 from gateway.core.decision import Failure
 from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.httptools_client import UpstreamPool
 from testkit.procs import GatewayProcess
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory, gateway_settings
 from .loopback import loopback_server
+from .orders import Orders, reconcile_config
+from .rawhttp import exchange
 from .scripted import Scripted, answering, scripted
-from .test_faults_input import exchange
-from .test_reconcile import Orders, _reconcile
-from .test_upstream_conformance import CLIENTS
 from .tls_certs import PrivateCa, private_ca
 from .upstream import serving_app
+from .upstream_clients import CLIENTS
 
 OK = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX-Run: 1\r\n\r\nok"
 
@@ -227,16 +225,6 @@ def test_a_tls_exchange_under_uvloop(tmp_path: Path) -> None:
         assert runner.run(exchanges()) == ([b"ok", b"ok"], 1, Failure.UNSENT)
 
 
-def _settings(origin: str, tls: dict[str, Any], **route: Any) -> Any:
-    return settings_from_dict(
-        {
-            "redis": {"breaker": {"failures": 1000}},
-            "upstream_tls": tls,
-            "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
-        }
-    )
-
-
 REQUEST = (
     b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nIdempotency-Key: %s\r\n"
     b"Content-Length: 1\r\n\r\nx"
@@ -247,7 +235,8 @@ async def test_a_refused_certificate_through_the_gateway_is_unreachable_and_rele
     make_gateway: GatewayFactory, ca: PrivateCa, tmp_path: Path
 ) -> None:
     async with scripted(answering(OK), ca.server("billing.test")) as (upstream, origin):
-        settings = _settings(origin, {"ca": ca.ca_file}, on_unknown_outcome="keep")
+        trust = {"ca": ca.ca_file}
+        settings = gateway_settings(origin, upstream_tls=trust, on_unknown_outcome="keep")
         gateway = await make_gateway(settings=settings)
         for _ in range(2):  # released, so the retry is tried again (no 409 meanwhile)
             reply = await exchange(gateway.port, REQUEST % b"k1")
@@ -262,7 +251,8 @@ async def test_a_tls_cut_through_the_gateway_is_recorded_unknown_and_never_resen
 ) -> None:
     cut = b"HTTP/1.1 201 Created\r\nContent-Length: 100\r\n\r\nonly part"
     async with scripted(answering(cut, keep=False), ca.server()) as (upstream, origin):
-        settings = _settings(origin, {"ca": ca.ca_file}, on_unknown_outcome="record")
+        trust = {"ca": ca.ca_file}
+        settings = gateway_settings(origin, upstream_tls=trust, on_unknown_outcome="record")
         gateway = await make_gateway(settings=settings)
         first = await exchange(gateway.port, REQUEST % b"k2")
         retry = await exchange(gateway.port, REQUEST % b"k2")
@@ -278,7 +268,8 @@ async def test_a_reconcile_lookup_over_https_trusts_what_the_upstreams_trust(
     orders = Orders()
     async with serving_app(orders.app(), ca.server()) as origin:
         assert origin.startswith("https://")
-        settings = _settings(origin, {"ca": ca.ca_file}, reconcile=_reconcile(origin))
+        lookup = reconcile_config(origin)
+        settings = gateway_settings(origin, upstream_tls={"ca": ca.ca_file}, reconcile=lookup)
         gateway = await make_gateway(settings=settings)
         orders.cut = "after"  # the order is made, its answer lost: only the lookup can tell
         answer = await gateway.post("/orders", data=b"{}", headers={"Idempotency-Key": "r1"})

@@ -33,9 +33,8 @@ from gateway.upstream.base import UpstreamError, failure_of
 from gateway.upstream.httptools_client import UpstreamPool
 from testkit.polling import until
 
-from .conftest import GatewayFactory
-from .test_faults_input import exchange
-from .test_upstream_tls import REQUEST, _settings
+from .gateways import GatewayFactory, gateway_settings
+from .rawhttp import exchange
 from .tls_certs import PrivateCa, private_ca
 
 Handler = Callable[[ssl.SSLSocket, "RawTlsUpstream"], None]
@@ -104,6 +103,12 @@ class RawTlsUpstream:
                     tls.shutdown(socket.SHUT_RDWR)  # wakes a handler blocked on it
             for thread in (acceptor, *self._threads):
                 thread.join(5)
+
+
+REQUEST = (
+    b"POST /pay HTTP/1.1\r\nHost: gw\r\nConnection: close\r\nIdempotency-Key: %s\r\n"
+    b"Content-Length: 1\r\n\r\nx"
+)
 
 
 @pytest.fixture
@@ -229,7 +234,10 @@ async def test_a_cut_body_through_the_gateway_is_recorded_unknown_never_replayed
     as a 200, and the upstream ran the operation once."""
     handler = _answer_then_close(close_notify=False)
     with RawTlsUpstream(ca.server(), handler).running() as upstream:
-        settings = _settings(upstream.origin, {"ca": ca.ca_file}, on_unknown_outcome="record")
+        trust = {"ca": ca.ca_file}
+        settings = gateway_settings(
+            upstream.origin, upstream_tls=trust, on_unknown_outcome="record"
+        )
         gateway = await make_gateway(settings=settings)
         first = await exchange(gateway.port, REQUEST % b"cut")
         retry = await exchange(gateway.port, REQUEST % b"cut")

@@ -14,7 +14,7 @@ import yaml
 from aiohttp.test_utils import TestClient
 from multidict import CIMultiDict
 
-from .conftest import GatewayFactory
+from .gateways import GatewayFactory
 from .upstream import CountingUpstream
 
 FOLDER = Path(__file__).parent / "vectors"

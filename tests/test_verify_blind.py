@@ -16,15 +16,19 @@ from loadtest.verify.broken import BREAKAGES
 from loadtest.verify.harness import Plan, distrust, stalls
 from loadtest.verify.history import Fault, read_attempts
 
+SECONDS = 4  # of each broken run; `run_one` gives it 120 s more to start, stop and be judged
 
-@pytest.mark.timeout(90)
+
+# Longer than `run_one`'s own deadline, so that its end is seen: a run took 70 s of the 90
+# given before, beside other work (gateways, Redis, clients and the checker each start).
+@pytest.mark.timeout(SECONDS + 120 + 30)
 @pytest.mark.parametrize(
     "breakage", ["replay-502", "retry-422", "forwards-nothing", "replay-headless"]
 )
 def test_a_broken_gateway_fails_the_run_with_the_rule_it_breaks(
     breakage: str, tmp_path: Path
 ) -> None:
-    seen = run_one(breakage, seconds=4, seed=5, workdir=tmp_path)
+    seen = run_one(breakage, seconds=SECONDS, seed=5, workdir=tmp_path)
     assert seen.code == 1, seen.output
     assert seen.rules & set(BREAKAGES[breakage].rules), seen.output
     assert "verify: FAILED" in seen.output

@@ -25,13 +25,11 @@ from gateway.http.server.certificates import Certificates
 from gateway.ops.supervisor.serving import Serving, worker_settings
 from testkit.polling import until
 from testkit.ports import free_port
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .hostile import every_worker_serving
 from .scrape import sample
-from .test_admin_workers import worker_pids
-from .test_listener_rotation import der, presented
-from .tls_certs import private_ca
+from .tls_certs import der, presented, private_ca
 from .upstream import CountingUpstream, serving_app
 
 
@@ -76,7 +74,7 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            await every_worker_serving(gateway, admin, 2, 20, "https")
+            await every_worker_serving(gateway, admin, 2, scheme="https")
             # Half a certificate where the configured one was, and a config with a typo:
             # both refused by the reload, the files in use serve on.
             Path(cert).write_bytes(Path(cert).read_bytes()[:300])
@@ -88,13 +86,13 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
                 and gateway.log().count("config reload refused") == 2,
                 10, "both workers refusing the reload",
             )  # fmt: skip
-            killed = worker_pids(gateway)[0]
+            killed = gateway.worker_pids()[0]
             os.kill(killed, signal.SIGKILL)
             await until(
                 lambda: gateway.log().count("idem-gateway listening on https") == 3,
-                30, "a replacement worker serving",
+                STARTS_WITHIN, "a replacement worker serving",
             )  # fmt: skip
-            pids = await asyncio.to_thread(worker_pids, gateway)
+            pids = await asyncio.to_thread(gateway.worker_pids)
             assert killed not in pids and len(pids) == 2
             body = await health(admin, context)
             assert body["status"] == "ok" and {w["pid"] for w in body["workers"]} == set(pids)
@@ -110,6 +108,9 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
     assert "failed at its start" not in log and "Traceback" not in log
 
 
+# Five gateway starts one after another (two workers, three failed tries, the one that
+# serves) and 7 s of pauses between the tries: beside other work, past the suite's 60 s.
+@pytest.mark.timeout(150)
 async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_others_serve(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -126,11 +127,11 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
         await asyncio.to_thread(gateway.start)
         try:
-            await every_worker_serving(gateway, admin, 2, 20, "http")
+            await every_worker_serving(gateway, admin, 2, scheme="http")
             # A blob folder that a new worker's start-up check refuses (a file in its way).
             shutil.rmtree(blobs, ignore_errors=True)
             blobs.write_bytes(b"not a folder")
-            os.kill(worker_pids(gateway)[0], signal.SIGKILL)
+            os.kill(gateway.worker_pids()[0], signal.SIGKILL)
             await until(
                 lambda: "failed at its start (3 times in a row)" in gateway.log(),
                 30, "three failed starts",
@@ -154,7 +155,7 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
             blobs.mkdir()
             await until(
                 lambda: gateway.log().count("idem-gateway listening on http") == 3,
-                30, "the replacement serving",
+                STARTS_WITHIN, "the replacement serving",
             )  # fmt: skip
         finally:
             assert await asyncio.to_thread(gateway.stop) == 0

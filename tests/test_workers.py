@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from testkit.polling import wait_until
-from testkit.procs import GatewayProcess
+from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .upstream import CountingUpstream
 
@@ -37,7 +37,10 @@ async def test_two_workers_share_the_port_and_keep_exactly_once(
     statuses: Counter[tuple[int, bool]] = Counter()
     try:
         await asyncio.to_thread(
-            wait_until, lambda: len(LISTENING.findall(gateway.log())) == 2, 15, "two listening"
+            wait_until,
+            lambda: len(LISTENING.findall(gateway.log())) == 2,
+            STARTS_WITHIN,
+            "two listening",
         )
         workers = {int(pid) for pid in STARTED.findall(gateway.log())}
         # SIGHUP goes to the workers; they keep running (and reload, where supported).

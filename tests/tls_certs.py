@@ -1,14 +1,19 @@
-"""A private CA for TLS upstreams on loopback: certificates issued by trustme, written to
-files as an operator's config names them."""
+"""A private CA for TLS upstreams and listeners on loopback: certificates issued by trustme,
+written to files as an operator's config names them, rotated as an operator would, and read
+back from what a listener presents."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import ssl
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
@@ -60,3 +65,27 @@ class PrivateCa:
 def private_ca(folder: Path) -> PrivateCa:
     folder.mkdir(parents=True, exist_ok=True)
     return PrivateCa(trustme.CA(), folder)
+
+
+def der(cert: str) -> bytes:
+    return x509.load_pem_x509_certificate(Path(cert).read_bytes()).public_bytes(Encoding.DER)
+
+
+def rotate(ca: PrivateCa, cert: str, key: str, not_after: datetime | None = None) -> bytes:
+    """New files written beside the old ones and renamed over them, as an operator (or the
+    kubelet) would; the new certificate's DER."""
+    new_cert, new_key = ca.leaf_files("next", not_after=not_after)
+    os.replace(new_key, key)
+    os.replace(new_cert, cert)
+    return der(cert)
+
+
+async def presented(port: int, context: ssl.SSLContext) -> bytes:
+    """The certificate a new connection is given (DER)."""
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert der is not None
+        return bytes(der)
+    finally:
+        writer.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from pydantic import ValidationError
@@ -128,9 +128,21 @@ def load_settings(path: str | Path, tls_files: bool = True) -> Settings:
     return settings_from_dict(raw, tls_files)
 
 
+# Flow collections (`[...]`, `{...}`) nested deeper than this are refused as they are read:
+# PyYAML's scanner takes time quadratic in their depth (3,000 levels: a second of CPU, in the
+# event loop of a gateway that reloads), and no config nests more than a few.
+MAX_FLOW_DEPTH: Final = 100
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """The safe loader, refusing a key given twice in one mapping: PyYAML keeps the last one
-    silently, so a second `listen:` or `lease:` further down would win unnoticed."""
+    silently, so a second `listen:` or `lease:` further down would win unnoticed; and flow
+    collections nested past MAX_FLOW_DEPTH."""
+
+    def fetch_flow_collection_start(self, token_class: type[yaml.Token]) -> None:
+        if self.flow_level >= MAX_FLOW_DEPTH:
+            raise yaml.scanner.ScannerError(None, None, "nested too deeply", self.get_mark())
+        super().fetch_flow_collection_start(token_class)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()

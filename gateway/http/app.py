@@ -16,7 +16,7 @@ from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodical
 from gateway.config.settings import Settings
 from gateway.config.state import private_folder
 from gateway.errors import ConfigError
-from gateway.http.flow.context import Live, Services
+from gateway.http.flow.context import NO_SPANS, Live, Services, Spans
 from gateway.http.flow.eviction import refuse_evicting, warn_unfenced
 from gateway.http.flow.handler import Gateway
 from gateway.http.flow.settle import replay_journal
@@ -24,6 +24,7 @@ from gateway.http.flow.tasks import TaskSet
 from gateway.http.server.access import add_request_id, observed
 from gateway.http.server.limits import Connections
 from gateway.http.server.rejected import quiet_malformed_requests
+from gateway.http.server.site import CONNECTIONS, ENTRY
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.fleet import Fleet
@@ -42,9 +43,6 @@ METRICS = web.AppKey("metrics", Metrics)
 TASKS = web.AppKey("tasks", TaskSet)
 SERVICES = web.AppKey("services", Services)
 GATEWAY = web.AppKey("gateway", Gateway)
-CONNECTIONS = web.AppKey("connections", Connections)
-# Every request's handler: the router's one route, and what `http.server.site` serves directly.
-ENTRY: web.AppKey[Handler] = web.AppKey("entry")
 
 # How long a stopping gateway waits for forwarded requests to finish and be recorded.
 DRAIN_SECONDS = 60.0
@@ -66,7 +64,6 @@ def _resources(
             sweep_periodically(blobs, settings.blob.sweep_interval, hold)
         )
         redis = settings.redis
-        new_store, new_upstreams = _clients(tracing)
         client = make_client(redis, redis_url)
         if isinstance(client, SentinelMaster):
             client.follow()  # drops the old master's connections the moment it is replaced
@@ -77,7 +74,7 @@ def _resources(
             pipeline_client=redis.pipeline_client,
             timeout=redis.socket_timeout,
         )
-        store = new_store(
+        store = Store(
             client,
             sender,
             replicas=redis.claim_replicas,
@@ -88,6 +85,7 @@ def _resources(
             tls = settings.upstream_tls.context()
         except ValueError as exc:
             raise ConfigError(f"upstream_tls: {exc}") from None
+        new_upstreams, spans = _traced(tracing)
         upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
         journal = Journal(Path(settings.state_dir) / "journal")
         # Held at format 1 until its first look (below) finds no gateway of an earlier release.
@@ -96,9 +94,9 @@ def _resources(
         app[METRICS].watch_record_format(lambda: store.record_format)
         app[METRICS].watch_journal(lambda: journal.depth)
         app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
-        services = Services(live, store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet)
-        if tracing is not None:
-            services.span = tracing.span
+        services = Services(
+            live, store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet, spans=spans
+        )
         app[SERVICES] = services
         app[GATEWAY] = Gateway(services)
         watching = asyncio.ensure_future(fleet.watch())  # its first look is the one below
@@ -125,15 +123,13 @@ def _resources(
     return resources
 
 
-def _clients(
-    tracing: Tracing | None,
-) -> tuple[Callable[..., Store], Callable[..., Upstreams]]:
-    """The store's and the upstreams' classes: with spans only when tracing is on."""
+def _traced(tracing: Tracing | None) -> tuple[Callable[..., Upstreams], Spans]:
+    """The upstreams' class and the request path's spans: spans only when tracing is on."""
     if tracing is None:
-        return Store, Upstreams
-    from gateway.http.flow.traced import TracedStore, TracedUpstreams
+        return Upstreams, NO_SPANS
+    from gateway.http.flow.traced import TracedSpans, TracedUpstreams
 
-    return partial(TracedStore, tracing), partial(TracedUpstreams, tracing)
+    return partial(TracedUpstreams, tracing), TracedSpans(tracing)
 
 
 def create_app(
@@ -167,7 +163,7 @@ def create_app(
     if tracing is not None:
         app.on_cleanup.append(partial(_stop_tracing, tracing))  # after the drain
         handle = tracing.serve(handle)
-    app[ENTRY] = observed(handle, metrics)
+    app[ENTRY] = observed(handle, metrics)  # the router's one route, and what the site calls
     app.router.add_route("*", "/{tail:.*}", app[ENTRY])
     return app
 

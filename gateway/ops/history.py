@@ -14,8 +14,7 @@ from typing import Any, Final
 from aiohttp import web
 from prometheus_client.metrics_core import Metric
 
-from gateway.ops.overview import quantile
-from gateway.ops.supervisor.merged_metrics import samples
+from gateway.ops.overview import quantile, samples
 from gateway.telemetry import metrics as m
 
 SPAN: Final = 15 * 60.0  # seconds kept

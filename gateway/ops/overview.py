@@ -4,13 +4,12 @@ same numbers `/metrics` gives, so that the page and a Prometheus board never dis
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from prometheus_client.metrics_core import Metric
 
 from gateway import build
-from gateway.ops.supervisor.merged_metrics import samples
 from gateway.telemetry import metrics as m
 
 # The outcomes the overview counts per route, in the order the page shows them: every kind
@@ -96,6 +95,14 @@ def _buckets(families: list[Metric], name: str) -> dict[str, dict[float, float]]
         bound = float(labels["le"])
         route_buckets[bound] = route_buckets.get(bound, 0.0) + value
     return found
+
+
+def samples(families: Iterable[Metric], name: str) -> Iterator[tuple[dict[str, str], float]]:
+    """The labels and value of each sample called `name`."""
+    for family in families:
+        for s in family.samples:
+            if s.name == name:
+                yield s.labels, s.value
 
 
 def quantile(q: float, cumulative: dict[float, float]) -> tuple[float | None, bool]:

@@ -7,12 +7,15 @@ once and reused, never per request.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import SSLConnection
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from gateway.config.settings import RedisSettings
@@ -25,6 +28,8 @@ from gateway.store.sentinel import (
 )
 
 RedisClient = Redis | RedisCluster
+
+log = logging.getLogger(__name__)
 
 
 def _host_port(node: str) -> tuple[str, int]:
@@ -129,3 +134,18 @@ def _cluster(settings: RedisSettings) -> RedisCluster:
         **tls,
         **_common(settings),
     )
+
+
+async def close_client(client: RedisClient) -> None:
+    """Close `client` and every connection it holds. redis-py fails its close when one
+    connection takes longer than the connect timeout to close (a busy machine): a pool has
+    still closed the others, but a Cluster's close stops there and leaves its startup nodes
+    open. Those are closed here too; what was slow is closing all the same, and is logged."""
+    try:
+        await client.aclose()
+    except (TimeoutError, RedisError, OSError) as exc:
+        log.warning("redis: connections slow to close at the end: %s", exc)
+        if isinstance(client, RedisCluster):
+            manager = client.nodes_manager
+            nodes = {*manager.startup_nodes.values(), *manager.nodes_cache.values()}
+            await asyncio.gather(*(node.disconnect() for node in nodes), return_exceptions=True)

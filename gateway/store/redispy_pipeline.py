@@ -45,13 +45,17 @@ class RedisPyPipeline:
         self._idle: list[AbstractConnection] = []
         self._held: list[AbstractConnection] = []
         self._sending: set[asyncio.Task[None]] = set()
+        self._closed = False  # close() began: a call after it is refused, never reconnects
 
     async def call(self, script: Script, key: str, args: tuple[Any, ...]) -> Any:
         """The reply of `script` run on `key` with `args`, once its batch is back.
 
         The socket timeout counts from this call, not from when its batch leaves: a call
         queued behind batches that a hung Redis holds fails in time like any other, and is
-        dropped unsent (TimeoutError)."""
+        dropped unsent (TimeoutError). Once close() began, ConnectionError: a closed pipeline
+        takes no connection again."""
+        if self._closed:
+            raise ConnectionError("the pipeline is closed")
         future = self._enqueue(script, key, args)
         # A timer on the future rather than `asyncio.timeout`, whose context costs more than
         # the rest of this call: at the deadline the future fails and its lane skips it.
@@ -155,7 +159,9 @@ class RedisPyPipeline:
         return replies
 
     async def close(self) -> None:
-        """Wait for the batches already sent and give the connections back to the pool."""
+        """Wait for the batches already sent and give the connections back to the pool;
+        calls made from now on are refused."""
+        self._closed = True
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
         for connection in self._held:

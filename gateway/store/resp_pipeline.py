@@ -20,6 +20,7 @@ import asyncio
 from typing import Any
 
 import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
 from gateway.store.redispy_pipeline import LANES
@@ -40,10 +41,14 @@ class RespPipeline:
         self._connecting: asyncio.Task[None] | None = None
         self._drained: asyncio.Future[None] | None = None  # what close() waits on
         self._watchdog: asyncio.TimerHandle | None = None  # see _watch
+        self._closed = False  # close() began: a call after it is refused, never reconnects
 
     def call(self, script: Script, key: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         """The reply of `script` run on `key` with `args`, once its batch is back (a future,
-        not a coroutine: the reply wakes its caller with no frame of ours in between)."""
+        not a coroutine: the reply wakes its caller with no frame of ours in between). Once
+        close() began, ConnectionError: a closed pipeline opens no connection again."""
+        if self._closed:
+            raise RedisConnectionError("the pipeline is closed")
         try:
             packed = hiredis.pack_command(("EVALSHA", script.sha, script.keys, key, *args))
         except TypeError as exc:  # an argument Redis cannot take: redis-py's error for it
@@ -153,7 +158,9 @@ class RespPipeline:
             drained.set_result(None)
 
     async def close(self) -> None:
-        """Wait for the batches already sent, then close the connection."""
+        """Wait for the batches already sent and the calls already queued, then close the
+        connection; calls made from now on are refused."""
+        self._closed = True
         self._drained = asyncio.get_running_loop().create_future()
         self._settle()
         await self._drained  # bounded: each call fails at its deadline, and its batch with it

@@ -23,6 +23,7 @@ from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
 from gateway.core.record import STATE_COMPLETED, STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
+from gateway.store.client import close_client
 from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat, shipped_codec
 from gateway.store.scripts import Script, script
@@ -101,6 +102,7 @@ class Store:
         self.stalls = Stalls()  # started by the gateway: calls held through one are not Redis's
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
+        self._closed = False
         self._claim = script("claim", keys=2)
         self._extend = script("extend")
         self._complete = script("complete")
@@ -172,6 +174,8 @@ class Store:
         Cluster client reset its connections under load; one at a time is enough.
         """
         async with self._reload_lock:
+            if self._closed:  # a NOSCRIPT answered while the store closed: not loaded again
+                raise RedisConnectionError("the store is closed")
             if self._loads != loads_before:
                 return  # reloaded by another call meanwhile
             for each in self._scripts_all:
@@ -363,9 +367,13 @@ class Store:
         return True
 
     async def close(self) -> None:
-        await self.trained.close()
-        await self.sender.close()
-        await self.client.aclose()
+        """Close once a reload under way has ended (the call it repeats is then among those
+        the sender waits for); no reload starts after, and the sender refuses new calls."""
+        async with self._reload_lock:
+            self._closed = True
+            await self.trained.close()
+            await self.sender.close()
+            await close_client(self.client)
 
     # What operators and the start-up checks read of Redis, outside the scripts.
 

@@ -24,7 +24,7 @@ SHADOWED: Final = "shadowed"  # shadow mode: forwarded untouched where enforce w
 ERROR: Final = "error"  # 503 (Redis down, closed) or 502/504 from the upstream call
 
 # idem_circuit_state values.
-CIRCUIT_STATES: Final = {b.CLOSED: 0, b.HALF_OPEN: 1, b.OPEN: 2}
+CIRCUIT_STATES: Final[dict[str, int]] = {b.CLOSED: 0, b.HALF_OPEN: 1, b.OPEN: 2}
 # Overhead buckets: the gateway's own time is sub-millisecond to a few ms.
 # Not Final: mypyc may read a Final tuple of floats as never set (tests/test_compilable.py).
 OVERHEAD_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

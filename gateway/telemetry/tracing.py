@@ -2,13 +2,14 @@
 claim, the upstream call, the record and the replay, and W3C trace context in and out.
 
 Imported only when `tracing.enabled`: with tracing off none of this runs, the clients are the
-plain ones and the request path holds a no-op span (`http.flow.context.no_span`). Where the spans
+plain ones and the request path holds no-op spans (`http.flow.context.Spans`). Where the spans
 come from:
 - the server span: `Tracing.serve` wraps the gateway's request handler;
-- the claim and the record: `http.flow.traced.TracedStore` (its `claim` and `complete` calls);
+- the claim and the record: `http.flow.traced.TracedSpans` (around the store's `claim` and
+  `complete` calls, where the request path makes them);
 - the upstream call: `http.flow.traced.TracedUpstreams`, which also writes the `traceparent` the
   upstream receives (the client span's, so the upstream's own span is its child);
-- the replay: `Services.span` around `http.answers.replay.replay`.
+- the replay: `Services.spans.step` around `http.answers.replay.replay`.
 
 Spans carry the key's digest (the one in the record's Redis key), never the key, the tenant's
 identity or any header value.

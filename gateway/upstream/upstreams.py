@@ -17,6 +17,30 @@ from gateway.upstream.base import Answer
 from gateway.upstream.httptools_client import UpstreamPool, default_tls, httptools_serves
 
 
+class Outbound:
+    """A request on its way to an upstream: `method` and `target` (the path and query exactly
+    as the client sent them) for `origin`, its headers, and its body (None: none; an async
+    iterable streams as it comes, with aiohttp's client). Its answer's head must arrive
+    within `timeouts.total`. A plain class, made per request: compiled, a dataclass's
+    __init__ runs as Python."""
+
+    def __init__(
+        self,
+        origin: str,
+        method: str,
+        target: str,
+        headers: CIMultiDict[str],
+        body: bytes | AsyncIterable[bytes] | None,
+        timeouts: Timeouts,
+    ) -> None:
+        self.origin = origin
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.timeouts = timeouts
+
+
 class Upstreams:
     """Per origin: aiohttp's session, and the httptools client's pool, which carries every request
     whose body is in hand (or that has none). Both reach https origins with the one `tls`
@@ -40,36 +64,24 @@ class Upstreams:
                 self._pools[origin] = UpstreamPool(origin, self._pool_size, self._tls)
             self._sessions[origin] = aiohttp_client.session(self._pool_size, self._tls)
 
-    def send(
-        self,
-        origin: str,
-        method: str,
-        target: str,
-        headers: CIMultiDict[str],
-        body: bytes | AsyncIterable[bytes] | None,
-        timeouts: Timeouts,
-    ) -> Awaitable[Answer]:
-        """Send `method target` (the path and query exactly as the client sent them) to
-        `origin`; the answer's head must arrive within `timeouts.total`. A `body` of None
-        sends none; an async iterable streams as it comes (aiohttp's client). The chosen
-        client's call itself is awaited: no frame of this choice stays in between."""
-        pool = self._pools.get(origin)
-        if pool is not None and method != "HEAD" and _in_hand(body):
-            return pool.request(
-                method, target, headers.items(), body, timeouts.connect, timeouts.total
-            )
-        session = self._sessions[origin]
-        return aiohttp_client.send(session, method, origin + target, headers, body, timeouts)
+    def send(self, out: Outbound) -> Awaitable[Answer]:
+        """Send `out` to its origin: with the httptools client where it serves (an http(s)
+        origin, a body in hand or none, and not HEAD, whose answer announces a body it does
+        not send), else with aiohttp's. The chosen client's call itself is awaited: no frame
+        of this choice stays in between."""
+        body = out.body
+        pool = self._pools.get(out.origin)
+        if pool is not None and out.method != "HEAD" and _in_hand(body):
+            connect, total = out.timeouts.connect, out.timeouts.total
+            return pool.request(out.method, out.target, out.headers.items(), body, connect, total)
+        session = self._sessions[out.origin]
+        url = out.origin + out.target
+        return aiohttp_client.send(session, out.method, url, out.headers, body, out.timeouts)
 
     @property
     def tls(self) -> ssl.SSLContext:
         """The context both clients reach https origins with."""
         return self._tls
-
-    def httptools_for(self, origin: str, method: str, body: object) -> bool:
-        """Whether `send` gives this request to the httptools client: an http(s) origin, a body
-        in hand (or none), and not HEAD (whose answer announces a body it does not send)."""
-        return origin in self._pools and method != "HEAD" and _in_hand(body)
 
     async def close(self) -> None:
         for pool in self._pools.values():

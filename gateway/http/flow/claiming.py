@@ -3,8 +3,6 @@ fingerprint of the request, and waiting for the request in flight (`on_in_flight
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable
 from typing import Final
 
@@ -13,6 +11,8 @@ from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
 from gateway.errors import StoreUnavailable
+from gateway.http.flow.context import Services
+from gateway.http.flow.pacing import Pacing
 from gateway.store.store import Store
 
 # How often a waiting duplicate asks again: from the first value, growing to the last.
@@ -25,7 +25,7 @@ Payload = tuple[str, str, str, Fields, bytes]
 
 
 async def take(
-    store: Store,
+    s: Services,
     route: Route,
     names: tuple[str, str],
     token: str,
@@ -36,20 +36,20 @@ async def take(
     for this request: what the claim found (its `key`, the name that holds it), what to do,
     and the fingerprint the key is held under."""
     fp = fingerprint(route.fingerprint, *payload)
-    names = store.ordered(names)
-    result = await claim(store, route, names, fp, token)
+    names = s.store.ordered(names)
+    result = await claim(s, route, names, fp, token)
     if result.outcome is Claim.MISMATCH:  # or a record an earlier version stored
         earlier = earlier_fingerprint(route.fingerprint, *payload)
         if earlier is not None and earlier != fp:
-            again = await claim(store, route, names, earlier, token)
+            again = await claim(s, route, names, earlier, token)
             if again.outcome is Claim.CLAIMED:  # the key went meanwhile: held under today's
-                await store.release(again.key, token)
-                result = await claim(store, route, names, fp, token)
+                await s.store.release(again.key, token)
+                result = await claim(s, route, names, fp, token)
             elif again.outcome is not Claim.MISMATCH:
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
     if action is Action.WAIT:
-        result = await _wait(store, result, names, fp, token, route)
+        result = await _wait(s, result, names, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
 
@@ -58,39 +58,38 @@ async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
     """Release a claim whose reply timed out, as soon as Redis answers (for a short while,
     within the lease): nothing was sent, and a key left claimed would be taken for a lost
     owner's after it. A Redis that stays away leaves it so: held, never run unasked."""
-    deadline = time.monotonic() + min(lease, GIVE_BACK_WINDOW)
-    pause, longest = GIVE_BACK_BACKOFF
+    pacing = Pacing(GIVE_BACK_BACKOFF, min(lease, GIVE_BACK_WINDOW))
     while True:
         try:
             await store.release(rkey, token)
             return
         except StoreUnavailable:
-            if time.monotonic() + pause > deadline:
+            if not await pacing.pause():
                 return  # the lease ends: the key is a lost owner's, never run unasked
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, longest)
 
 
 def claim(
-    store: Store, route: Route, names: tuple[str, str], fp: str, token: str
+    s: Services, route: Route, names: tuple[str, str], fp: str, token: str
 ) -> Awaitable[ClaimResult]:
     """The claim as `route` makes it, made under `names[0]` unless `names[1]` holds the key
     (`Store.claim`): a PENDING key outlives its lease by the retention, so that a lost
     owner's key is never taken for a free one."""
-    return store.claim(
-        names[0],
-        fp,
-        token,
-        route.lease,
-        route.retention,
-        take_lost=not route.holds_lost_keys,
-        mark_sent=route.mark_sent,
-        other=names[1],
+    return s.spans.claim(
+        s.store.claim(
+            names[0],
+            fp,
+            token,
+            route.lease,
+            route.retention,
+            take_lost=not route.holds_lost_keys,
+            mark_sent=route.mark_sent,
+            other=names[1],
+        )
     )
 
 
 async def _wait(
-    store: Store,
+    s: Services,
     result: ClaimResult,
     names: tuple[str, str],
     fp: str,
@@ -102,14 +101,9 @@ async def _wait(
     Asking is claiming: if the first one ended without a record, we hold the key, and
     `on_claim(..., waited=True)` says to give it back rather than run the call.
     """
-    deadline = time.monotonic() + route.in_flight_wait
-    pause, longest = WAIT_BACKOFF
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return result
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, longest)
-        result = await claim(store, route, names, fp, token)
+    pacing = Pacing(WAIT_BACKOFF, route.in_flight_wait)
+    while await pacing.pause():
+        result = await claim(s, route, names, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:
             return result
+    return result

@@ -8,16 +8,18 @@ from __future__ import annotations
 import logging
 
 from gateway.errors import StoreUnavailable
-from gateway.http.flow.context import Services
+from gateway.http.flow.context import Claimed, Services
 from gateway.store import attention
 
 log = logging.getLogger(__name__)
 
 
-async def note_held(s: Services, route: str, key: str, retention: float) -> None:
-    """List the record `key` for a person. An index only: a Redis that refuses it loses
-    nothing but the listing."""
+async def note_held(s: Services, c: Claimed) -> None:
+    """List the claimed record for a person, for as long as its route keeps it. An index
+    only: a Redis that refuses it loses nothing but the listing."""
+    route = c.route
     try:
-        await attention.note(s.store, s.settings.redis.key_prefix, route, key, retention)
+        prefix = c.settings.redis.key_prefix
+        await attention.note(s.store, prefix, route.name, c.key, route.retention)
     except StoreUnavailable as exc:
-        log.warning("route %s: a key is not listed for the console: %s", route, exc)
+        log.warning("route %s: a key is not listed for the console: %s", route.name, exc)

@@ -29,6 +29,7 @@ from gateway.http.flow.outgoing import forward_headers, target
 from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
 from gateway.upstream.base import Answer, UpstreamError, failure_of, forget_frames
+from gateway.upstream.upstreams import Outbound
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
         refused = await _mark_sent(s, c)
         if refused is not None:
             return refused
-    feed = ClientFeed(s.settings.limits.client_buffer)
+    feed = ClientFeed(c.settings.limits.client_buffer)
     s.tasks.spawn(_Call(s, c, feed).run())
     return await feed.serve(c.request)
 
@@ -99,7 +100,14 @@ class _Call:
         outcome = m.FORWARDED
         try:
             upstream = await s.upstreams.send(
-                route.upstream, c.request.method, target(c.request), headers, c.body, route.timeouts
+                Outbound(
+                    route.upstream,
+                    c.request.method,
+                    target(c.request),
+                    headers,
+                    c.body,
+                    route.timeouts,
+                )
             )
             async with upstream:
                 settle = on_answer(upstream.status, route)
@@ -251,7 +259,7 @@ class _Call:
         forget_frames(exc)  # the failure is classified: its frames only hold memory now
         failed = await settle_failure(s, c, kind, exc)
         if kind is not Failure.UNSENT and route.on_unknown_outcome == "record":
-            await note_held(s, route.name, c.key, route.retention)  # the console lists it
+            await note_held(s, c)  # the console lists it
         if feed.started or failed is None:
             feed.cut()
         else:  # a recorded answer's head waits for its first bytes: none went out

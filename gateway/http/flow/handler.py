@@ -17,6 +17,7 @@ from typing import Final
 from aiohttp import hdrs, web
 
 from gateway.config.policy import Policy, Route
+from gateway.config.settings import Limits
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, LostStep, on_claim
 from gateway.core.headers import foreign_coding, undecodable_header
@@ -43,7 +44,7 @@ from gateway.http.answers.problems import (
 )
 from gateway.http.answers.replay import replay, replay_marker, unreadable_record
 from gateway.http.flow.claiming import give_back, take
-from gateway.http.flow.context import Claimed, Services
+from gateway.http.flow.context import Claimed, Received, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.incoming import (
@@ -100,43 +101,46 @@ class Gateway:
         if route is None:
             if settings.upstream is None:
                 return NO_ROUTE.answer(f"no route matches {request.path}")
-            return await self._unprotected(request, "-", settings.upstream, settings.defaults)
+            return await self._unprotected(
+                request, settings.limits, "-", settings.upstream, settings.defaults
+            )
         if request.method not in route.methods:
-            return await self._unprotected(request, route.name, route.upstream, route)
+            return await self._unprotected(
+                request, settings.limits, route.name, route.upstream, route
+            )
         # A protected method: the key, the tenant scope and the body read, then the key claimed;
         # a request without a key passes untouched unless the route requires one.
-        body: bytes | None = None
+        r = Received(request, route, settings)
         try:
             if route.key_json_pointer is not None:  # the key may be in the body: read it first
-                body = await read_body(request, route.max_request_body, self.s.settings.limits)
-            key = key_of(request, route, body)
-            scope = scope_of(request, route) if key is not None else []
+                r.body = await read_body(r)
+            key = key_of(request, route, r.body)
+            if key is not None:  # idempotent: its scope, and its whole body (once keyed)
+                r.scope = scope_of(request, route)
+                key_hash = digest(key)
+                note_key_hash(key_hash)  # in its log line, were the body refused
+                if r.body is None:
+                    r.body = await read_body(r)
+                body = r.body
         except BodyTooLarge:
-            return self._too_large(route, request)
+            detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
+            return self._rejected(r, BODY_TOO_LARGE, detail)
         except BodyTimeout:
-            return await self._too_slow(route, request)
+            self.s.metrics.request(route.name, request.method, m.REJECTED)
+            detail = "the request body did not arrive in time; nothing was forwarded"
+            return await refuse_slow_body(request, detail)
         except BadKey as bad_key:
-            refusal = KEY_PROBLEMS[bad_key.problem]
-            return await self._refused(request, route, body, refusal, str(bad_key))
+            return await self._refused(r, KEY_PROBLEMS[bad_key.problem], str(bad_key))
         except BadScope as unscoped:
-            refusal = SCOPE_PROBLEMS[unscoped.problem]
-            return await self._refused(request, route, body, refusal, str(unscoped))
+            return await self._refused(r, SCOPE_PROBLEMS[unscoped.problem], str(unscoped))
         if key is None:
             if not route.require_key:
-                return await self._unprotected(request, route.name, route.upstream, route, body)
+                self.s.metrics.request(route.name, request.method, m.UNPROTECTED)
+                return await self._passed_on(r)
             detail = f"this route requires an {route.key_header} header"
-            return await self._refused(request, route, body, MISSING_KEY, detail)
-        key_hash = digest(key)
-        note_key_hash(key_hash)
-        if body is None:
-            try:
-                body = await read_body(request, route.max_request_body, self.s.settings.limits)
-            except BodyTooLarge:
-                return self._too_large(route, request)
-            except BodyTimeout:
-                return await self._too_slow(route, request)
-        names = record_names(settings.redis.key_prefix, route.name, tenant_id(scope), key_hash)
-        return await self._idempotent(request, route, names, body, anonymous=not any(scope))
+            return await self._refused(r, MISSING_KEY, detail)
+        names = record_names(settings.redis.key_prefix, route.name, tenant_id(r.scope), key_hash)
+        return await self._idempotent(r, key, names, body)
 
     def _unforwardable(self, request: web.Request, route: Route | None) -> web.Response | None:
         """The refusal of a request that cannot be forwarded intact: a header that is not
@@ -155,23 +159,28 @@ class Gateway:
         return None
 
     async def _unprotected(
-        self,
-        request: web.Request,
-        name: str,
-        origin: str,
-        policy: Policy,
-        body: bytes | None = None,
+        self, request: web.Request, limits: Limits, name: str, origin: str, policy: Policy
     ) -> web.StreamResponse:
+        """A method or path no route protects: forwarded untouched, its body streaming."""
         self.s.metrics.request(name, request.method, m.UNPROTECTED)
-        return await self._passed(request, name, origin, policy, body=body)
+        return await self._passed(request, limits, name, origin, policy, body=None)
+
+    def _passed_on(
+        self, r: Received, extra: dict[str, str] | None = None
+    ) -> Awaitable[web.StreamResponse]:
+        """A request to a protected route forwarded untouched: its body as far as it was
+        read (the rest streams on), its upstream time counted for the route."""
+        route = r.route
+        limits = r.settings.limits
+        return self._passed(r.request, limits, route.name, route.upstream, route, r.body, extra)
 
     async def _passed(
         self,
         request: web.Request,
+        limits: Limits,
         name: str,
         origin: str,
         policy: Policy,
-        *,
         body: bytes | None,
         extra: dict[str, str] | None = None,
     ) -> web.StreamResponse:
@@ -185,54 +194,39 @@ class Gateway:
             extra=extra,
             body=body,
             preserve_host=policy.preserve_host,
-            limits=self.s.settings.limits,
+            limits=limits,
             upstream_time=partial(self.s.metrics.upstream, name),
         )
 
-    def _shadowed(
-        self, request: web.Request, route: Route, body: bytes | None, would: str
-    ) -> Awaitable[web.StreamResponse] | None:
+    def _shadowed(self, r: Received, would: str) -> Awaitable[web.StreamResponse] | None:
         """On a shadow route, a request the claimed call does not take is forwarded
         untouched, and `would` counted as what enforce would have answered: that answer, to
         await. None on an enforce route, which answers for itself."""
+        route = r.route
         if route.mode != "shadow":
             return None
         self.s.metrics.would(route.name, would)
-        self.s.metrics.request(route.name, request.method, m.SHADOWED)
-        return self._passed(request, route.name, route.upstream, route, body=body)
+        self.s.metrics.request(route.name, r.request.method, m.SHADOWED)
+        return self._passed_on(r)
 
-    async def _refused(
-        self, request: web.Request, route: Route, body: bytes | None, kind: Problem, detail: str
-    ) -> web.StreamResponse:
+    async def _refused(self, r: Received, kind: Problem, detail: str) -> web.StreamResponse:
         """400 for a key or a tenant scope that is wrong or missing: nothing is claimed."""
-        shadowed = self._shadowed(request, route, body, m.REJECTED)
+        shadowed = self._shadowed(r, m.REJECTED)
         if shadowed is not None:
             return await shadowed
-        return self._rejected(route, request, kind, detail)
+        return self._rejected(r, kind, detail)
 
-    def _too_large(self, route: Route, request: web.Request) -> web.Response:
-        detail = f"the body exceeds max_request_body ({route.max_request_body} bytes)"
-        return self._rejected(route, request, BODY_TOO_LARGE, detail)
-
-    async def _too_slow(self, route: Route, request: web.Request) -> web.StreamResponse:
-        self.s.metrics.request(route.name, request.method, m.REJECTED)
-        detail = "the request body did not arrive in time; nothing was forwarded"
-        return await refuse_slow_body(request, detail)
-
-    def _rejected(
-        self, route: Route, request: web.Request, kind: Problem, detail: str
-    ) -> web.Response:
-        self.s.metrics.request(route.name, request.method, m.REJECTED)
+    def _rejected(self, r: Received, kind: Problem, detail: str) -> web.Response:
+        route = r.route
+        self.s.metrics.request(route.name, r.request.method, m.REJECTED)
         return kind.answer(detail, code=code_for(kind.slug, route.problem_codes))
 
     async def _idempotent(
-        self,
-        request: web.Request,
-        route: Route,
-        names: tuple[str, str],
-        body: bytes,
-        anonymous: bool,
+        self, r: Received, key: str, names: tuple[str, str], body: bytes
     ) -> web.StreamResponse:
+        """Claim the record `names` name (`core.keys.record_names`) for the client's `key`, and
+        act on what the claim found."""
+        request, route = r.request, r.route
         # The path and query exactly as forwarded: /a%2Fb and /a/b are different requests.
         url = request.rel_url
         fields = fingerprint_fields(request, route)
@@ -241,77 +235,69 @@ class Gateway:
         leased_at = time.monotonic()  # before the claim is sent: never after Redis's start
         try:
             may_wait = route.mode != "shadow"  # a shadow route holds up no request
-            result, action, fp = await take(self.s.store, route, names, token, payload, may_wait)
+            result, action, fp = await take(self.s, route, names, token, payload, may_wait)
         except StoreUnavailable as down:
             if down.unanswered:  # the claim may hold the key, and nothing was sent: give it back
                 for rkey in names:  # made under one of them, by the format written then
                     self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
-            return await self._store_down(request, route, body, down, leased_at)
+            return await self._store_down(r, down, leased_at)
         except RecordCorrupt as corrupt:
             return unreadable_record(self.s, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
-        claimed = Claimed(request, route, result.key, token, fp, body, unsent, leased_at=leased_at)
+        claimed = Claimed(r, result.key, token, fp, body, key, unsent, leased_at)
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)
             # In a task of its own: a client gone away neither stops the call nor loses its outcome.
             return await forward(self.s, claimed)
-        shadowed = self._shadowed(request, route, body, WOULD[action])
+        shadowed = self._shadowed(r, WOULD[action])
         if shadowed is not None:
             return await shadowed
-        return await self._act(request, route, action, result, claimed, anonymous)
+        return await self._act(claimed, action, result, anonymous=not any(r.scope))
 
     async def _act(
-        self,
-        request: web.Request,
-        route: Route,
-        action: Action,
-        result: ClaimResult,
-        claimed: Claimed,
-        anonymous: bool,
+        self, c: Claimed, action: Action, result: ClaimResult, anonymous: bool
     ) -> web.StreamResponse:
-        """What the key's state answers instead of the call."""
+        """What the key's state answers instead of the call: `anonymous` says the request
+        has no scope value (what a replay may carry, `core.headers.replayed_headers`)."""
+        route, method = c.route, c.request.method
         if action is Action.REPLAY:
-            self.s.metrics.request(route.name, request.method, m.REPLAYED)
-            with self.s.span(REPLAY_SPAN):
-                return await replay(self.s, request, route, result, anonymous)
+            self.s.metrics.request(route.name, method, m.REPLAYED)
+            with self.s.spans.step(REPLAY_SPAN):
+                return await replay(self.s, c.request, route, result, anonymous)
         if action is Action.REPLAY_UNKNOWN:
-            self.s.metrics.request(route.name, request.method, m.REPLAYED)
+            self.s.metrics.request(route.name, method, m.REPLAYED)
             kept_for = expires(result.pttl_ms / 1000)
             return OUTCOME_UNKNOWN.answer(replayed=replay_marker(route), headers=kept_for)
         if action is Action.TAKE_OVER:
-            late = await settle_lost(self.s, claimed)
+            late = await settle_lost(self.s, c)
             if isinstance(late, web.StreamResponse):  # settled as a lost owner's key
                 return late
             action = on_claim(late, route, may_wait=False)  # the key as another left it
             if action is Action.FORWARD:
-                return await forward(self.s, claimed)
-            return await self._act(request, route, action, late, claimed, anonymous)
+                return await forward(self.s, c)
+            return await self._act(c, action, late, anonymous)
         if action is Action.OWNER_LOST:
             if result.outcome is Claim.TAKEN:  # a waiting duplicate took it: give it back
-                await let_go(self.s, claimed)
+                await let_go(self.s, c)
             else:
-                owner_lost(self.s, claimed, LostStep.KEPT)
-                await note_held(self.s, route.name, claimed.key, route.retention)
-            self.s.metrics.request(route.name, request.method, m.CONFLICT)
+                owner_lost(self.s, c, LostStep.KEPT)
+                await note_held(self.s, c)
+            self.s.metrics.request(route.name, method, m.CONFLICT)
             return lost_conflict()
         if action is Action.MISMATCH:
-            self.s.metrics.request(route.name, request.method, m.MISMATCH)
+            self.s.metrics.request(route.name, method, m.MISMATCH)
             return KEY_REUSED.answer(code=code_for(KEY_REUSED.slug, route.problem_codes))
-        self.s.metrics.request(route.name, request.method, m.CONFLICT)
+        self.s.metrics.request(route.name, method, m.CONFLICT)
         if action is Action.UNRECORDED:
-            await release(self.s, route, claimed.key, claimed.token)
+            await release(self.s, route, c.key, c.token)
         return CONFLICTS[action].answer()
 
     async def _store_down(
-        self,
-        request: web.Request,
-        route: Route,
-        body: bytes,
-        exc: StoreUnavailable,
-        asked_at: float,
+        self, r: Received, exc: StoreUnavailable, asked_at: float
     ) -> web.StreamResponse:
         """The answer when Redis could not be asked (`asked_at`: when the claim was sent)."""
+        route = r.route
         self.s.metrics.redis_errors.inc()
         shadow = route.mode == "shadow"  # changes no answer: it fails open, unmarked
         stalls = self.s.store.stalls
@@ -321,16 +307,13 @@ class Gateway:
         if (route.fail_mode == "closed" or stalled) and not shadow:
             why = "this gateway stood still" if route.fail_mode == "open" else "fails closed"
             log.error("redis unavailable, route %s %s: %s", route.name, why, exc)
-            self.s.metrics.request(route.name, request.method, m.ERROR)
+            self.s.metrics.request(route.name, r.request.method, m.ERROR)
             return STORE_UNAVAILABLE.answer()
         log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
-        self.s.metrics.request(route.name, request.method, m.BYPASSED)
+        self.s.metrics.request(route.name, r.request.method, m.BYPASSED)
         if shadow and route.fail_mode == "closed":
             self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503
-        marked = None if shadow else {route.degraded_header: "true"}
-        return await self._passed(
-            request, route.name, route.upstream, route, body=body, extra=marked
-        )
+        return await self._passed_on(r, None if shadow else {route.degraded_header: "true"})
 
 
 def new_token() -> str:

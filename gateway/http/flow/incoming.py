@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from aiohttp import hdrs, web
 
 from gateway.config.policy import Route
-from gateway.config.settings import Limits
 from gateway.core.fingerprint import Fields
 from gateway.core.headers import connection_tokens
 from gateway.core.keys import agreed_key, json_key, parse_key
 from gateway.core.scope import client_cert_part, scope_values
 from gateway.http.answers.problems import BODY_TIMEOUT
 from gateway.http.answers.writing import abort, prepare_quietly
+from gateway.http.flow.context import Received
 from gateway.http.server.client_cert import client_cert_values
 
 
@@ -63,9 +63,11 @@ async def refuse_slow_body(request: web.Request, detail: str) -> web.StreamRespo
     return abort(request, slow)
 
 
-async def read_body(request: web.Request, limit: int, limits: Limits) -> bytes:
-    """The whole request body, refusing more than `limit` bytes before reading them, and a
-    client that pauses or takes longer than `limits` allow."""
+async def read_body(received: Received) -> bytes:
+    """The whole request body, refusing more than the route's `max_request_body` before
+    reading it (BodyTooLarge), and a client that pauses or takes longer than the settings'
+    `limits` allow (BodyTimeout)."""
+    request, limit = received.request, received.route.max_request_body
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLarge
     if request.content.is_eof():
@@ -76,6 +78,7 @@ async def read_body(request: web.Request, limit: int, limits: Limits) -> bytes:
         return body
     chunks: list[bytes] = []
     size = 0
+    limits = received.settings.limits
     gap, total = limits.request_body_gap_timeout, limits.request_body_timeout
     async for chunk in TimedBody(request, gap, total):
         size += len(chunk)

@@ -17,7 +17,7 @@ from gateway.http.answers.writing import abort, start_response, upstream_failure
 from gateway.http.flow.incoming import TimedBody, refuse_slow_body
 from gateway.http.flow.outgoing import forward_headers, target
 from gateway.upstream.base import UpstreamError, forget_frames
-from gateway.upstream.upstreams import Upstreams
+from gateway.upstream.upstreams import Outbound, Upstreams
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ async def pass_through(
     started = time.monotonic()
     try:
         upstream = await upstreams.send(
-            origin, request.method, target(request), headers, sent, timeouts
+            Outbound(origin, request.method, target(request), headers, sent, timeouts)
         )
         async with upstream:
             response = start_response(

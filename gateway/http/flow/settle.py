@@ -37,7 +37,7 @@ from gateway.errors import StoreUnavailable
 from gateway.http.answers.problems import OUTCOME, OUTCOME_UNKNOWN
 from gateway.http.answers.writing import upstream_failure, whole_answer
 from gateway.http.flow.context import Claimed, Services
-from gateway.http.flow.incoming import key_of
+from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
@@ -97,8 +97,8 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     background (in memory alone when the journal cannot be written either)."""
     route = c.route
     try:
-        stored = await s.store.complete(
-            c.key, c.token, c.fingerprint, record, body, route.retention
+        stored = await s.spans.record(
+            s.store.complete(c.key, c.token, c.fingerprint, record, body, route.retention)
         )
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
@@ -116,13 +116,15 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
 
 
 def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
-    return s.store.complete(
-        outcome.key,
-        outcome.token,
-        outcome.fingerprint,
-        outcome.record,
-        outcome.body,
-        outcome.retention,
+    return s.spans.record(
+        s.store.complete(
+            outcome.key,
+            outcome.token,
+            outcome.fingerprint,
+            outcome.record,
+            outcome.body,
+            outcome.retention,
+        )
     )
 
 
@@ -138,7 +140,7 @@ async def keep_storing(
     s: Services, route: str, lease: float, outcome: Unstored, entry: int | None
 ) -> None:
     """Complete `outcome` as soon as Redis takes it; renew its lease while it cannot."""
-    pause, longest = STORE_BACKOFF
+    pacing = Pacing(STORE_BACKOFF)
     while True:
         try:
             stored = await _complete(s, outcome)
@@ -146,8 +148,7 @@ async def keep_storing(
             s.metrics.redis_errors.inc()
             with contextlib.suppress(StoreUnavailable):
                 await s.store.extend(outcome.key, outcome.token, lease, outcome.retention)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, longest)
+            await pacing.pause()
             continue
         if stored:  # the blob's age first: a crash before the journal's mark repeats it
             await _stored_late(s, outcome)
@@ -218,7 +219,7 @@ async def settle_failure(
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
         log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
         if route.reconcile is not None:
-            found = await look_up(route.reconcile, c.request, _key(c), s.upstreams.tls)
+            found = await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
             lookup = on_lookup(found.status, route.reconcile)
             s.metrics.reconciled.labels(route.name, lookup).inc()
             log.warning("route %s: reconciled: %s (lookup %s)", route.name, lookup, found.status)
@@ -262,13 +263,6 @@ async def _keep(s: Services, c: Claimed) -> None:
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         log.error("route %s: the kept key could not be renewed: %s", c.route.name, exc)
-
-
-def _key(c: Claimed) -> str:
-    """The request's key, from the sources the handler read it from (it accepted it)."""
-    key = key_of(c.request, c.route, c.body)
-    assert key is not None
-    return key
 
 
 async def record_found(

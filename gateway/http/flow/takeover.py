@@ -12,10 +12,8 @@ not happen runs, and what nobody can tell is held for an operator, kept (409) or
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from dataclasses import replace
 from typing import Final
 
 from aiohttp import web
@@ -35,7 +33,7 @@ from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
-from gateway.http.flow.incoming import key_of
+from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
@@ -68,14 +66,11 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     Asking again is claiming again with this request's token, which renews its lease. A
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
-    deadline = time.monotonic() + LATE_ANSWER_WAIT
-    pause, longest = LATE_ANSWER_POLL
-    while (left := deadline - time.monotonic()) > 0:
-        await asyncio.sleep(min(pause, left))
-        pause = min(pause * 2, longest)
+    pacing = Pacing(LATE_ANSWER_POLL, LATE_ANSWER_WAIT)
+    while await pacing.pause():
         asked = time.monotonic()
         try:
-            result = await claim(s.store, c.route, (c.key, c.key), c.fingerprint, c.token)
+            result = await claim(s, c.route, (c.key, c.key), c.fingerprint, c.token)
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             continue
@@ -135,10 +130,11 @@ async def take_over(s: Services, c: Claimed) -> web.StreamResponse:
         s.metrics.request(route.name, c.request.method, m.CONFLICT)
         return IN_FLIGHT.answer()
     if step in RAN_AGAIN:
-        return await forward(s, replace(c, outcome=RAN_AGAIN[step]))
+        c.outcome = RAN_AGAIN[step]  # this answer alone says it: a replay is the upstream's
+        return await forward(s, c)
     s.metrics.request(route.name, c.request.method, _COUNTED_AS[step])
     if step in (LostStep.HELD, LostStep.KEPT):  # the key waits for a person: the console lists it
-        await note_held(s, route.name, c.key, route.retention)
+        await note_held(s, c)
     if step is LostStep.RECONCILED:
         assert route.reconcile is not None
         answer = await record_found(s, c, route.reconcile, found)
@@ -165,12 +161,10 @@ async def _look_up(s: Services, c: Claimed) -> Found:
     """Ask the route's lookup, the lease renewed meanwhile (a lookup may wait `after`)."""
     route = c.route
     assert route.reconcile is not None
-    key = key_of(c.request, route, c.body)
-    assert key is not None  # the handler read it to get here
     beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
     beat.start()
     try:
-        return await look_up(route.reconcile, c.request, key, s.upstreams.tls)
+        return await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
     finally:
         beat.stop()
 

@@ -1,26 +1,25 @@
-"""The gateway's clients with spans, used in place of the plain ones when tracing is on:
-the store's claims and completions, and the upstream calls with the `traceparent` they send.
+"""What tracing adds to the request path when it is on: spans for the steps of a request (the
+replay), for the store's claims and completions, and for the upstream calls, with the
+`traceparent` they send.
 
-Imported only when tracing is on (it needs the otel extra): with tracing off the plain
-clients serve and the request path pays nothing.
+Imported only when tracing is on (it needs the otel extra): with tracing off the request path
+holds `http.flow.context.Spans`, which hands each call back as it is, and the plain upstream
+clients serve. Neither wrapper restates what it wraps: a claim or a completion is handed over
+as the store's call itself, an upstream call as its `Outbound` request.
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import Awaitable, Iterable
+from contextlib import AbstractContextManager
 from types import TracebackType
+from typing import Any
 
-from multidict import CIMultiDict
 from opentelemetry.trace import Span
-from redis.asyncio import Redis, RedisCluster
 
-from gateway.config.policy import Timeouts
 from gateway.core.claims import ClaimResult
-from gateway.core.record import Record
-from gateway.store.formats import FORMAT_1, RecordFormat
-from gateway.store.sending import Sender
-from gateway.store.store import Store
+from gateway.http.flow.context import Spans
 from gateway.telemetry.tracing import (
     CLAIM,
     CLAIM_RESULT,
@@ -31,72 +30,28 @@ from gateway.telemetry.tracing import (
     failed,
 )
 from gateway.upstream.base import Answer
-from gateway.upstream.upstreams import Upstreams
+from gateway.upstream.upstreams import Outbound, Upstreams
 
 
-class TracedStore(Store):
-    """A Store whose claims and completions (the record) are Redis client spans."""
+class TracedSpans(Spans):
+    """A step of the request as an internal span; a claim and a completion (the record) as
+    Redis client spans, which say what the claim found and whether the record was stored."""
 
-    # Each argument named: compiled (mypyc), `super().__init__(*args, **kwargs)` passes the
-    # tuple and the dict themselves as arguments.
-    def __init__(
-        self,
-        tracing: Tracing,
-        client: Redis | RedisCluster,
-        sender: Sender,
-        *,
-        replicas: int = 0,
-        replicas_timeout: float = 0.5,
-        record_format: RecordFormat = FORMAT_1,
-        prefix: str = "idem",
-    ) -> None:
-        super().__init__(
-            client,
-            sender,
-            replicas=replicas,
-            replicas_timeout=replicas_timeout,
-            record_format=record_format,
-            prefix=prefix,
-        )
+    def __init__(self, tracing: Tracing) -> None:
         self.tracing = tracing
 
-    async def claim(
-        self,
-        key: str,
-        fingerprint: str,
-        token: str,
-        lease: float,
-        hold: float = 0.0,
-        take_lost: bool = True,
-        mark_sent: bool = False,
-        *,
-        other: str | None = None,
-    ) -> ClaimResult:
+    def step(self, name: str) -> AbstractContextManager[Any]:
+        return self.tracing.span(name)
+
+    async def claim(self, call: Awaitable[ClaimResult]) -> ClaimResult:
         with self.tracing.redis(CLAIM) as span:
-            result = await super().claim(
-                key,
-                fingerprint,
-                token,
-                lease,
-                hold,
-                take_lost=take_lost,
-                mark_sent=mark_sent,
-                other=other,
-            )
+            result = await call
             span.set_attribute(CLAIM_RESULT, result.outcome.value)
             return result
 
-    async def complete(
-        self,
-        key: str,
-        token: str,
-        fingerprint: str,
-        record: Record,
-        body: bytes,
-        retention: float,
-    ) -> bool:
+    async def record(self, call: Awaitable[bool]) -> bool:
         with self.tracing.redis(RECORD) as span:
-            stored = await super().complete(key, token, fingerprint, record, body, retention)
+            stored = await call
             span.set_attribute(STORED, stored)
             return stored
 
@@ -105,6 +60,8 @@ class TracedUpstreams(Upstreams):
     """Upstreams whose calls are client spans, from the request until the answer's last
     byte; the upstream receives the client span's trace context."""
 
+    # Each argument named: compiled (mypyc), `super().__init__(*args, **kwargs)` passes the
+    # tuple and the dict themselves as arguments.
     def __init__(
         self,
         tracing: Tracing,
@@ -115,21 +72,13 @@ class TracedUpstreams(Upstreams):
         super().__init__(origins, pool_size, tls)
         self.tracing = tracing
 
-    async def send(
-        self,
-        origin: str,
-        method: str,
-        target: str,
-        headers: CIMultiDict[str],
-        body: bytes | AsyncIterable[bytes] | None,
-        timeouts: Timeouts,
-    ) -> Answer:
-        span = self.tracing.upstream(method, origin, target)
-        self.tracing.inject(headers, span)  # replaces a traceparent the client sent
+    async def send(self, out: Outbound) -> Answer:
+        span = self.tracing.upstream(out.method, out.origin, out.target)
+        self.tracing.inject(out.headers, span)  # replaces a traceparent the client sent
         if not span.is_recording():  # not sampled: only the context goes on
-            return await super().send(origin, method, target, headers, body, timeouts)
+            return await super().send(out)
         try:
-            answer = await super().send(origin, method, target, headers, body, timeouts)
+            answer = await super().send(out)
         except BaseException as exc:
             failed(span, exc)
             span.end()

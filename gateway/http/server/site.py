@@ -21,16 +21,21 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
+from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
 from gateway.http.answers.problems import INTERNAL_ERROR, MALFORMED_REQUEST
-from gateway.http.app import CONNECTIONS, ENTRY
 from gateway.http.server.access import request_id
 from gateway.http.server.limits import Connections, fit_open_files
 from gateway.telemetry.requestlog import REQUEST_ID
 
 log = logging.getLogger(__name__)
+
+# What an application served here names (`http.app` sets both): every request's handler,
+# which the site calls straight, and the guard of its client connections.
+ENTRY: web.AppKey[Handler] = web.AppKey("entry")
+CONNECTIONS = web.AppKey("connections", Connections)
 
 
 class _ProblemHandler(RequestHandler):

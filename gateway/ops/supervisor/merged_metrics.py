@@ -84,14 +84,6 @@ class WorkerMetrics:
         return None
 
 
-def samples(families: Iterable[Metric], name: str) -> Iterator[tuple[dict[str, str], float]]:
-    """The labels and value of each sample called `name`."""
-    for family in families:
-        for s in family.samples:
-            if s.name == name:
-                yield s.labels, s.value
-
-
 def one_each(*groups: Iterable[Metric]) -> Iterator[Metric]:
     """The families of `groups`, those of one name made one (its HELP and TYPE said once):
     a strict parser refuses a family said twice, as the workers' `listener="listen"` and the
