@@ -46,12 +46,6 @@ INNER_LAYERS: dict[str, tuple[str, ...]] = {
     # the one-process admin and console; the `--workers N` supervisor built on them.
     "ops": (".", "supervisor"),
 }
-# Imports that go back up inside a layer, each until the change named fixes it.
-UPWARD_KNOWN = {
-    # replay uses only `.metrics` and `.blobs` of the Services it is handed: to be given them
-    # by the change of the stored record's format, which rewrites replay.py.
-    ("gateway.http.answers.replay", "gateway.http.flow.context"),
-}
 # Third-party and standard modules the decision core must never import: it works on plain
 # values, with no event loop, network, Redis, HTTP or config parsing behind it.
 CORE_FORBIDDEN = {
@@ -159,14 +153,7 @@ def _upward(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
 
 
 def test_inside_a_layer_groups_import_only_the_groups_below_them() -> None:
-    upward = [f"{a} imports {b}" for a, b in _upward(_graph()) if (a, b) not in UPWARD_KNOWN]
-    assert upward == []
-
-
-def test_each_known_import_back_up_is_still_there() -> None:
-    """An import back up that the code no longer makes leaves UPWARD_KNOWN, so that it
-    cannot come back unseen."""
-    assert sorted(UPWARD_KNOWN - set(_upward(_graph()))) == []
+    assert [f"{a} imports {b}" for a, b in _upward(_graph())] == []
 
 
 def test_every_module_of_a_grouped_layer_is_in_a_group() -> None:

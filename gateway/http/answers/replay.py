@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, Protocol
 
 from aiohttp import web
 
+from gateway.blobs.base import BlobStore
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, OMITTED, TOO_LARGE
 from gateway.config.policy import Route
 from gateway.core.claims import ClaimResult
@@ -31,25 +32,36 @@ from gateway.http.answers.writing import (
     start_response,
     write_quietly,
 )
-from gateway.http.flow.context import Services
 from gateway.telemetry import metrics as m
+from gateway.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+
+class Replaying(Protocol):
+    """What a replay uses of the shared clients: the counts it adds to, the blobs it reads."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+
+    @property
+    def blobs(self) -> BlobStore: ...
+
 
 # A replay of an answer whose body was left out (over max_replay_body).
 BODY_OMITTED: Final = {"Idempotency-Replay": "omitted"}
 
 
 def unreadable_record(
-    s: Services, request: web.Request, route: Route, why: RecordCorrupt
+    metrics: Metrics, request: web.Request, route: Route, why: RecordCorrupt
 ) -> web.Response:
     """502 for a record that cannot be read, or 503 for one that cannot be read yet (what it
     needs Redis did not give): logged and counted, and never run again, whatever the
     route's fail mode."""
     log.error("route %s: %s", route.name, why)
-    s.metrics.request(route.name, request.method, m.ERROR)
+    metrics.request(route.name, request.method, m.ERROR)
     if why.transient:
-        s.metrics.redis_errors.inc()
+        metrics.redis_errors.inc()
         return STORE_UNAVAILABLE.answer()
     return RECORD_CORRUPT.answer()
 
@@ -60,10 +72,11 @@ def replay_marker(route: Route) -> dict[str, str]:
 
 
 async def replay(
-    s: Services, request: web.Request, route: Route, result: ClaimResult, anonymous: bool
+    s: Replaying, request: web.Request, route: Route, result: ClaimResult, anonymous: bool
 ) -> web.StreamResponse:
     """Answer from the record: `anonymous` says the request has no scope value, which
-    decides whether cookies and credentials are replayed (`core.headers.replayed_headers`)."""
+    decides whether cookies and credentials are replayed (`core.headers.replayed_headers`).
+    `s` gives the metrics and the blob store (the flow's `Services` does)."""
     record = result.record
     assert record is not None
     marker = replay_marker(route)
@@ -110,7 +123,7 @@ async def replay(
 
 
 async def _replay_blob(
-    s: Services,
+    s: Replaying,
     request: web.Request,
     route: Route,
     record: Record,
@@ -142,7 +155,7 @@ async def _replay_blob(
         await reader.close()
 
 
-def _blob_failed(s: Services, route: Route, exc: BlobError) -> web.Response:
+def _blob_failed(s: Replaying, route: Route, exc: BlobError) -> web.Response:
     """A recorded body that cannot be replayed as recorded: 502, logged and counted. The
     record stays as it is: retries keep getting this answer, never a wrong body."""
     s.metrics.blob_errors.labels(route.name, exc.reason).inc()

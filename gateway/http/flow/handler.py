@@ -242,7 +242,7 @@ class Gateway:
                     self.s.tasks.spawn(give_back(self.s.store, rkey, token, route.lease))
             return await self._store_down(r, down, leased_at)
         except RecordCorrupt as corrupt:
-            return unreadable_record(self.s, request, route, corrupt)
+            return unreadable_record(self.s.metrics, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
         claimed = Claimed(r, result.key, token, fp, body, key, unsent, leased_at)
         if action is Action.FORWARD:

@@ -95,7 +95,7 @@ async def settle_lost(s: Services, c: Claimed) -> web.StreamResponse | ClaimResu
     try:
         late = await late_answer(s, c)
     except RecordCorrupt as corrupt:
-        return unreadable_record(s, c.request, c.route, corrupt)
+        return unreadable_record(s.metrics, c.request, c.route, corrupt)
     return await take_over(s, c) if late is None else late
 
 
