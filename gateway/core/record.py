@@ -10,6 +10,8 @@ import orjson
 
 from gateway.core.headers import unwritable_text
 
+# A record's state, as the scripts write it (a PENDING claim is a hash whose `s` is "P").
+STATE_PENDING: Final = "P"
 STATE_COMPLETED: Final = "C"
 STATE_UNKNOWN: Final = "U"
 _FRESH: Final[dict[str, str]] = {}  # `extra` not given: each record gets a dict of its own

@@ -14,10 +14,10 @@ from typing import Any, Final, Literal
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.core.keys import BadKey, digest, parse_key, record_names, route_of_name, tenant_id
-from gateway.core.record import STATE_UNKNOWN, Record
+from gateway.core.record import STATE_COMPLETED, STATE_PENDING, STATE_UNKNOWN, Record
 from gateway.store.store import Store, Stored
 
-STATES: Final = {"P": "pending", "C": "completed", "U": "unknown"}
+STATES: Final = {STATE_PENDING: "pending", STATE_COMPLETED: "completed", STATE_UNKNOWN: "unknown"}
 # A record's names (format 1's and format 2's), or its one name twice: where to look for it.
 Names = tuple[str, str]
 

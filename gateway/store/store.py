@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core.claims import Claim, ClaimResult, claim_of
 from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
-from gateway.core.record import STATE_COMPLETED, STATE_UNKNOWN, Record
+from gateway.core.record import STATE_COMPLETED, STATE_PENDING, STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
 from gateway.store.client import close_client
@@ -398,8 +398,8 @@ class Store:
             return Stored(held, "?", pttl)
         fields = dict(zip(raw[::2], raw[1::2], strict=True))
         state = fields.get(b"s", b"").decode("latin-1")
-        if state not in ("C", "U"):
-            return Stored(held, state if state == "P" else "?", pttl, fields)
+        if state not in (STATE_COMPLETED, STATE_UNKNOWN):
+            return Stored(held, state if state == STATE_PENDING else "?", pttl, fields)
         try:
             record = Record.decode(fields[b"m"])
         except (ValueError, KeyError, TypeError):
