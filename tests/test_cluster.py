@@ -233,8 +233,14 @@ async def test_a_graceful_failover_with_claim_replicas_fails_only_unacknowledged
     the script follows MOVED to the new master and its WAIT goes with it, so no call fails
     on a WAIT sent to the demoted node; a claim whose WAIT no replica acknowledged in the
     switch is released (its key is free), never left PENDING."""
+    # The client connects to the promoted master in the switch: beside two busy loops its
+    # handshake (connect, HELLO) took longer than the 0.5 s default, and the claim failed
+    # "Timeout connecting to server". What is tested is WAIT and MOVED, not that deadline.
     settings = RedisSettings(
-        cluster={"nodes": replicated.nodes[:1]}, claim_replicas=1, claim_replicas_timeout=0.5
+        cluster={"nodes": replicated.nodes[:1]},
+        claim_replicas=1,
+        claim_replicas_timeout=0.5,
+        connect_timeout=10.0,
     )
     store = make_store(settings=settings, replicas=1, replicas_timeout=0.5)
     done: Counter[str] = Counter()
