@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -20,6 +21,8 @@ from testkit.ports import free_port, wait_for_port
 # two busy loops, two workers served 6 to 10 s after the launch, and among the suite's own
 # workers as well, up to twice that. A gateway that hangs at its start still fails here.
 STARTS_WITHIN: Final = 45.0
+# What a gateway (or each of its workers) logs once its application serves.
+LISTENING: Final = "idem-gateway listening on"
 
 
 class GatewayProcess:
@@ -42,6 +45,7 @@ class GatewayProcess:
         puts that folder first on the path, before PYTHONPATH: a gateway of another tree
         must not run in this one)."""
         self.port = config.setdefault("listen", {}).setdefault("port", free_port())
+        self._says_when_it_serves = config.get("log_level", "info") in ("debug", "info")
         config["listen"].setdefault("host", "127.0.0.1")
         self.workdir = workdir
         self.config_path = workdir / f"gateway-{self.port}.yaml"
@@ -59,9 +63,21 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = STARTS_WITHIN) -> GatewayProcess:
+        """Launch it and return once it serves. Its socket is bound, and takes connections
+        into its backlog, before the application has started and its SIGHUP handler is in
+        place: where it logs at `info`, what it serves by is the line that says it listens
+        (a SIGHUP sent before it found the handler missing, or ended the process)."""
+        logged = len(self.log())  # a gateway started again appends to its log
         self._launch()
         assert self.process is not None
+        deadline = time.monotonic() + timeout
         wait_for_port(self.port, self.process, timeout)
+        while self._says_when_it_serves and LISTENING not in self.log()[logged:]:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the gateway exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the gateway did not say it listens after {timeout}s")
+            time.sleep(0.02)
         return self
 
     def exits(self, timeout: float = 30.0) -> int:
