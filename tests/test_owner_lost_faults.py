@@ -73,6 +73,7 @@ class RedisProxy:
         self.drop = False  # every byte dropped, both ways: a black hole (a partition)
         self.drop_after: bytes | None = None  # the reply that holds them is the last one
         self.cuts = 0
+        self.delivered = 0  # writes of replies passed on to the gateway
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -140,6 +141,7 @@ class RedisProxy:
                 if self.delay_on is not None and self.delay_on in data:
                     await asyncio.sleep(self.delay)
                 writer.write(data)
+                self.delivered += 1
                 await writer.drain()
             writer.close()
 
@@ -196,11 +198,19 @@ def taken_over(redis_url: str) -> bool:
     return any(b"p" in record for record in records(redis_url))
 
 
-async def retry_taking_over(redis_url: str, gw: TestClient) -> asyncio.Future[Answer]:
+async def retry_taking_over(
+    redis_url: str, gw: TestClient, link: RedisProxy | None = None
+) -> asyncio.Future[Answer]:
     """A retry on `gw` under way, once it has taken over the key its owner left (the
-    owner's answer not in yet): its answer comes when the retry has settled the key."""
+    owner's answer not in yet): its answer comes when the retry has settled the key. With
+    the `link` `gw` reaches Redis by, once the retry has the takeover's reply as well: Redis
+    holds the takeover before its reply reaches the gateway, and a link cut in between
+    fails the claim itself (503, fail closed), not the wait for the owner's answer."""
     retried = asyncio.ensure_future(settled(gw))
     await until(lambda: taken_over(redis_url), timeout=10)
+    if link is not None:  # replies pass in order: the takeover's, then one the wait asked for
+        seen = link.delivered
+        await until(lambda: link.delivered >= seen + 2, timeout=10)
     return retried
 
 
@@ -460,7 +470,7 @@ async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_jo
         counting.release.set()
         answered = await first
         assert (answered[0], answered[2]) == (201, b"gated #1"), answered
-        retried = await retry_taking_over(redis_url, gw_b)
+        retried = await retry_taking_over(redis_url, gw_b, link_b)
         if taker_loses_redis:  # B asks again in vain at least once before A's answer is in
             link_b.refuse = True
             await until(lambda: link_b.refused > 0, timeout=5)
