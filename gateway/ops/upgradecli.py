@@ -11,7 +11,7 @@ from typing import Any, Final
 from gateway import build
 from gateway.config.settings import Settings
 from gateway.config.units import parse_duration
-from gateway.store.client import make_client
+from gateway.store.client import close_client, make_client
 from gateway.store.failures import FAILURES
 from gateway.store.fleet import CHECK_EVERY, declare_upgraded
 
@@ -74,4 +74,4 @@ async def _run(settings: Settings, watch: float) -> list[str]:
     try:
         return await declare_upgraded(client, settings.redis.key_prefix, watch)
     finally:
-        await client.aclose()
+        await close_client(client)
