@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import yaml
 
+from testkit.polling import wait_until
 from testkit.ports import free_port, wait_for_port
 
 # How long a gateway process may take from its launch until each of its workers serves. A
@@ -64,21 +65,26 @@ class GatewayProcess:
 
     def start(self, timeout: float = STARTS_WITHIN) -> GatewayProcess:
         """Launch it and return once it serves. Its socket is bound, and takes connections
-        into its backlog, before the application has started and its SIGHUP handler is in
-        place: where it logs at `info`, what it serves by is the line that says it listens
-        (a SIGHUP sent before it found the handler missing, or ended the process)."""
+        into its backlog, before its application starts: where it logs at `info`, it serves
+        once it says it listens (a test that reads its log then finds that line before the
+        lines it looks for)."""
         logged = len(self.log())  # a gateway started again appends to its log
         self._launch()
         assert self.process is not None
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         wait_for_port(self.port, self.process, timeout)
-        while self._says_when_it_serves and LISTENING not in self.log()[logged:]:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the gateway exited with {self.process.returncode}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the gateway did not say it listens after {timeout}s")
-            time.sleep(0.02)
+        if self._says_when_it_serves:
+            left = timeout - (time.monotonic() - started)
+            wait_until(lambda: self._listening(logged), left, "the gateway says it listens")
         return self
+
+    def _listening(self, logged: int) -> bool:
+        """Whether its log says it listens, past the first `logged` characters; a gateway
+        that exited is an error at once."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {self.process.returncode}")
+        return LISTENING in self.log()[logged:]
 
     def exits(self, timeout: float = 30.0) -> int:
         """Run it where it should refuse to start: its exit code, once it has stopped."""
