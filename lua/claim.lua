@@ -21,7 +21,8 @@
 --          {"DONE", state, meta, body, pttl, at} a format-1 record: COMPLETED ("C") or
 --                                                UNKNOWN outcome ("U")
 --          {"RECORD", value, pttl, at}           a format-2 record, or a value that cannot be
---                                                read as one (the gateway says record-corrupt)
+--                                                read as one, or a claim whose lease end is
+--                                                damaged ('': the gateway says record-corrupt)
 --          `at` is 1 or 2: the KEYS entry that holds the key.
 -- A PENDING key is a hash in either format; a settled one is a hash in format 1, a string in
 -- format 2. The lease's end is a field ('l', Redis's clock) rather than the key's TTL: a key
@@ -75,7 +76,11 @@ if state == 'P' then
     return {v[9] and 'TAKEN' or 'CLAIMED', at}
   end
   -- A key an earlier version claimed has no 'l': its TTL is its lease.
-  local left = v[6] and (tonumber(v[6]) - now) or redis.call('PTTL', key)
+  local ends = tonumber(v[6])
+  if v[6] and not ends then  -- a lease end that is no number: damaged, never a free key
+    return {'RECORD', '', redis.call('PTTL', key), at}
+  end
+  local left = ends and (ends - now) or redis.call('PTTL', key)
   if left > 0 then
     return {'IN_FLIGHT', left, at}
   end

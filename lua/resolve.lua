@@ -27,9 +27,10 @@ if kind ~= 'hash' then
 end
 local v = redis.call('HMGET', KEYS[1], 's', 'l')
 local unknown = v[1] == 'U'
-if v[1] == 'P' and v[2] then
+local ends = tonumber(v[2])  -- nil when absent, or damaged: no lease known to be over
+if v[1] == 'P' and ends then
   local clock = redis.call('TIME')
-  unknown = tonumber(v[2]) <= clock[1] * 1000 + math.floor(clock[2] / 1000)
+  unknown = ends <= clock[1] * 1000 + math.floor(clock[2] / 1000)
 end
 if not unknown then
   return 0

@@ -246,6 +246,28 @@ async def test_a_key_of_another_type_is_corrupt_never_a_free_key(
         plain.close()
 
 
+@pytest.mark.parametrize("writer", [1, 2])
+async def test_a_claim_whose_lease_end_is_damaged_is_corrupt_never_a_free_key(
+    stores: dict[int, Store], redis_url: str, writer: int
+) -> None:
+    """A PENDING hash whose lease end is no number (edited by hand): the claim cannot tell
+    whether its owner lives, so it is record-corrupt, as a value that cannot be read is; an
+    operator's result is not stored over it either (its lease is not known to be over)."""
+    names = names_of(f"damaged-lease-{writer}")
+    owned = await claim(stores[writer], names, "owner")
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        plain.hset(owned.key, "l", "soon")
+        left = plain.hgetall(owned.key)
+        for store in stores.values():
+            with pytest.raises(RecordCorrupt):
+                await claim(store, names, "retry")
+            assert not await store.resolve(owned.key, ANSWER, BODY, 60)
+        assert plain.hgetall(owned.key) == left
+    finally:
+        plain.close()
+
+
 async def test_operators_read_either_format(stores: dict[int, Store]) -> None:
     for writer in (1, 2):
         names = names_of(f"inspected-{writer}")
@@ -280,6 +302,30 @@ async def test_a_damaged_format_2_record_answers_record_corrupt_and_never_runs_a
     plain = redis.Redis.from_url(redis_url)
     try:
         plain.set(names[1], _damaged(plain.get(names[1]) or b"")[damage], px=60_000)
+    finally:
+        plain.close()
+    for _ in range(2):
+        answer = await client.post("/pay", data=b"x", headers=headers)
+        assert answer.status == 502, await answer.read()
+        assert orjson.loads(await answer.read())["code"] == "record-corrupt"
+    assert counting.count("/pay") == 1
+
+
+@pytest.mark.parametrize("fail_mode", ["closed", "open"])
+async def test_a_claim_damaged_by_hand_answers_record_corrupt_and_is_never_forwarded(
+    make_gateway: GatewayFactory, upstream: Upstream, redis_url: str, fail_mode: str
+) -> None:
+    """A key left PENDING with a lease end that is no number: a route that fails open still
+    never forwards it (it is no Redis failure), as a damaged settled record is not."""
+    counting, origin = upstream
+    client = await make_gateway(gateway_settings(origin, fail_mode=fail_mode))
+    headers = {"Idempotency-Key": "damaged-claim"}
+    assert (await client.post("/pay", data=b"x", headers=headers)).status == 201
+    names = record_names("idem", "api", tenant_id([""]), digest(headers["Idempotency-Key"]))
+    plain = redis.Redis.from_url(redis_url)
+    try:  # the record as its claim was, its request's fingerprint kept, the lease end damaged
+        plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "soon"})
+        plain.hdel(names[0], "m", "b")
     finally:
         plain.close()
     for _ in range(2):
