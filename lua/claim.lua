@@ -21,8 +21,9 @@
 --          {"DONE", state, meta, body, pttl, at} a format-1 record: COMPLETED ("C") or
 --                                                UNKNOWN outcome ("U")
 --          {"RECORD", value, pttl, at}           a format-2 record, or a value that cannot be
---                                                read as one, or a claim whose lease end is
---                                                damaged ('': the gateway says record-corrupt)
+--                                                read as one, or a hash with no state or a
+--                                                lease end that is no number ('': damaged, the
+--                                                gateway says record-corrupt)
 --          `at` is 1 or 2: the KEYS entry that holds the key.
 -- A PENDING key is a hash in either format; a settled one is a hash in format 1, a string in
 -- format 2. The lease's end is a field ('l', Redis's clock) rather than the key's TTL: a key
@@ -58,6 +59,9 @@ local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local lease = tonumber(ARGV[3])
 local ttl = lease + (tonumber(ARGV[5]) or 0)  -- absent: a caller of before the hold
 local state = v[1]
+if kind == 'hash' and not state then  -- a hash with no state: damaged, never a free key
+  return {'RECORD', '', redis.call('PTTL', key), at}
+end
 if not state then
   redis.call('HSET', key, 's', 'P', 't', ARGV[2], 'f', ARGV[1], 'c', ARGV[4], 'l', now + lease)
   if ARGV[7] == '1' then

@@ -247,17 +247,22 @@ async def test_a_key_of_another_type_is_corrupt_never_a_free_key(
 
 
 @pytest.mark.parametrize("writer", [1, 2])
-async def test_a_claim_whose_lease_end_is_damaged_is_corrupt_never_a_free_key(
-    stores: dict[int, Store], redis_url: str, writer: int
+@pytest.mark.parametrize("damage", ["lease-end", "state"])
+async def test_a_claim_damaged_by_hand_is_corrupt_never_a_free_key(
+    stores: dict[int, Store], redis_url: str, writer: int, damage: str
 ) -> None:
-    """A PENDING hash whose lease end is no number (edited by hand): the claim cannot tell
-    whether its owner lives, so it is record-corrupt, as a value that cannot be read is; an
-    operator's result is not stored over it either (its lease is not known to be over)."""
-    names = names_of(f"damaged-lease-{writer}")
+    """A PENDING hash edited by hand, its lease end no number or its state gone: the claim
+    cannot tell whether its owner lives, so it is record-corrupt, as a value that cannot be
+    read is; an operator's result is not stored over it either (its lease is not known to
+    be over)."""
+    names = names_of(f"damaged-{damage}-{writer}")
     owned = await claim(stores[writer], names, "owner")
     plain = redis.Redis.from_url(redis_url)
     try:
-        plain.hset(owned.key, "l", "soon")
+        if damage == "state":
+            plain.hdel(owned.key, "s")
+        else:
+            plain.hset(owned.key, "l", "soon")
         left = plain.hgetall(owned.key)
         for store in stores.values():
             with pytest.raises(RecordCorrupt):
@@ -312,20 +317,25 @@ async def test_a_damaged_format_2_record_answers_record_corrupt_and_never_runs_a
 
 
 @pytest.mark.parametrize("fail_mode", ["closed", "open"])
-async def test_a_claim_damaged_by_hand_answers_record_corrupt_and_is_never_forwarded(
-    make_gateway: GatewayFactory, upstream: Upstream, redis_url: str, fail_mode: str
+@pytest.mark.parametrize("damage", ["lease-end", "state"])
+async def test_a_record_damaged_by_hand_answers_record_corrupt_and_is_never_forwarded(
+    make_gateway: GatewayFactory, upstream: Upstream, redis_url: str, fail_mode: str, damage: str
 ) -> None:
-    """A key left PENDING with a lease end that is no number: a route that fails open still
-    never forwards it (it is no Redis failure), as a damaged settled record is not."""
+    """A format-1 record edited by hand, back to a claim whose lease end is no number or
+    with its state gone: never forwarded, on a route that fails open too (no Redis failure),
+    as a damaged format-2 value is not."""
     counting, origin = upstream
     client = await make_gateway(gateway_settings(origin, fail_mode=fail_mode))
-    headers = {"Idempotency-Key": "damaged-claim"}
+    headers = {"Idempotency-Key": f"damaged-{damage}"}
     assert (await client.post("/pay", data=b"x", headers=headers)).status == 201
     names = record_names("idem", "api", tenant_id([""]), digest(headers["Idempotency-Key"]))
     plain = redis.Redis.from_url(redis_url)
-    try:  # the record as its claim was, its request's fingerprint kept, the lease end damaged
-        plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "soon"})
-        plain.hdel(names[0], "m", "b")
+    try:  # the request's fingerprint kept: only the damage stands between it and its record
+        if damage == "state":
+            plain.hdel(names[0], "s")
+        else:
+            plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "soon"})
+            plain.hdel(names[0], "m", "b")
     finally:
         plain.close()
     for _ in range(2):
