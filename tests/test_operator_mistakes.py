@@ -379,3 +379,6 @@ def test_ctrl_c_while_the_gateway_starts_is_one_line(redis_url: str, tmp_path: P
 
 def _sigint_by_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job ignores it
+    # Under nohup SIGHUP comes ignored: the gateway would seem to have run its first line
+    # before Python even installed its SIGINT handler.
+    _sighup_by_default()
