@@ -1,11 +1,12 @@
 """Two source trees of the gateway side by side: CPU per request on new keys and replays.
 
 `python -m loadtest.compare --tree before=/path/to/old/checkout --tree after=.` starts on
-loopback a counting upstream, a redis-server and one gateway process per tree (the tree put
-first on PYTHONPATH), pins each gateway to the last core, and drives them in turns with the
-new-key and replay scenarios (`--rounds` times, so a noisy spell of a shared machine hits all
-of them alike). It prints CPU per request, min and median over the rounds, and each tree's
-ratio to the first one. It stops by itself and stops its children.
+loopback a counting upstream, a redis-server and one gateway process per tree (a checkout
+with its own Redis scripts, `loadtest.trees`), pins each gateway to the last core, and
+drives them in turns with the new-key and replay scenarios (`--rounds` times, so a noisy
+spell of a shared machine hits all of them alike). It prints CPU per request, min and
+median over the rounds, and each tree's ratio to the first one. It stops by itself and
+stops its children.
 
 `--traced NAME[=RATIO]` turns tracing on in that tree's gateway (sampling RATIO of the
 requests, all by default), exporting by OTLP to a stand-in collector (`loadtest.otlp_sink`);
@@ -30,6 +31,7 @@ from testkit.ports import free_port
 
 from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis, start_upstream
+from .trees import runnable
 
 MEASURED = ("new-key", "replay")
 
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                     _set_field(raw, assignment)
             config.write_text(yaml.safe_dump(raw))
             args_ = ["--config", str(config), "--workers", "1"]
-            env = {"PYTHONPATH": str(Path(path).resolve())}
+            tree = runnable(Path(path).resolve(), workdir / f"tree-{name}")
+            env = {"PYTHONPATH": str(tree)}
             gateways[name] = Child(
                 f"gateway-{name}", "gateway", port, args_, workdir, env, cwd=workdir
             )

@@ -2,14 +2,14 @@
 noisy machine does not move.
 
 `python -m loadtest.instructions --tree before=/path/to/old/checkout --tree after=.` starts on
-loopback a counting upstream and a redis-server, then each tree's gateway (one process, the
-tree first on PYTHONPATH) under `valgrind --tool=callgrind`, instrumented only once it
-listens. Each round sends `--requests` new keys, as many replays of 20 keys and as many
-unprotected `GET`s (pass-through) over 8 keep-alive connections, the first 50 unmeasured,
-and reads the instructions the process ran meanwhile (user space only: the kernel's share of
-a request is not counted). Two runs of one tree agree within about 0.5%; CPU seconds on a busy
-machine vary by 5 to 15%. Valgrind runs the gateway some 50 times slower, so a round of 400
-requests takes a few seconds.
+loopback a counting upstream and a redis-server, then each tree's gateway (one process: a
+checkout with its own Redis scripts, `loadtest.trees`) under `valgrind --tool=callgrind`,
+instrumented only once it listens. Each round sends `--requests` new keys, as many replays
+of 20 keys and as many unprotected `GET`s (pass-through) over 8 keep-alive connections, the
+first 50 unmeasured, and reads the instructions the process ran meanwhile (user space only:
+the kernel's share of a request is not counted). Two runs of one tree agree within about
+0.5%; CPU seconds on a busy machine vary by 5 to 15%. Valgrind runs the gateway some 50
+times slower, so a round of 400 requests takes a few seconds.
 
 `--gate` measures the gateway that `--python` (default: this interpreter) imports, as it is
 installed (a compiled wheel, or the checkout's source for an editable install), and holds
@@ -37,6 +37,7 @@ from testkit.ports import free_port, wait_for_port
 from . import instructions_gate as gate
 from .drive import gateway_config
 from .procs import start_redis, start_upstream
+from .trees import runnable
 
 BODY = b'{"amount":100,"currency":"EUR"}'
 WARM = 50  # requests before each count: connections open, caches filled
@@ -187,7 +188,7 @@ def compare_trees(
         redis = start_redis(stack)
         upstream = start_upstream(stack, workdir)
         for name, path in trees.items():
-            env = child_env(path)
+            env = child_env(str(runnable(Path(path).resolve(), workdir / f"tree-{name}")))
             counts[name] = measure(
                 name,
                 sys.executable,

@@ -8,17 +8,14 @@ settings it knows) and gateway 1 as this release with `redis.record_format: 1`. 
 is `earlier`, `1` or `2` (this release with that format), or `this` (this release with its
 default); without `--fleet`, every gateway is `this`.
 
-The earlier tree is run as its package was installed: `gateway/` with its Redis scripts
-as `gateway/lua` (pyproject.toml maps the package `gateway.lua` to the top-level `lua/`), a
-copy made in the run's folder. With the tree itself on PYTHONPATH, `gateway.lua` is found
-under neither, and an editable install of this release hands out its own `lua/`: the
-"earlier" gateway would run this release's scripts, and no guard would see it.
+The earlier tree is run as its package was installed, with its own Redis scripts
+(`loadtest.trees.stage`): run from the checkout, it would load this release's, and no guard
+would see it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +66,3 @@ def earlier_release(tree: Path) -> str:
     if release is None:
         return f"unknown to store.fleet (claim.lua {sha[:12]}): no guard can see it"
     return f"release {release}"
-
-
-def stage(tree: Path, into: Path) -> Path:
-    """The earlier release's package, laid out as installed, in `into`; the folder to put
-    on PYTHONPATH (and to run in: `python -m` puts the working folder first)."""
-    # Sources only: a build left in the tree may be of other sources, or another Python.
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
-    shutil.copytree(tree / "gateway", into / "gateway", ignore=ignore)
-    shutil.copytree(tree / "lua", into / "gateway" / "lua", ignore=ignore, dirs_exist_ok=True)
-    return into

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.procs import Child
-from loadtest.verify.fleet import EARLIER, Member, stage
+from loadtest.trees import stage
+from loadtest.verify.fleet import EARLIER, Member
 from loadtest.verify.topology import Topology
 from testkit.ports import free_port, wait_for_port
 from testkit.procs import GatewayProcess
