@@ -205,7 +205,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "schema":
         return say(schema_text())
     if args.command == "sizing":
-        return sizing.run(args)
+        return say(sizing.output(args))
 
     path = args.check or args.config
     first_tls: ServerTls | None = None

@@ -343,9 +343,10 @@ def test_a_refused_start_with_the_embedded_redis_is_one_line(tmp_path: Path, wor
     assert_one_line(result, "is not a writable directory")
 
 
-@pytest.mark.parametrize("args", [["schema"], ["--check", "GOOD"]])
+@pytest.mark.parametrize("args", [["schema"], ["--check", "GOOD"], ["sizing"]])
 def test_output_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[str]) -> None:
-    """`idem-gateway schema > config/schema.json` on a full disk ended in a traceback."""
+    """`idem-gateway schema > config/schema.json` on a full disk ended in a traceback (and
+    `idem-gateway sizing | head -1` on a long table, its pipe closed)."""
     path = tmp_path / "gateway.yaml"
     path.write_text(GOOD)
     args = [str(path) if arg == "GOOD" else arg for arg in args]

@@ -252,7 +252,9 @@ def add_parser(commands: Any) -> None:
     add_arguments(sizing)
 
 
-def run(args: argparse.Namespace) -> int:
+def output(args: argparse.Namespace) -> str:
+    """What `idem-gateway sizing` prints for its parsed options (the command writes it, so
+    that output it cannot write is one line, not a traceback)."""
     inputs = Inputs(
         args.gateway_new_us,
         args.gateway_replay_us,
@@ -265,12 +267,12 @@ def run(args: argparse.Namespace) -> int:
         args.shard_memory_gb * GB,
         args.replicas,
     )
-    print(report(inputs, args.rates))
-    return 0
+    return report(inputs, args.rates) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`idem-gateway sizing`'s work on its own arguments (the command's options only)."""
     parser = argparse.ArgumentParser(prog="idem-gateway sizing")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    print(output(parser.parse_args(argv)), end="")
+    return 0
