@@ -80,9 +80,9 @@ if state == 'P' then
     return {v[9] and 'TAKEN' or 'CLAIMED', at}
   end
   -- A key an earlier version claimed has no 'l': its TTL is its lease.
-  local ends = tonumber(v[6])
-  if v[6] and not ends then  -- a lease end that is no number: damaged, never a free key
-    return {'RECORD', '', redis.call('PTTL', key), at}
+  local ends = tonumber(v[6])  -- strtod's: 'nan' and 'inf' are numbers to it
+  if v[6] and not (ends and ends == ends and math.abs(ends) ~= math.huge) then
+    return {'RECORD', '', redis.call('PTTL', key), at}  -- damaged: never a free key
   end
   local left = ends and (ends - now) or redis.call('PTTL', key)
   if left > 0 then

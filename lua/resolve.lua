@@ -27,7 +27,10 @@ if kind ~= 'hash' then
 end
 local v = redis.call('HMGET', KEYS[1], 's', 'l')
 local unknown = v[1] == 'U'
-local ends = tonumber(v[2])  -- nil when absent, or damaged: no lease known to be over
+local ends = tonumber(v[2])  -- nil when absent; strtod's: 'nan' and 'inf' are numbers to it
+if ends and (ends ~= ends or math.abs(ends) == math.huge) then
+  ends = nil  -- damaged: no lease known to be over
+end
 if v[1] == 'P' and ends then
   local clock = redis.call('TIME')
   unknown = ends <= clock[1] * 1000 + math.floor(clock[2] / 1000)

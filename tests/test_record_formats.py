@@ -212,8 +212,10 @@ def _damaged(value: bytes) -> dict[str, bytes]:
 
 DAMAGE = ["truncated", "cut-short", "flipped-byte", "unknown-dictionary", "unknown-version"]
 # Damage done by hand to a hash (a claim, or a format-1 record), its fingerprint kept: a
-# PENDING state with a lease end that is no number, or the state field deleted.
-HASH_DAMAGE = ["lease-end", "state"]
+# PENDING state with a lease end that is no number (a word, or what strtod reads as a float
+# that is none), or the state field deleted.
+LEASE_ENDS = {"lease-end": "soon", "lease-end-nan": "nan", "lease-end-inf": "-inf"}
+HASH_DAMAGE = [*LEASE_ENDS, "state"]
 
 
 @pytest.mark.parametrize("damage", [*DAMAGE, "unknown-state"])
@@ -265,7 +267,7 @@ async def test_a_claim_damaged_by_hand_is_corrupt_never_a_free_key(
         if damage == "state":
             plain.hdel(owned.key, "s")
         else:
-            plain.hset(owned.key, "l", "soon")
+            plain.hset(owned.key, "l", LEASE_ENDS[damage])
         left = plain.hgetall(owned.key)
         for store in stores.values():
             with pytest.raises(RecordCorrupt):
@@ -314,8 +316,8 @@ async def test_a_damaged_record_answers_record_corrupt_and_never_runs_again(
     try:
         if damage == "state":
             plain.hdel(names[0], "s")
-        elif damage == "lease-end":
-            plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "soon"})
+        elif damage in LEASE_ENDS:
+            plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": LEASE_ENDS[damage]})
             plain.hdel(names[0], "m", "b")
         else:
             plain.set(names[1], _damaged(plain.get(names[1]) or b"")[damage], px=60_000)
