@@ -6,13 +6,17 @@ in a row, each beside `--busy` loops that keep a core busy (`yes > /dev/null`), 
 before the run and stopped after it. It prints a line a run (its exit status, its time, the
 last line of its output: pytest's summary) and the tests each failed run names, keeps each
 run's whole output in DIR (`run-N.log`), and exits 1 unless every run passed. It stops by
-itself: each run is bounded by `--timeout` (default 30 min), and it stops only the loops it
-started.
+itself: a run past `--timeout` (default 30 min) is stopped with all it started (each run is
+a process group of its own), and it stops only what it started.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,20 +45,26 @@ class Run:
 def run_beside_busy_loops(
     number: int, command: list[str], busy: int, log: Path, timeout: float
 ) -> Run:
-    """Run `command` once beside `busy` loops; its output goes to `log`."""
-    loops = [
-        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        for _ in range(busy)
-    ]
+    """Run `command` once beside `busy` loops; its output goes to `log`. A run past `timeout`
+    is stopped with all it started (its process group: pytest's workers, their servers)."""
+    loops: list[subprocess.Popen[bytes]] = []
     started = time.monotonic()
+    timed_out = False
     try:
+        for _ in range(busy):
+            loops.append(subprocess.Popen(["yes"], stdout=subprocess.DEVNULL))
         with open(log, "wb") as out:
+            run = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
-                returncode = subprocess.run(
-                    command, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
-                ).returncode
-            except subprocess.TimeoutExpired:  # run() has killed it
-                returncode = -1
+                returncode = run.wait(timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                returncode = _stop_group(run)
+            finally:
+                if run.poll() is None:  # interrupted: stop what the run started
+                    _stop_group(run)
     finally:
         for loop in loops:
             loop.kill()
@@ -62,10 +72,38 @@ def run_beside_busy_loops(
     seconds = time.monotonic() - started
     lines = log.read_text(errors="replace").splitlines()
     summary = next((line.strip("= ") for line in reversed(lines) if line.strip()), "(no output)")
-    if returncode == -1:
+    if timed_out:
         summary = f"timed out after {timeout:.0f} s; {summary}"
-    failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    failed = [found[1] for found in map(FAILED.match, lines) if found]
     return Run(number, returncode, seconds, summary, failed)
+
+
+# pytest's short summary: "FAILED tests/test_x.py::test_y[a b] - why", "ERROR tests/test_x.py"
+# (a captured log line reads "ERROR    logger:file.py:12 ...": not one of them).
+FAILED = re.compile(r"(?:FAILED|ERROR) (\S+\.py(?:::.+?)?)(?: - .*)?$")
+GRACE = 10.0  # seconds a stopped run's processes have to end before they are killed
+
+
+def _stop_group(run: subprocess.Popen[bytes]) -> int:
+    """SIGTERM to the run's process group, SIGKILL to what is left of it after GRACE; the
+    run's exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE
+    while time.monotonic() < deadline and _group_left(run):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGKILL)
+    return run.wait()
+
+
+def _group_left(run: subprocess.Popen[bytes]) -> bool:
+    run.poll()  # the leader reaped once it ends: a zombie still counts in its group
+    try:
+        os.killpg(run.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
