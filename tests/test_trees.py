@@ -49,3 +49,17 @@ def test_a_folder_that_is_no_checkout_is_run_as_it_is(tmp_path: Path) -> None:
     staged = stage(earlier_tree(tmp_path / "checkout"), tmp_path / "staged")
     assert runnable(staged, tmp_path / "again") == staged
     assert not (tmp_path / "copy").exists() and not (tmp_path / "again").exists()
+
+
+def test_a_checkout_compiled_in_place_is_measured_compiled_and_a_fleets_as_sources(
+    tmp_path: Path,
+) -> None:
+    """`make compiled` leaves the extensions in `gateway/`: a measured tree keeps them (or a
+    "compiled" column would count pure Python); the mixed fleet's earlier tree runs its
+    sources on this environment's Python."""
+    tree = earlier_tree(tmp_path / "checkout")
+    built = "compiled__mypyc.cpython-312-x86_64-linux-gnu.so"
+    (tree / "gateway" / built).write_bytes(b"\x7fELF")
+    measured = runnable(tree, tmp_path / "measured")
+    assert (measured / "gateway" / built).is_file()
+    assert not (stage(tree, tmp_path / "fleet") / "gateway" / built).exists()
