@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,6 +37,7 @@ from testkit.topologies import SentinelServers
 
 from .faultkit import metrics_of, records, value
 from .gateways import AdminFactory, GatewayFactory, gateway_settings
+from .loopback import connecting_to, full_listener, make_room
 from .lostowner import (
     AUTH,
     DEAD,
@@ -48,6 +50,7 @@ from .lostowner import (
     post,
     process_config,
     reconcile,
+    retry,
     settled,
 )
 from .upstream import CountingUpstream, serving_app
@@ -631,6 +634,75 @@ async def test_a_gateway_held_up_past_its_lease_before_sending_sends_nothing(
         late = await held_up
     assert late[0] == 503 and code(late) == "lease-expired"
     assert counting.count("/gate") == 1
+
+
+async def test_an_owner_frozen_while_its_connection_comes_sends_nothing_when_it_wakes(
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    tmp_path: Path,
+    gateways: list[GatewayProcess],
+) -> None:
+    """Gateway A claims a key and waits for a connection to the upstream (slow to come: the
+    upstream's accept queue is full); A is stopped (SIGSTOP) meanwhile, past its lease. A
+    retry on gateway B takes the key over and, on a `release` route, runs it again: the
+    client is told 201. The connection A waited for comes while A sleeps. When A wakes it
+    must not write the request it holds: the call would run after its client was told it
+    ran (and on any route, a lookup's "not happened" would stop being true). A checks its
+    lease once the connection is in hand, just before the first byte, not before connecting
+    alone."""
+    counting, origin = upstream
+    counting.release.set()
+    route = {"lease": "1s", "timeouts": {"connect": "20s", "total": "20s"}}
+    loop = asyncio.get_running_loop()
+    with full_listener() as listener:
+        port = listener.getsockname()[1]
+        slow = GatewayProcess(
+            process_config(f"http://127.0.0.1:{port}", redis_url, **route), tmp_path
+        )
+        other = GatewayProcess(process_config(origin, redis_url, **route), tmp_path)
+        gateways += [slow, other]
+        await asyncio.gather(asyncio.to_thread(slow.start), asyncio.to_thread(other.start))
+        async with aiohttp.ClientSession() as session:
+            owner = asyncio.ensure_future(retry(session, slow.url))
+            await until(lambda: connecting_to(port), timeout=10)  # claimed, connecting
+            slow.signal(signal.SIGSTOP)
+            await until(lambda: settled_is_due(redis_url), timeout=10)
+            ran = await retry(session, other.url)
+            assert ran[0] == 201 and ran[1]["Idempotency-Outcome"] == "rerun", ran
+            make_room(listener)  # A's connection comes (its kernel sends the SYN again)
+            accepted, _ = await asyncio.wait_for(loop.sock_accept(listener), 20)
+            async with relay(accepted, origin):
+                slow.signal(signal.SIGCONT)
+                late = await asyncio.wait_for(owner, 20)
+    assert late[0] == 503 and code(late) == "lease-expired", late
+    assert counting.count("/gate") == 1
+
+
+@asynccontextmanager
+async def relay(accepted: socket.socket, origin: str) -> AsyncIterator[None]:
+    """Pass the bytes of a connection accepted by hand to `origin` and back, while the block
+    runs."""
+    host, port = origin.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(sock=accepted)
+    up_reader, up_writer = await asyncio.open_connection(host, int(port))
+
+    async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()
+
+    pipes = [
+        asyncio.ensure_future(pipe(reader, up_writer)),
+        asyncio.ensure_future(pipe(up_reader, writer)),
+    ]
+    try:
+        yield
+    finally:
+        for task in pipes:
+            task.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
+        writer.close()
+        up_writer.close()
 
 
 # Retries racing on several gateways, reloads under load, and the key changing under a

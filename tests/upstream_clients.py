@@ -1,6 +1,7 @@
 """The gateway's two upstream clients, each opened alone against one origin (the httptools
 client's pool, aiohttp's session), for the tests that run a case against both: `CLIENTS`
-by name, each a context manager giving a `Send`."""
+by name, each a context manager giving a `Send` (its last argument, optional, the request's
+`SendGuard`); a connection must come within `connect` seconds."""
 
 from __future__ import annotations
 
@@ -13,18 +14,22 @@ from multidict import CIMultiDict
 
 from gateway.config.policy import Timeouts
 from gateway.upstream import aiohttp_client
-from gateway.upstream.base import Answer
+from gateway.upstream.base import Answer, SendGuard
 from gateway.upstream.httptools_client import UpstreamPool
 
-Send = Callable[[str, str, bytes | None, float], Any]
+Send = Callable[..., Any]  # (method, target, body, total[, guard]) -> Answer
 
 
 @contextlib.asynccontextmanager
-async def _httptools(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
+async def _httptools(
+    origin: str, tls: ssl.SSLContext | None, connect: float = 1.0
+) -> AsyncIterator[Send]:
     pool = UpstreamPool(origin, 8, tls)
 
-    async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
-        return await pool.request(method, target, [("X-A", "1")], body, 1.0, total)
+    async def send(
+        method: str, target: str, body: bytes | None, total: float, guard: SendGuard | None = None
+    ) -> Answer:
+        return await pool.request(method, target, [("X-A", "1")], body, connect, total, guard)
 
     try:
         yield send
@@ -33,13 +38,18 @@ async def _httptools(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[S
 
 
 @contextlib.asynccontextmanager
-async def _aiohttp(origin: str, tls: ssl.SSLContext | None) -> AsyncIterator[Send]:
+async def _aiohttp(
+    origin: str, tls: ssl.SSLContext | None, connect: float = 1.0
+) -> AsyncIterator[Send]:
     session = aiohttp_client.session(8, tls or True)
 
-    async def send(method: str, target: str, body: bytes | None, total: float) -> Answer:
-        timeouts = Timeouts(connect=1.0, total=total, read=total)
+    async def send(
+        method: str, target: str, body: bytes | None, total: float, guard: SendGuard | None = None
+    ) -> Answer:
+        timeouts = Timeouts(connect=connect, total=total, read=total)
         headers = CIMultiDict({"X-A": "1"})
-        return await aiohttp_client.send(session, method, origin + target, headers, body, timeouts)
+        url = origin + target
+        return await aiohttp_client.send(session, method, url, headers, body, timeouts, guard)
 
     try:
         yield send

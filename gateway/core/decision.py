@@ -183,10 +183,10 @@ def owner_lost_step(policy: Policy, reconciles: bool, found: Lookup | None = Non
 
 
 def may_still_send(elapsed: float, lease: float) -> bool:
-    """Whether a claim `elapsed` seconds old may still go upstream: only within the first
-    half of its lease. A gateway stalled longer (stopped, swapped out) may have been taken
-    for a lost owner meanwhile, and a retry may have run the call; the half left covers the
-    time from this check to the first byte."""
+    """Whether a call whose lease began `elapsed` seconds ago may still go upstream: only
+    within the first half of the lease. A gateway stalled longer (stopped, swapped out) may
+    have been taken for a lost owner meanwhile, and a retry may have run the call; the half
+    left covers the bytes' way to the upstream and Redis's clock running ahead of ours."""
     return elapsed < lease / 2
 
 

@@ -4,18 +4,27 @@ the client sends them, and origins the httptools client does not serve."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import ssl
 from collections.abc import AsyncIterable, Mapping
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
+from mypy_extensions import mypyc_attr
 from yarl import URL
 
 from gateway.config.policy import Timeouts
 from gateway.core.headers import MAX_FIELDS, MAX_HEAD, header_text, unwritable_head
-from gateway.upstream.base import Answer, UpstreamBroken, UpstreamTimeout, UpstreamUnsent
+from gateway.upstream.base import (
+    Answer,
+    SendGuard,
+    UpstreamBroken,
+    UpstreamTimeout,
+    UpstreamTooLate,
+    UpstreamUnsent,
+)
 from gateway.upstream.codings import coded, decoded
 from gateway.upstream.httptools_client import TLS_SHUTDOWN_SECONDS
 
@@ -24,10 +33,31 @@ from gateway.upstream.httptools_client import TLS_SHUTDOWN_SECONDS
 _UNSENT: Final = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError, aiohttp.InvalidURL)
 
 
+# The guard of the request this task is sending (`send`): aiohttp hands a connector the request
+# alone, so the guard rides along in the task's context.
+_GUARD: Final[contextvars.ContextVar[SendGuard | None]] = contextvars.ContextVar(
+    "upstream_send_guard", default=None
+)
+
+
+@mypyc_attr(native_class=False)  # a subclass of aiohttp's (Python) connector
+class _GuardedConnector(aiohttp.TCPConnector):
+    """aiohttp's connector, asking the request's `SendGuard` once the connection is in hand:
+    from there to the first byte written, aiohttp does not wait on anything."""
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        guard = _GUARD.get()
+        if guard is not None and not guard.may_send():
+            connection.release()  # unused: back to the pool
+            raise UpstreamTooLate("too late to send: the claim may be another's by now")
+        return connection
+
+
 def session(pool_size: int, tls: ssl.SSLContext | bool = True) -> aiohttp.ClientSession:
     """A pooled keep-alive session that sends exactly what it is given; `tls` is the context
     for https origins (True: aiohttp's default, the system's trust store)."""
-    connector = aiohttp.TCPConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls)
+    connector = _GuardedConnector(limit=pool_size, limit_per_host=pool_size, ssl=tls)
     # A closing TLS connection waits for the upstream's close_notify as the httptools client's
     # does, not asyncio's 30 s. The parameter is deprecated, the attribute private:
     # tests/test_upstream_tls_hostile.py fails when aiohttp stops reading it.
@@ -107,9 +137,12 @@ async def send(
     headers: Mapping[str, str],
     body: bytes | AsyncIterable[bytes] | None,
     timeouts: Timeouts,
+    guard: SendGuard | None = None,
 ) -> Answer:
     """Send the request; the answer's head must arrive within `timeouts.total`. The URL is
-    marked encoded, or aiohttp would normalise it (`/a/../b%7E` to `/b~`)."""
+    marked encoded, or aiohttp would normalise it (`/a/../b%7E` to `/b~`). `guard` is asked
+    once a connection is in hand (`_GuardedConnector`): UpstreamTooLate when it says no."""
+    _GUARD.set(guard)  # this task's own context: a request of another task never sees it
     try:
         async with asyncio.timeout(timeouts.total):
             response = await client.request(
@@ -120,6 +153,8 @@ async def send(
                 timeout=client_timeout(timeouts),
                 allow_redirects=False,
             )
+    except UpstreamTooLate:
+        raise
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise _translated(exc) from exc
     answer = AioAnswer(response)

@@ -1,11 +1,13 @@
-"""The upstream side's one interface: an answer as plain primitives, and three failures.
+"""The upstream side's one interface: an answer as plain primitives, and failures that say
+whether the request may have run.
 
-Both clients (the lean one in `lean.py`, aiohttp's in `aio.py`) answer with an `Answer`: the
-status as an int, the reason phrase as the upstream sent it, the headers as `(bytes, bytes)`
-pairs in wire order, and the body as chunks read with a deadline. Every failure is one of the
-three errors below, so the caller knows whether the request can have reached the upstream.
-Neither client ever resends a request by itself: a failure before sending is always the
-first and only attempt.
+Both clients (the lean one in `httptools_client.py`, aiohttp's in `aiohttp_client.py`) answer
+with an `Answer`: the status as an int, the reason phrase as the upstream sent it, the headers
+as `(bytes, bytes)` pairs in wire order, and the body as chunks read with a deadline. Every
+failure is one of the errors below, so the caller knows whether the request can have reached
+the upstream. Neither client ever resends a request by itself: a failure before sending is
+always the first and only attempt. A request may carry a `SendGuard`, which each client asks
+once it holds a connection, with no wait between the answer and the write.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class UpstreamUnsent(UpstreamError):
     failure = Failure.UNSENT
 
 
+class UpstreamTooLate(UpstreamUnsent):
+    """The request's `SendGuard` said no at the moment of writing: nothing was written."""
+
+
 class UpstreamBroken(UpstreamError):
     """The connection broke, or the answer was malformed, after the request was written."""
 
@@ -38,6 +44,13 @@ class UpstreamTimeout(UpstreamError, TimeoutError):
     """The answer's head, or its next body bytes, did not arrive in time."""
 
     failure = Failure.TIMEOUT
+
+
+class SendGuard(Protocol):
+    """Whether a request may still go out, asked just before its first byte is written (a
+    connection may take long to come, and the process may stand still meanwhile)."""
+
+    def may_send(self) -> bool: ...
 
 
 class Answer(Protocol):

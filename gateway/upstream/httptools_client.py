@@ -22,7 +22,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from gateway.config.tls import UpstreamTls
-from gateway.upstream.base import Answer, UpstreamUnsent
+from gateway.upstream.base import Answer, SendGuard, UpstreamTooLate, UpstreamUnsent
 from gateway.upstream.codings import coded, decoded
 from gateway.upstream.httptools_conn import Connection, PooledAnswer
 
@@ -68,16 +68,22 @@ class UpstreamPool:
         body: bytes | None,
         connect_timeout: float | None,
         head_timeout: float,
+        guard: SendGuard | None = None,
     ) -> Answer:
         """Send the request and wait for the answer's head. `connect_timeout` bounds the
         wait for a connection (a pooled one included), `head_timeout` the wait after sending.
-        A `body` of None sends no body and no Content-Length (a GET's usual form)."""
+        A `body` of None sends no body and no Content-Length (a GET's usual form). `guard`
+        is asked once the connection is in hand, right before the write: UpstreamTooLate
+        when it says no, the connection kept for the next request."""
         try:
             size = None if body is None else len(body)
             head = self._head(method, self._prefix + target, headers, size)
         except ValueError as exc:
             raise UpstreamUnsent(str(exc)) from None
         connection = await self._connection(connect_timeout)
+        if guard is not None and not guard.may_send():
+            self._put_back(connection)
+            raise UpstreamTooLate("too late to send: the claim may be another's by now")
         answer = PooledAnswer(connection, self.give_back)
         try:
             connection.send(answer, head, body or b"")
@@ -102,6 +108,15 @@ class UpstreamPool:
                 # The pool shrinks back after a burst, oldest first.
                 while self._idle[0].idle_since < now - KEEPALIVE_SECONDS:
                     self._idle.popleft().close()
+        self._slots.release()
+
+    def _put_back(self, connection: Connection) -> None:
+        """A connection taken and not used: idle again, its slot free."""
+        if self._closed or not connection.usable():
+            connection.close()
+        else:
+            connection.idle_since = connection.clock()
+            self._idle.append(connection)
         self._slots.release()
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from multidict import CIMultiDict
 
 from gateway.config.policy import Timeouts
 from gateway.upstream import aiohttp_client
-from gateway.upstream.base import Answer
+from gateway.upstream.base import Answer, SendGuard
 from gateway.upstream.httptools_client import UpstreamPool, default_tls, httptools_serves
 
 
@@ -21,8 +21,9 @@ class Outbound:
     """A request on its way to an upstream: `method` and `target` (the path and query exactly
     as the client sent them) for `origin`, its headers, and its body (None: none; an async
     iterable streams as it comes, with aiohttp's client). Its answer's head must arrive
-    within `timeouts.total`. A plain class, made per request: compiled, a dataclass's
-    __init__ runs as Python."""
+    within `timeouts.total`. A claimed call carries its `guard`, asked just before the
+    first byte goes (None: always sent). A plain class, made per request: compiled, a
+    dataclass's __init__ runs as Python."""
 
     def __init__(
         self,
@@ -32,6 +33,7 @@ class Outbound:
         headers: CIMultiDict[str],
         body: bytes | AsyncIterable[bytes] | None,
         timeouts: Timeouts,
+        guard: SendGuard | None = None,
     ) -> None:
         self.origin = origin
         self.method = method
@@ -39,6 +41,7 @@ class Outbound:
         self.headers = headers
         self.body = body
         self.timeouts = timeouts
+        self.guard = guard
 
 
 class Upstreams:
@@ -73,10 +76,13 @@ class Upstreams:
         pool = self._pools.get(out.origin)
         if pool is not None and out.method != "HEAD" and _in_hand(body):
             connect, total = out.timeouts.connect, out.timeouts.total
-            return pool.request(out.method, out.target, out.headers.items(), body, connect, total)
+            headers = out.headers.items()
+            return pool.request(out.method, out.target, headers, body, connect, total, out.guard)
         session = self._sessions[out.origin]
         url = out.origin + out.target
-        return aiohttp_client.send(session, out.method, url, out.headers, body, out.timeouts)
+        return aiohttp_client.send(
+            session, out.method, url, out.headers, body, out.timeouts, out.guard
+        )
 
     @property
     def tls(self) -> ssl.SSLContext:

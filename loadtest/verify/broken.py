@@ -231,7 +231,7 @@ def stalled_owner() -> None:
 
         return may_send
 
-    replace("gateway.http.flow.forward", "may_still_send", unchecked)
+    replace("gateway.http.flow.heartbeat", "may_still_send", unchecked)
 
 
 def stall_after_send() -> None:
@@ -259,7 +259,7 @@ def stalled_past_wait() -> None:
     from gateway.http.flow.takeover import LATE_ANSWER_WAIT
 
     stalls = Stalls(longer=LATE_ANSWER_WAIT + 1.0)
-    replace("gateway.http.flow.forward", "may_still_send", lambda _: lambda *args: True)
+    replace("gateway.http.flow.heartbeat", "may_still_send", lambda _: lambda *args: True)
 
     def gathered(real: Callable[..., Any]) -> Callable[..., Any]:
         async def forward(s: Any, c: Any, *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ from gateway.blobs.base import BlobStore
 from gateway.blobs.readback import read_back
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
-from gateway.core.decision import Failure, Settle, may_still_send, on_answer
+from gateway.core.decision import Failure, Settle, on_answer
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError, StoreUnavailable
@@ -28,7 +28,13 @@ from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.outgoing import forward_headers, target
 from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
-from gateway.upstream.base import Answer, UpstreamError, failure_of, forget_frames
+from gateway.upstream.base import (
+    Answer,
+    UpstreamError,
+    UpstreamTooLate,
+    failure_of,
+    forget_frames,
+)
 from gateway.upstream.upstreams import Outbound
 
 log = logging.getLogger(__name__)
@@ -89,12 +95,11 @@ class _Call:
         stops the call nor loses its outcome."""
         s, c = self.s, self.c
         route = c.route
-        if not may_still_send(time.monotonic() - c.leased_at, route.lease):
-            await _too_late(s, c, self.feed)
-            return
         headers = forward_headers(c.request, route.preserve_host)
         self.started = time.monotonic()
-        beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
+        beat = Heartbeat(
+            s.store, c.key, c.token, route.lease, route.retention, s.metrics, c.leased_at
+        )
         beat.start()
         s.watch.calling(c.key, route.name)
         outcome = m.FORWARDED
@@ -107,6 +112,7 @@ class _Call:
                     headers,
                     c.body,
                     route.timeouts,
+                    beat,  # asked just before the first byte: `Heartbeat.may_send`
                 )
             )
             async with upstream:
@@ -251,6 +257,9 @@ class _Call:
         """Settle a call that got no complete answer, and cut the client off or answer it."""
         s, c, feed = self.s, self.c, self.feed
         route = c.route
+        if isinstance(exc, UpstreamTooLate):
+            await _too_late(s, c, feed)
+            return
         if not isinstance(exc, UpstreamError):
             log.error("route %s: forwarding failed", route.name, exc_info=exc)
         elif not self.timed:  # a timeout or reset: the wait was the upstream's, not the gateway's
@@ -267,9 +276,10 @@ class _Call:
 
 
 async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
-    """This gateway was held up (stopped, starved) for half the key's lease between its claim
-    and the send: a retry elsewhere may have taken the key over and run the call. Nothing
-    is sent; the key is given back if it is still this request's."""
+    """This gateway was held up (stopped, starved, a slow claim reply or connection) for half
+    the key's lease since its lease was last known to hold, and its request is not written
+    yet: a retry elsewhere may have taken the key over and run the call. Nothing is sent;
+    the key is given back if it is still this request's."""
     route = c.route
     log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
     await release(s, route, c.key, c.token)
