@@ -5,21 +5,20 @@
 -- ARGV[1]  encoded record metadata (format 1)
 -- ARGV[2]  inline body bytes (format 1)
 -- ARGV[3]  retention in milliseconds
--- ARGV[4]  the whole record (format 2), its fingerprint field empty: the key's own is kept
--- Returns  1 if stored, 0 if the key holds no unknown outcome
+-- ARGV[4]  the whole record (format 2), with the fingerprint of the value it replaces
+-- ARGV[5]  the SHA-1 (hex) of the format-2 value the operator's tool read: another one there
+--          now (the outcome came meanwhile) is left as it is
+-- Returns  1 if stored, 0 if the key holds no unknown outcome (or not the one read)
 redis.replicate_commands()  -- TIME before writes: needed before Redis 5, a no-op since
+--[[ settled: gateway/core/layout.py ]]
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind == 'string' then
   local old = redis.call('GET', KEYS[1])
-  local size = string.byte(old, 3)
-  if string.byte(old, 1) ~= 2 or string.sub(old, 2, 2) ~= 'U' or not size then
+  if settled(old) ~= 'U' or redis.sha1hex(old) ~= ARGV[5] then
     return 0
   end
-  local new = ARGV[4]
-  -- Its fingerprint (length and bytes) in place of the empty one: retries still compare.
-  new = string.sub(new, 1, 2) .. string.sub(old, 3, 3 + size) .. string.sub(new, 4)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])  -- first: allowed at maxmemory (complete.lua)
-  redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[3])
   return 1
 end
 if kind ~= 'hash' then

@@ -13,15 +13,16 @@ import redis
 import redis.asyncio
 from redis.cluster import key_slot
 
+from gateway.core import layout
 from gateway.core.claims import Claim
-from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
+from gateway.core.compact import Codec, fingerprint_field, pack_answer, stored_ms
 from gateway.core.keys import digest, record_names, tenant_id
 from gateway.core.record import Record
 from gateway.errors import RecordCorrupt
 from gateway.http.app import SERVICES
 from gateway.store.formats import shipped_codec
 from gateway.store.store import Store
-from gateway.store.trained import SAMPLES, Trained, dictionaries_key
+from gateway.store.trained import SAMPLES, Trained, dictionary_key
 from testkit.polling import until
 from testkit.stores import make_store
 
@@ -42,6 +43,15 @@ ANSWER = Record(
     reason="Created",
 )
 UNKNOWN = Record(502, [], 0, "", unknown=True, extra={"failure": "owner-lost", "seen": "502"})
+# Another claim's answer: the same, but for when it was stored (what tells outcomes apart).
+LATER = Record(
+    ANSWER.status,
+    ANSWER.headers,
+    ANSWER.size,
+    ANSWER.sha256,
+    completed_at=ANSWER.completed_at + 3,
+    reason=ANSWER.reason,
+)
 
 
 def names_of(key: str) -> tuple[str, str]:
@@ -143,14 +153,14 @@ async def test_a_lost_owner_of_one_format_is_taken_over_by_the_other_and_its_ans
         plain.close()
     taken = await claim(stores[taker], names, "taker")
     assert taken.outcome is Claim.TAKEN and taken.key == first.key
-    assert await stores[taker].complete(taken.key, "taker", FP, UNKNOWN, b"", 60)
+    assert await stores[taker].complete(taken.key, "taker", FP, UNKNOWN, b"", 60, taken.lost)
     unknown = await claim(stores[owner], names, "retry")
     assert unknown.outcome is Claim.DONE and unknown.record is not None
     assert unknown.record.unknown
     assert await stores[owner].complete(first.key, "owner", FP, ANSWER, BODY, 60), "fenced"
     done = await claim(stores[taker], names, "retry")
     assert same(done.record, ANSWER) and done.body == BODY
-    assert not await stores[taker].complete(first.key, "taker", FP, ANSWER, BODY, 60)
+    assert not await stores[taker].complete(first.key, "taker", FP, LATER, BODY, 60)
 
 
 def _at(store: Store, names: tuple[str, str]) -> tuple[str]:
@@ -168,7 +178,7 @@ async def test_a_settled_format_2_record_is_no_claim_to_renew_release_or_mark(
         assert not await store.release(owned.key, "owner")
         assert not await store.sent(owned.key, "owner")
         assert await store.complete(owned.key, "owner", FP, ANSWER, BODY, 60), "its own, again"
-        assert not await store.complete(owned.key, "thief", FP, ANSWER, BODY, 60)
+        assert not await store.complete(owned.key, "thief", FP, LATER, BODY, 60)
     assert same((await claim(stores[1], names, "retry")).record, ANSWER)
 
 
@@ -193,9 +203,7 @@ async def test_an_operator_resolution_keeps_the_records_format_and_fingerprint(
 
 
 def _damaged(value: bytes) -> dict[str, bytes]:
-    answer_at = 3 + value[2]  # past the fingerprint, then the two tokens
-    for _ in range(2):
-        answer_at += 1 + value[answer_at]
+    answer_at = layout.IDENTITY  # a completed outcome's: past the kind, fingerprint and time
     flipped = bytearray(value)
     flipped[-10] ^= 1
     dictionary = bytearray(value)
@@ -206,11 +214,19 @@ def _damaged(value: bytes) -> dict[str, bytes]:
         "flipped-byte": bytes(flipped),
         "unknown-dictionary": bytes(dictionary),
         "unknown-version": b"\x09" + value[1:],
-        "unknown-state": value[:1] + b"Z" + value[2:],
+        "unknown-state": b"\x05" + value[1:],
+        "fingerprint": value[:5] + bytes((value[5] ^ 1,)) + value[6:],
     }
 
 
-DAMAGE = ["truncated", "cut-short", "flipped-byte", "unknown-dictionary", "unknown-version"]
+DAMAGE = [
+    "truncated",
+    "cut-short",
+    "flipped-byte",
+    "unknown-dictionary",
+    "unknown-version",
+    "fingerprint",
+]
 # Damage done by hand to a hash (a claim, or a format-1 record), its fingerprint kept: a
 # PENDING state with a lease end that is no number (a word, or what strtod reads as a float
 # that is none), or the state field deleted.
@@ -294,8 +310,8 @@ async def test_operators_read_either_format(stores: dict[int, Store]) -> None:
 
 def test_format_2s_fingerprint_is_what_the_claim_compares() -> None:
     codec = shipped_codec()
-    value = codec.pack("C", fingerprint_field(FP), "t", pack_answer(ANSWER, BODY))
-    assert value[3:19] == bytes.fromhex(FP)[:16]
+    value = codec.pack("C", fingerprint_field(FP), pack_answer(ANSWER, BODY), stored_ms(ANSWER))
+    assert value[1:13] == bytes.fromhex(FP)[:12]
 
 
 @pytest.mark.parametrize("fail_mode", ["closed", "open"])
@@ -350,7 +366,13 @@ async def settle(store: Store, key: str, n: int) -> str:
 
 
 async def trained(store: Store, route: str = "api") -> None:
-    await until(lambda: store.trained.newest(route) is not None, timeout=30)
+    await until(lambda: store.trained.writer(route, 60) is not None, timeout=30)
+
+
+def unreachable(store: Store) -> Trained:
+    """`store`'s dictionaries, read from a Redis that is not there."""
+    away = redis.asyncio.Redis(port=9, socket_connect_timeout=0.2)
+    return Trained(away, "idem", store._keep_dictionary, lambda: store.failures)
 
 
 async def test_a_route_trains_its_own_dictionary_and_every_gateway_reads_with_it(
@@ -360,60 +382,78 @@ async def test_a_route_trains_its_own_dictionary_and_every_gateway_reads_with_it
     for n in range(SAMPLES):
         await settle(writer, f"train-{n}", n)
     await trained(writer)
+    own = writer.trained.writer("api", 60)
+    assert own is not None
     plain = redis.Redis.from_url(redis_url)
     try:
-        assert plain.hexists(dictionaries_key("idem", "api"), str(OWN))
+        assert plain.exists(dictionary_key("idem", "api", own.number))
+        assert plain.get(dictionary_key("idem", "api")) == f"{own.number & 0x7FFF:04x}".encode()
         name = await settle(writer, "after", 10_000)
         value = plain.get(name) or b""
-        assert Codec.dictionary_of(value) == OWN, "compressed with the route's own"
-        smaller = len(
-            shipped_codec().pack("C", b"x" * 16, "owner-10000", pack_answer(*answer_of(10_000)))
-        )
-        assert len(value) < smaller
+        needs = Codec.needs(value)
+        assert needs is not None and needs.number == own.number, "compressed with the route's own"
+        record, body = answer_of(10_000)
+        shipped = shipped_codec().pack("C", bytes(12), pack_answer(record, body), stored_ms(record))
+        assert len(value) < len(shipped)
     finally:
         plain.close()
     reader = make_store(redis_url)  # a gateway that has not seen it: read from Redis
     try:
         found = await claim(reader, names_of("after"), "retry")
         assert found.outcome is Claim.DONE and found.body == answer_of(10_000)[1]
-        assert stores[1].trained.newest("api") is None
+        assert stores[1].trained.writer("api", 60) is None
         assert (await claim(stores[1], names_of("after"), "retry")).body == answer_of(10_000)[1]
     finally:
         await reader.close()
 
 
 async def test_gateways_training_at_once_settle_on_one_dictionary(redis_url: str) -> None:
+    """Each stores its own (every record stays readable), then follows the route's pointer to
+    the newest, which both write with from then on."""
     first, second = make_store(redis_url), make_store(redis_url)
     try:
         for store in (first, second):
             store.record_format = 2
+            store.trained.refresh = 0.1
         for n in range(SAMPLES):
             await settle(first, f"one-{n}", n)
             await settle(second, f"two-{n}", n + 500)
         await trained(first)
         await trained(second)
-        one, two = first.trained.newest("api"), second.trained.newest("api")
-        assert one is not None and two is not None and one.data == two.data
+        for store in (first, second):
+            store.trained.start()
+
+        def agreed() -> bool:
+            one, two = first.trained.writer("api", 60), second.trained.writer("api", 60)
+            return one is not None and two is not None and one.number == two.number
+
+        await until(agreed, timeout=30)
+        for n in (0, SAMPLES - 1):
+            for store, key in ((second, f"one-{n}"), (first, f"two-{n}")):
+                assert (await claim(store, names_of(key), "retry")).outcome is Claim.DONE
     finally:
         await first.close()
         await second.close()
 
 
-async def test_a_records_dictionary_gone_from_redis_makes_it_corrupt_and_redis_down_not_yet(
+async def test_a_records_dictionary_nobody_knows_is_corrupt_and_redis_down_not_yet(
     stores: dict[int, Store], redis_url: str
 ) -> None:
     for n in range(SAMPLES):
         await settle(stores[2], f"gone-{n}", n)
     await trained(stores[2])
+    own = stores[2].trained.writer("api", 60)
+    assert own is not None
     await settle(stores[2], "needs-it", 20_000)
-    unreachable = make_store(redis_url)
-    unreachable.trained = Trained(redis.asyncio.Redis(port=9, socket_connect_timeout=0.2), "idem")
+    away = make_store(redis_url)
+    away.trained = unreachable(away)
     plain = redis.Redis.from_url(redis_url)
     try:
         with pytest.raises(RecordCorrupt) as down:
-            await claim(unreachable, names_of("needs-it"), "retry")
+            await claim(away, names_of("needs-it"), "retry")
         assert down.value.transient
-        plain.delete(dictionaries_key("idem", "api"))
+        await stores[2].trained.close()  # the one gateway that knows it stops keeping it
+        plain.delete(dictionary_key("idem", "api", own.number))
         fresh = make_store(redis_url)
         try:
             with pytest.raises(RecordCorrupt) as gone:
@@ -423,7 +463,7 @@ async def test_a_records_dictionary_gone_from_redis_makes_it_corrupt_and_redis_d
             await fresh.close()
     finally:
         plain.close()
-        await unreachable.close()
+        await away.close()
 
 
 async def test_a_record_whose_dictionary_cannot_be_read_now_is_503_never_forwarded(
@@ -440,7 +480,8 @@ async def test_a_record_whose_dictionary_cannot_be_read_now_is_503_never_forward
     await trained(store)
     headers = {"Idempotency-Key": "with-its-own"}
     assert (await client.post("/pay", data=b"x", headers=headers)).status == 201
-    store.trained = Trained(redis.asyncio.Redis(port=9, socket_connect_timeout=0.2), "idem")
+    await store.trained.close()
+    store.trained = unreachable(store)
     answer = await client.post("/pay", data=b"x", headers=headers)
     assert answer.status == 503 and answer.headers["Retry-After"]
     assert orjson.loads(await answer.read())["code"] == "store-unavailable"

@@ -131,10 +131,11 @@ class RedisSettings(_Model):
     # Start even when maxmemory-policy may evict keys (records and leases lost: keys run
     # again). Off: such a Redis is refused at start and /readyz fails.
     accept_eviction: bool = False
-    # The format records are written in: 1, which every release reads, or 2, a quarter the
+    # The format records are written in: 1, which every release reads, or 2, a fifth of the
     # size, which only this release and later ones read (both are always read). Unset: 2 on
-    # the embedded Redis, which no other gateway shares; 1 on any other, until the operator
-    # says the fleet is upgraded (docs/production.md#upgrading).
+    # a Redis that holds no record of format 1 (a new deployment's; the embedded one), 1 on
+    # an existing fleet's until the operator asks for 2 (docs/production.md#upgrading).
+    # Either way, 1 while a gateway of an earlier release uses the Redis (`store.fleet`).
     record_format: Literal[1, 2] | None = None
 
     @field_validator("url")
@@ -184,13 +185,6 @@ class RedisSettings(_Model):
         if self.tls.enabled and self.url.startswith("unix://"):
             raise ValueError("tls does not apply to a unix:// socket")
         return self
-
-    @property
-    def format_written(self) -> Literal[1, 2]:
-        """`record_format`, or its default for this topology."""
-        if self.record_format is not None:
-            return self.record_format
-        return 2 if self.topology == "embedded" else 1
 
     @property
     def topology(self) -> Literal["embedded", "single", "sentinel", "cluster"]:

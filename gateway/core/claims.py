@@ -38,6 +38,7 @@ class ClaimResult:
     record: Record | None = None
     body: bytes = b""  # the inline body of a DONE record
     key: str = ""  # the name that holds the key (a record's, in either format)
+    lost: bytes = b""  # TAKEN: the lost owner's token, which an unknown outcome keeps
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class ClaimResult:
         record: Record | None = None,
         body: bytes = b"",
         key: str = "",
+        lost: bytes = b"",
     ) -> None:
         # One per request: set as `core.record.Record` explains.
         if _NATIVE:
@@ -54,15 +56,17 @@ class ClaimResult:
             object.__setattr__(self, "record", record)
             object.__setattr__(self, "body", body)
             object.__setattr__(self, "key", key)
+            object.__setattr__(self, "lost", lost)
             return
         _outcome(self, outcome)
         _pttl_ms(self, pttl_ms)
         _record(self, record)
         _body(self, body)
         _key(self, key)
+        _lost(self, lost)
 
 
 _NATIVE: Final = native(ClaimResult)
-_outcome, _pttl_ms, _record, _body, _key = field_setters(
-    ClaimResult, "outcome", "pttl_ms", "record", "body", "key"
+_outcome, _pttl_ms, _record, _body, _key, _lost = field_setters(
+    ClaimResult, "outcome", "pttl_ms", "record", "body", "key", "lost"
 )

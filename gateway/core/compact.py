@@ -1,30 +1,36 @@
 """Record format 2: a settled record as one Redis string, its answer packed and compressed.
 
-What the Lua scripts read comes first, uncompressed, each field after its length in one byte;
-the answer follows, opaque to them:
+What the Lua scripts read comes first, uncompressed, as `core.layout` defines it (kind,
+fingerprint, when the answer was stored, an unknown outcome's lost owner's token); the answer
+follows, opaque to them: a codec byte (two for a route's trained dictionary), then the packed
+answer, compressed by zstd with the dictionary the codec names (one the package ships, or one
+a route trained on its own answers: `store.trained`), or raw where compressing would not make
+it smaller. The value ends with a CRC-32 over every byte before it and over the packed answer
+as decoded, which `unpack` checks: a value damaged in any byte, or read with another
+dictionary than its own (or a damaged one), is a ValueError, never a wrong answer.
 
-    version (2) | state (C or U) | fingerprint | owner token | lost owner's token | answer
+The packed answer holds only what cannot be recomputed:
 
-The fingerprint is `fingerprint_field` of the request's: the first 128 bits of its SHA-256 as
-bytes. The lost owner's token is the one `claim.lua` keeps as `p`: `complete.lua` writes it in
-(the gateway that settles a taken-over key does not know it), so the answer that really came
-can still replace an unknown outcome recorded meanwhile.
-
-The answer is a codec byte, the packed answer (compressed by zstd with the dictionary the
-codec byte names, or raw where compressing would not make it smaller) and a CRC-32 of both,
-which `unpack` checks: a damaged or truncated value, an unknown version or dictionary, is a
-ValueError, never a wrong answer. The packed answer holds only what cannot be recomputed:
-
-    kind | flags | status (2 bytes) | completed at (ms, 6 bytes) | head | extra | body
+    kind | flags | status (2 bytes) | head | extra | body
 
 each variable part after its length (a LEB128 varint); `kind` says whether the body is
 inline (the rest of the packed answer), in the blob store (its name, size and SHA-256), or
 not recorded (its size and digest). Names, values and the reason are Latin-1 text, a byte a
-character, as `core.record.Record` holds them.
+character, as `core.record.Record` holds them. A `Date` that is the time the answer was
+stored, to the second or up to MAX_DATE_LAG seconds before it, in RFC 9110's IMF-fixdate, and a
+`Content-Length` that is the body's size, are kept as a mark rather than as text (no recorded
+head holds a NUL, `core.headers`): each is written back exactly as it came.
+
+Values of release 0007fac (`layout.V2`: the owner's tokens in front, the time in the packed
+answer, the CRC over the compressed answer, a route's dictionary named by its number in the
+hash `store.trained` reads it from) are read as they were written.
 """
 
 from __future__ import annotations
 
+import email.utils
+import functools
+import hashlib
 import re
 import struct
 import zlib
@@ -34,12 +40,14 @@ from typing import Final
 import orjson
 import zstandard
 
+from gateway.core import layout
 from gateway.core.headers import unwritable_text
 from gateway.core.record import STATE_COMPLETED, STATE_UNKNOWN, Record
 
-VERSION: Final = 2
 RAW: Final = 0  # the codec byte of an answer stored as packed, not compressed
 LEVEL: Final = 3  # zstd's default: smaller answers no better at 19, and several times slower
+TRAINED: Final = 0x80  # a codec byte with this bit: a route's dictionary, its id in 15 bits
+MAX_DATE_LAG: Final = 99  # seconds a `Date` may be older than the stored time, kept as a mark
 
 _INLINE: Final = 0
 _BLOB: Final = 1
@@ -49,12 +57,31 @@ _HEX_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 _HEX_NAME: Final = re.compile(r"[0-9a-f]{32}")
 _AS_BYTES: Final = 0xFF  # a digest field's marker: what follows is the digest's hex as bytes
 _REASON: Final = 1  # the flags' bit: the head's first line is the upstream's reason phrase
-_STATES: Final = frozenset({STATE_COMPLETED, STATE_UNKNOWN})
+_MARK: Final = "\0"  # a header value kept as a mark: the body's size, or the Date's lag
+_KINDS: Final = {STATE_COMPLETED: layout.COMPLETED, STATE_UNKNOWN: layout.UNKNOWN}
 
 
 def fingerprint_field(fingerprint: str) -> bytes:
-    """The fingerprint as a format-2 value holds it: a SHA-256 hex digest's first 128 bits as
-    bytes, any other (a route's "-") as its text."""
+    """The fingerprint as a value holds it (`layout.FINGERPRINT` bytes): a SHA-256 hex digest's
+    first bits as bytes; any other (a route's "-") hashed so."""
+    if len(fingerprint) == 64:
+        try:
+            return bytes.fromhex(fingerprint[: 2 * layout.FINGERPRINT])
+        except ValueError:
+            pass
+    return hashlib.sha256(fingerprint.encode("latin-1")).digest()[: layout.FINGERPRINT]
+
+
+def fingerprint_of_v2(field: bytes) -> bytes:
+    """This release's fingerprint field of a request whose 0007fac value holds `field`."""
+    if len(field) == 16:  # a digest's first 128 bits
+        return field[: layout.FINGERPRINT]
+    return hashlib.sha256(field).digest()[: layout.FINGERPRINT]
+
+
+def v2_fingerprint_field(fingerprint: str) -> bytes:
+    """The fingerprint as a value of release 0007fac holds it: a SHA-256 hex digest's first 128
+    bits as bytes, any other as its text."""
     if len(fingerprint) == 64:
         try:
             return bytes.fromhex(fingerprint[:32])
@@ -88,34 +115,95 @@ def _digest(value: str) -> str:
     return _text(value)
 
 
+@functools.lru_cache(maxsize=4)
+def _imf_date(second: int) -> str:
+    """RFC 9110's IMF-fixdate of a unix second (`Sun, 06 Nov 1994 08:49:37 GMT`)."""
+    return email.utils.formatdate(second, usegmt=True)
+
+
+def _marked(name: str, value: str, size: int, second: int) -> str:
+    """A header's value as packed: a mark where it is the body's size (`Content-Length`) or
+    the stored time's IMF-fixdate, less up to MAX_DATE_LAG seconds (`Date`); else the value."""
+    lowered = name.lower()
+    if lowered == "content-length":
+        return _MARK if value == str(size) else value
+    if lowered != "date":
+        return value
+    for lag in (0, 1):  # most answers are stored within the second they are dated
+        if _imf_date(second - lag) == value:
+            return _MARK + str(lag)
+    parsed = email.utils.parsedate_tz(value)
+    if parsed is None:
+        return value
+    lag = second - email.utils.mktime_tz(parsed)
+    if 0 <= lag <= MAX_DATE_LAG and _imf_date(second - lag) == value:
+        return _MARK + str(lag)
+    return value
+
+
+def _unmarked(name: str, value: str, size: int, second: int) -> str:
+    """The header's value as it came, from its mark (`_marked`)."""
+    if name.lower() == "date":
+        if len(value) < 2 or not value[1:].isdigit():
+            raise ValueError("a Date mark without its lag")
+        return _imf_date(second - int(value[1:]))
+    if name.lower() == "content-length" and value == _MARK:
+        return str(size)
+    raise ValueError(f"a mark in the recorded {name!r}")
+
+
+def _unmark(
+    headers: list[tuple[str, str]], packed: bytes, at: int, kind: int, second: int
+) -> list[tuple[str, str]]:
+    """The headers as they came, their marks written back (`_marked`); `at` is where the
+    body's place (`kind`) begins in `packed`."""
+    if kind == _INLINE:
+        size = len(packed) - at
+    else:
+        at = _digest_at(packed, at)[1] if kind == _BLOB else at
+        size = _varint_at(packed, at)[0]
+    return [
+        (name, _unmarked(name, value, size, second) if value[:1] == _MARK else value)
+        for name, value in headers
+    ]
+
+
+def stored_ms(record: Record) -> int:
+    """When the record was stored, in unix milliseconds, as a value keeps it."""
+    return max(0, round(record.completed_at * 1000))
+
+
 def pack_answer(record: Record, body: bytes) -> bytes:
     """The packed answer of `record`, its inline `body` last (a body that is not the
     record's, its size or kind another, is not kept).
 
     The head is one text: the reason phrase (when the upstream gave one) and each header's
-    name and value, each followed by a line feed, which no recorded head holds (an answer
-    whose head has a control byte is refused before it is recorded: `core.headers`). The
-    time it was stored is in milliseconds, in six bytes."""
+    name and value (a `Date` or `Content-Length` as a mark where it can be: `_marked`), each
+    followed by a line feed, which no recorded head holds (an answer whose head has a control
+    byte is refused before it is recorded: `core.headers`). The time it was stored is the
+    value's (`layout.TIME`)."""
     if record.blob is not None:
         kind, where = _BLOB, _digest(record.blob) + _varint(record.size) + _digest(record.sha256)
     elif record.size == len(body) and not record.extra.get("body"):
         kind, where = _INLINE, ""  # its size and digest are the body's own: not stored
     else:
         kind, where = _NOT_KEPT, _varint(record.size) + _digest(record.sha256)
-    lines = [value for header in record.headers for value in header]
+    second = stored_ms(record) // 1000
+    lines: list[str] = []
+    for name, value in record.headers:
+        lines += (name, _marked(name, value, record.size, second))
     flags = 0
     if record.reason is not None:
         lines.insert(0, record.reason)
         flags = _REASON
     head = "\n".join(lines) + "\n" if lines else ""
     extra = orjson.dumps(record.extra).decode() if record.extra else ""
-    fixed = _FIXED.pack(kind, flags, record.status, max(0, round(record.completed_at * 1000)))
+    fixed = _FIXED.pack(kind, flags, record.status)
     text = "".join((_text(head), _text(extra), where)).encode("latin-1")
-    return b"".join((fixed[:4], fixed[6:], text, body if kind == _INLINE else b""))
+    return b"".join((fixed, text, body if kind == _INLINE else b""))
 
 
-# kind, flags, status, then the time in ms as 8 bytes of which the first 2 are left out.
-_FIXED: Final = struct.Struct(">BBHQ")
+_FIXED: Final = struct.Struct(">BBH")  # kind, flags, status
 
 
 def _varint_at(data: bytes, at: int) -> tuple[int, int]:
@@ -149,23 +237,28 @@ def _digest_at(data: bytes, at: int) -> tuple[str, int]:
     return _text_at(data, at)
 
 
-def unpack_answer(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
-    """The record and inline body `pack_answer` packed (ValueError when it cannot be read)."""
+def unpack_answer(
+    packed: bytes, unknown: bool, completed_ms: int | None = None
+) -> tuple[Record, bytes]:
+    """The record and inline body `pack_answer` packed, stored at `completed_ms` (None: a
+    packed answer of release 0007fac, the time in it); ValueError when it cannot be read."""
     try:
-        return _unpacked(packed, unknown)
+        return _unpacked(packed, unknown, completed_ms)
     except IndexError:
         raise ValueError("the packed answer ends early") from None
 
 
-def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
+def _unpacked(packed: bytes, unknown: bool, completed_ms: int | None) -> tuple[Record, bytes]:
     kind, flags = packed[0], packed[1]
     status = packed[2] << 8 | packed[3]
     if not 100 <= status <= 599:
         raise ValueError(f"the recorded status {status} is not an HTTP status")
-    if len(packed) < 10:
-        raise ValueError("the packed answer ends early")
-    completed_ms = int.from_bytes(packed[4:10], "big")
-    head, at = _text_at(packed, 10)
+    at = _FIXED.size
+    if completed_ms is None:  # 0007fac's: the time in six bytes after the status
+        if len(packed) < 10:
+            raise ValueError("the packed answer ends early")
+        completed_ms, at = int.from_bytes(packed[4:10], "big"), 10
+    head, at = _text_at(packed, at)
     extra_text, at = _text_at(packed, at)
     lines = head.split("\n")
     lines.pop()  # what follows the last line feed: nothing
@@ -173,6 +266,8 @@ def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
     if len(lines) % 2:
         raise ValueError("a header without its value")
     headers = list(zip(lines[::2], lines[1::2], strict=True))
+    if _MARK in head:  # a Date or Content-Length kept as a mark: needs the body's size
+        headers = _unmark(headers, packed, at, kind, completed_ms // 1000)
     if unwritable_text(reason or "", headers):
         raise ValueError("a control byte in the recorded head")
     extra = orjson.loads(extra_text) if extra_text else {}
@@ -207,9 +302,8 @@ def _unpacked(packed: bytes, unknown: bool) -> tuple[Record, bytes]:
     return record, body
 
 
-# The codec bytes of dictionaries: the package's own from 1, a route's (trained at run time
-# on its answers, `store.trained`) from OWN, read with the route of the record's key.
-OWN: Final = 128
+# The codec bytes of 0007fac's values that name a route's dictionary (`store.trained`).
+V2_OWN: Final = 128
 # Packed answers longer than this are compressed with the route's dictionary only.
 _BOTH_UP_TO: Final = 16 << 10
 _PARAMS: Final = zstandard.ZstdCompressionParameters.from_level(
@@ -222,29 +316,70 @@ _PARAMS: Final = zstandard.ZstdCompressionParameters.from_level(
 
 
 class Dictionary:
-    """One zstd dictionary, ready to compress and decompress with, and its codec byte."""
+    """One zstd dictionary, ready to compress and decompress with, and what values call it:
+    a shipped one's number (1 to 127), a route's trained one's (two codec bytes, the first
+    with the `TRAINED` bit: `trained_number`), or 0007fac's number for a route's own (V2_OWN
+    to 255, read only). ValueError for bytes zstd cannot load as a dictionary."""
 
     def __init__(self, number: int, data: bytes) -> None:
-        if not 0 < number < 256:
-            raise ValueError("dictionaries are numbered 1 to 255")
+        if not 0 < number <= 0xFFFF:
+            raise ValueError("dictionaries are numbered 1 to 65535")
         self.number = number
         self.data = data
-        prepared = zstandard.ZstdCompressionDict(data)
-        prepared.precompute_compress(compression_params=_PARAMS)
-        self.compressor = zstandard.ZstdCompressor(dict_data=prepared, compression_params=_PARAMS)
-        self.decompressor = zstandard.ZstdDecompressor(
-            dict_data=zstandard.ZstdCompressionDict(data), format=zstandard.FORMAT_ZSTD1_MAGICLESS
-        )
+        try:
+            prepared = zstandard.ZstdCompressionDict(data)
+            prepared.precompute_compress(compression_params=_PARAMS)
+            self.compressor = zstandard.ZstdCompressor(
+                dict_data=prepared, compression_params=_PARAMS
+            )
+            self.decompressor = zstandard.ZstdDecompressor(
+                dict_data=zstandard.ZstdCompressionDict(data),
+                format=zstandard.FORMAT_ZSTD1_MAGICLESS,
+            )
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"not a dictionary zstd can load: {exc}") from exc
+
+    def codec(self) -> bytes:
+        """The codec bytes of a value compressed with it (this release's layout)."""
+        if self.number < TRAINED:
+            return bytes((self.number,))
+        if self.number < TRAINED << 8:
+            raise ValueError(f"dictionary {self.number} is 0007fac's: read, never written")
+        return self.number.to_bytes(2, "big")
+
+
+def trained_number(ident: int) -> int:
+    """The number of a route's trained dictionary of id `ident` (15 bits): its codec bytes."""
+    if not 0 <= ident < 1 << 15:
+        raise ValueError("a trained dictionary's id is 15 bits")
+    return TRAINED << 8 | ident
+
+
+class Needs:
+    """A value's route dictionary, which the caller must find: its id (`trained`, this
+    release's), or its number in 0007fac's hash of the route (`v2`)."""
+
+    __slots__ = ("number", "v2")
+
+    def __init__(self, number: int, v2: bool) -> None:
+        self.number = number
+        self.v2 = v2
+
+
+def outcome_identity(state: str, fingerprint: bytes, completed_ms: int) -> bytes:
+    """The first bytes of the value of an outcome (`layout.IDENTITY`): what tells it from
+    another, however it is compressed or in whichever format it is written."""
+    return bytes((_KINDS[state],)) + fingerprint + completed_ms.to_bytes(layout.TIME, "big")
 
 
 class Codec:
     """Packs and unpacks format-2 values with the dictionaries the package ships (numbered 1
-    to OWN - 1) and, given one, a route's own. A dictionary, once values name it, must be
-    kept for as long as records may hold it: its number is never reused."""
+    to 127) and, given one, a route's own. A dictionary, once values name it, must be kept
+    for as long as records may hold it: a shipped number is never reused."""
 
     def __init__(self, shipped: Mapping[int, bytes]) -> None:
-        if not shipped or not all(0 < number < OWN for number in shipped):
-            raise ValueError(f"shipped dictionaries are numbered 1 to {OWN - 1}")
+        if not shipped or not all(0 < number < TRAINED for number in shipped):
+            raise ValueError(f"shipped dictionaries are numbered 1 to {TRAINED - 1}")
         self.shipped = {number: Dictionary(number, data) for number, data in shipped.items()}
         self.newest = self.shipped[max(self.shipped)]
 
@@ -252,77 +387,100 @@ class Codec:
         self,
         state: str,
         fingerprint: bytes,
-        token: str,
         packed: bytes,
+        completed_ms: int,
         own: Dictionary | None = None,
+        lost: bytes = b"",
     ) -> bytes:
-        """The value of a packed answer (`pack_answer`) settled by `token`, the lost owner's
-        token left empty for `complete.lua` to fill in: compressed with `own`, the route's
-        dictionary, and with the newest shipped one too where the route's did poorly (an
-        answer unlike those it was trained on), whichever is smaller; raw when neither
-        makes it smaller."""
+        """The value of a packed answer (`pack_answer`) stored at `completed_ms`: compressed
+        with `own`, the route's dictionary, and with the newest shipped one too where the
+        route's did poorly (an answer unlike those it was trained on), whichever is smaller;
+        raw when neither makes it smaller. `lost`: an unknown outcome's lost owner's token."""
+        if len(fingerprint) != layout.FINGERPRINT:
+            raise ValueError(f"a fingerprint field is {layout.FINGERPRINT} bytes")
+        head = outcome_identity(state, fingerprint, completed_ms)
+        if state == STATE_UNKNOWN:
+            head += bytes((len(lost),)) + lost
+        elif lost:
+            raise ValueError("only an unknown outcome keeps the lost owner's token")
         answer = bytes((RAW,)) + packed
         for dictionary in (self.newest,) if own is None else (own, self.newest):
             compressed = dictionary.compressor.compress(packed)
-            if len(compressed) + 1 < len(answer):
-                answer = bytes((dictionary.number,)) + compressed
+            codec = dictionary.codec()
+            if len(compressed) + len(codec) < len(answer):
+                answer = codec + compressed
             if len(answer) * 4 < len(packed) * 3 or len(packed) > _BOTH_UP_TO:
                 break  # a quarter smaller, or long: good enough for one try
-        owner = token.encode("latin-1")
-        head = bytes((VERSION, ord(state), len(fingerprint))) + fingerprint
-        return b"".join(
-            (head, bytes((len(owner),)), owner, b"\0", answer, _crc(answer).to_bytes(4, "big"))
-        )
+        checksum = zlib.crc32(packed, zlib.crc32(answer, zlib.crc32(head)))
+        return b"".join((head, answer, checksum.to_bytes(layout.CHECKSUM, "big")))
 
     @staticmethod
-    def dictionary_of(value: bytes) -> int:
-        """The codec byte of a format-2 value: which dictionary reads it (RAW: none; also
-        for a value too short to say, which `unpack` refuses)."""
-        at = _answer_at(value)
-        return value[at] if at is not None and at < len(value) else RAW
+    def needs(value: bytes) -> Needs | None:
+        """The route dictionary a value needs, or None (raw, shipped, or unreadable: `unpack`
+        says which)."""
+        found = layout.fields(value)
+        if found is None or found.codec_at >= len(value):
+            return None
+        codec = value[found.codec_at]
+        if value[0] == layout.V2:
+            return Needs(codec, True) if codec >= V2_OWN else None
+        if codec & TRAINED and found.codec_at + 1 < len(value):
+            return Needs(int.from_bytes(value[found.codec_at : found.codec_at + 2], "big"), False)
+        return None
 
     def unpack(
         self, value: bytes, own: Mapping[int, Dictionary] | None = None
     ) -> tuple[Record, bytes]:
-        """The record and inline body of a format-2 value, with `own` the dictionaries of its
-        route; ValueError when it cannot be read as written (damaged, truncated, of another
-        version, or compressed with a dictionary neither shipped nor given)."""
-        if len(value) < 3 or value[0] != VERSION:
-            raise ValueError(f"not a record of format {VERSION}")
-        state = chr(value[1])
-        if state not in _STATES:
-            raise ValueError(f"unknown record state {state!r}")
-        at = _answer_at(value)
-        if at is None or len(value) < at + 5:
-            raise ValueError("the record ends early")
-        answer, crc = value[at:-4], value[-4:]
-        if _crc(answer).to_bytes(4, "big") != crc:
+        """The record and inline body of a format-2 value, with `own` its route's dictionaries
+        (by id, or by 0007fac's number for a V2 value); ValueError when it cannot be read as
+        written (damaged in any byte, truncated, of another version, or compressed with a
+        dictionary neither shipped nor given, or with another than the one given)."""
+        found = layout.fields(value)
+        if found is None or found.state not in (STATE_COMPLETED, STATE_UNKNOWN):
+            raise ValueError("not a format-2 record this release reads")
+        if value[0] == layout.V2:
+            return self._unpack_v2(value, found, own)
+        at = found.codec_at
+        codec = value[at]
+        if codec == RAW:
+            packed = value[at + 1 : -layout.CHECKSUM]
+        else:
+            if codec & TRAINED:
+                number, at = int.from_bytes(value[at : at + 2], "big"), at + 2
+                dictionary = (own or {}).get(number)
+            else:
+                number, at = codec, at + 1
+                dictionary = self.shipped.get(number)
+            if dictionary is None:
+                raise ValueError(f"compressed with dictionary {number}, which is not at hand")
+            packed = _decompressed(dictionary, value[at : -layout.CHECKSUM])
+        stored = value[: -layout.CHECKSUM]
+        checksum = zlib.crc32(packed, zlib.crc32(stored))
+        if checksum.to_bytes(layout.CHECKSUM, "big") != value[-layout.CHECKSUM :]:
+            raise ValueError("the record's checksum does not match: damaged, or another dictionary")
+        completed_ms = int.from_bytes(found.identity[-layout.TIME :], "big")
+        return unpack_answer(packed, found.state == STATE_UNKNOWN, completed_ms)
+
+    def _unpack_v2(
+        self, value: bytes, found: layout.Fields, own: Mapping[int, Dictionary] | None
+    ) -> tuple[Record, bytes]:
+        """A value of release 0007fac: its CRC covers the codec byte and the answer as stored."""
+        answer, crc = value[found.codec_at : -4], value[-4:]
+        if len(answer) < 1 or zlib.crc32(answer).to_bytes(4, "big") != crc:
             raise ValueError("the record's checksum does not match: damaged or truncated")
         codec = answer[0]
         if codec == RAW:
             packed = answer[1:]
         else:
-            dictionary = self.shipped.get(codec) if codec < OWN else (own or {}).get(codec)
+            dictionary = self.shipped.get(codec) if codec < V2_OWN else (own or {}).get(codec)
             if dictionary is None:
                 raise ValueError(f"compressed with dictionary {codec}, which is not at hand")
-            try:
-                packed = dictionary.decompressor.decompress(answer[1:])
-            except zstandard.ZstdError as exc:
-                raise ValueError(f"the answer does not decompress: {exc}") from exc
-        return unpack_answer(packed, state == STATE_UNKNOWN)
+            packed = _decompressed(dictionary, answer[1:])
+        return unpack_answer(packed, found.state == STATE_UNKNOWN)
 
 
-def _answer_at(value: bytes) -> int | None:
-    """Where a format-2 value's answer starts: past the fingerprint and both tokens."""
-    if len(value) < 3:
-        return None
-    at = 3 + value[2]
-    for _ in range(2):  # the owner's token, the lost owner's
-        if at >= len(value):
-            return None
-        at += 1 + value[at]
-    return at
-
-
-def _crc(data: bytes) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+def _decompressed(dictionary: Dictionary, frame: bytes) -> bytes:
+    try:
+        return dictionary.decompressor.decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"the answer does not decompress: {exc}") from exc

@@ -92,10 +92,16 @@ def connection_tokens(values: Iterable[str]) -> set[str]:
     }
 
 
+# Answer headers the gateway sets itself on every answer, its own value replacing the
+# upstream's (docs/fidelity.md): neither passed on nor recorded.
+REPLACED: Final = frozenset({"x-request-id"})
+_NOT_PASSED_ON: Final = HOP_BY_HOP | REPLACED
+
+
 def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
     """The upstream's answer headers as `header_text`, in order with repeats, hop-by-hop
-    dropped. A `Content-Length` stays as sent (its spelling and its place), unless the
-    answer is chunked: then the hop that writes the answer frames it."""
+    and REPLACED ones dropped. A `Content-Length` stays as sent (its spelling and its
+    place), unless the answer is chunked: then the hop that writes the answer frames it."""
     # One pass over the headers (each name lowered once): it runs for every answer.
     pairs: list[tuple[str, str, str]] = []
     listed: list[str] = []  # the values of `Connection`
@@ -108,7 +114,7 @@ def answer_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
         elif lowered == "transfer-encoding":
             chunked = True
         pairs.append((name, value, lowered))
-    drop = HOP_BY_HOP | connection_tokens(listed) if listed else HOP_BY_HOP
+    drop = _NOT_PASSED_ON | connection_tokens(listed) if listed else _NOT_PASSED_ON
     if chunked:
         drop = drop | {"content-length"}
     return [(name, value) for name, value, lowered in pairs if lowered not in drop]

@@ -89,7 +89,7 @@ def _resources(
         upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
         journal = Journal(Path(settings.state_dir) / "journal")
         # Held at format 1 until its first look (below) finds no gateway of an earlier release.
-        fleet = Fleet(store, redis.key_prefix, redis.format_written, redis.topology != "embedded")
+        fleet = Fleet(store, redis.key_prefix, redis.record_format, redis.topology != "embedded")
         app[METRICS].watch_circuit(store.circuit)
         app[METRICS].watch_record_format(lambda: store.record_format)
         app[METRICS].watch_journal(lambda: journal.depth)

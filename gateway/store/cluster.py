@@ -39,8 +39,14 @@ log = logging.getLogger(__name__)
 
 # Redirects one call follows before it gives up (a slot moves once; a failover once more).
 REDIRECTS: Final = 5
-# TRYAGAIN (a multi-key call during a migration; ours are single-key): wait this long.
+# TRYAGAIN to a single-key call (a key moving as the call came): wait this long.
 TRY_AGAIN_PAUSE: Final = 0.05
+
+
+class SlotMoving(Exception):
+    """A call naming two keys met their slot moving key by key (TRYAGAIN): the importing node
+    refuses it until the move ends, however long that takes, so it is not made again. The
+    caller names its keys one at a time instead (`Store.claim`)."""
 
 
 class ClusterScripts:
@@ -113,6 +119,8 @@ class ClusterScripts:
                 node, asking = await self._node(reply.host, reply.port, refreshes), True
                 continue
             if isinstance(reply, TryAgainError):
+                if len({key, *args[: script.keys - 1]}) > 1:
+                    raise SlotMoving(str(reply))
                 await asyncio.sleep(TRY_AGAIN_PAUSE)
                 continue
             if isinstance(reply, RedisConnectionError | RedisTimeoutError):

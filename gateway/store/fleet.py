@@ -1,6 +1,12 @@
 """Whether a gateway of an earlier release shares this Redis, and so which record format may
 be written.
 
+A gateway whose `redis.record_format` is unset writes format 2 on a Redis no earlier release
+has used: one that holds no record under a format-1 name (`holds_format_1`, a SCAN made once,
+its finding kept in the mark `prefix:compact-since` so that the next start need not scan). On
+one that does, an existing fleet's, it writes format 1 until the operator asks for 2, as
+below; either way, while a gateway of an earlier release is seen, it writes format 1.
+
 A gateway of an earlier release reads format 1 only: it takes a record stored in format 2
 for an absent key (it never looks under format 2's name), and a record of format 2 under
 format 1's name for a Redis error (which a `fail_mode: open` route forwards). Either runs the
@@ -51,6 +57,25 @@ CHECK_EVERY: Final = 5.0  # seconds between looks while format 2 is configured
 def seen_key(prefix: str) -> str:
     """The mark that a gateway of an earlier release was seen: when, and how."""
     return f"{prefix}:earlier-release-seen"
+
+
+def compact_key(prefix: str) -> str:
+    """The mark that this Redis held no record of format 1 when a gateway first looked: when.
+    Its loss costs a SCAN at the next start, never a wrong format."""
+    return f"{prefix}:compact-since"
+
+
+async def holds_format_1(client: Redis | RedisCluster, prefix: str) -> bool:
+    """Whether Redis holds a key under a format-1 record's name (`prefix:{...}`, its hash
+    tag right after the prefix), on any primary; marked when it holds none. Redis failures
+    raise."""
+    if await client.get(compact_key(prefix)) is not None:
+        return False
+    async for _ in client.scan_iter(match=f"{prefix}:{{*", count=1000):
+        return True
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    await client.set(compact_key(prefix), when, nx=True)
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,44 +138,73 @@ def _refused_for_good(failure: BaseException) -> bool:
 
 
 class Fleet:
-    """Holds `store.record_format` at what the config asks for, or at 1 while a gateway of
-    an earlier release is seen (or for as long as one may be: not looked yet)."""
+    """Holds `store.record_format` at what the config asks for (unset: format 2 where Redis
+    holds no record of format 1, `holds_format_1`), or at 1 while a gateway of an earlier
+    release is seen (or for as long as one may be: not looked yet)."""
 
-    def __init__(self, store: Store, prefix: str, configured: RecordFormat, shared: bool) -> None:
+    def __init__(
+        self, store: Store, prefix: str, configured: RecordFormat | None, shared: bool
+    ) -> None:
         self.store = store
         self.prefix = prefix
         self.configured = configured
         self.shared = shared  # False: the embedded Redis, which no other gateway can use
         self.last = Sighting()
-        store.record_format = FORMAT_1 if configured == FORMAT_2 and shared else configured
+        self.legacy: bool | None = None  # unset: whether Redis holds format 1 (None: unknown)
+        wanted = configured or FORMAT_2
+        store.record_format = FORMAT_1 if wanted == FORMAT_2 and shared else wanted
 
     async def check(self) -> RecordFormat:
         """Look again and set the format written; the format now written."""
         if self.configured == FORMAT_1 or not self.shared:
             return self.store.record_format
+        if self.configured is None and not await self._compact_here():
+            return self.store.record_format  # format 1: an existing fleet's Redis, or unknown
         found = await look(self.store, self.prefix, self.last)
         if found.away:
             return self.store.record_format  # held as it was: 1 until a look is made
         if found.unknown and not self.last.unknown:
             log.warning(
-                "redis.record_format 2: cannot tell whether a gateway of an earlier release "
-                "uses this Redis (%s); writing format 2 as configured",
+                "%s: cannot tell whether a gateway of an earlier release uses this Redis "
+                "(%s); writing format 2",
+                self._asked(),
                 found.unknown,
             )
         wanted = FORMAT_1 if found.seen else FORMAT_2
         if wanted != self.store.record_format or found.seen != self.last.seen:
             if found.seen:
                 log.error(
-                    "redis.record_format 2 held at 1: a gateway of an earlier release uses this "
-                    "Redis (%s); once every gateway runs this release, run `idem-gateway "
-                    "upgraded` (docs/production.md#upgrading)",
+                    "%s held at 1: a gateway of an earlier release uses this Redis (%s); once "
+                    "every gateway runs this release, run `idem-gateway upgraded` "
+                    "(docs/production.md#upgrading)",
+                    self._asked(),
                     found.seen,
                 )
             else:
-                log.warning("redis.record_format 2: writing format 2")
+                log.warning("%s: writing format 2", self._asked())
         self.store.record_format = wanted
         self.last = found
         return wanted
+
+    def _asked(self) -> str:
+        return "redis.record_format 2" if self.configured else "redis.record_format unset"
+
+    async def _compact_here(self) -> bool:
+        """Whether an unset format may be 2 here: no record of format 1 in Redis (looked for
+        once, until the look can be made)."""
+        if self.legacy is None:
+            try:
+                self.legacy = await holds_format_1(self.store.client, self.prefix)
+            except FAILURES as exc:
+                log.warning("cannot tell yet whether this Redis holds records of format 1: %s", exc)
+                return False
+            if self.legacy:
+                log.warning(
+                    "redis.record_format unset: writing format 1, as this Redis holds records "
+                    "of format 1 (an earlier release's, or written so); set it to 2 once every "
+                    "gateway runs this release (docs/production.md#upgrading)"
+                )
+        return not self.legacy
 
     async def watch(self) -> None:
         """Check every CHECK_EVERY seconds, for as long as the gateway runs (where the format

@@ -34,6 +34,7 @@ class Unstored:
     record: Record
     body: bytes
     retention: float
+    lost: bytes = b""  # a taken-over key's lost owner's token (`ClaimResult.lost`)
 
     def encode(self, entry: int) -> bytes:
         return orjson.dumps(
@@ -45,6 +46,7 @@ class Unstored:
                 "record": self.record.encode().decode(),
                 "body": base64.b64encode(self.body).decode(),
                 "retention": self.retention,
+                "lost": self.lost.decode("latin-1"),
             }
         )
 
@@ -57,6 +59,7 @@ class Unstored:
             record=Record.decode(str(raw["record"]).encode()),
             body=base64.b64decode(str(raw["body"])),
             retention=float(str(raw["retention"])),
+            lost=str(raw.get("lost", "")).encode("latin-1"),
         )
 
 

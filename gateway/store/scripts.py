@@ -1,5 +1,6 @@
 """The Lua scripts of `lua/`, each read once from the installed package with its SHA-1 (the
-name EVALSHA runs it by) and how many keys it takes."""
+name EVALSHA runs it by) and how many keys it takes. A script that reads settled values has
+the line READER where `core.layout`'s reader of them goes: both follow one definition."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from importlib.resources import files
+from typing import Final
+
+from gateway.core.layout import lua_reader
+
+READER: Final = "--[[ settled: gateway/core/layout.py ]]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +27,10 @@ class Script:
 
 
 def load_script(name: str) -> str:
-    """The text of lua/<name>.lua, read from the installed package."""
-    return files("gateway.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The text of lua/<name>.lua, read from the installed package, `core.layout`'s reader of
+    settled values in place of its READER line."""
+    text = files("gateway.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return text.replace(READER + "\n", lua_reader(), 1)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ have Redis work of their own; every change of a record's state is made here."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,14 +19,25 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.core import layout
 from gateway.core.claims import Claim, ClaimResult, claim_of
-from gateway.core.compact import OWN, Codec, fingerprint_field, pack_answer
+from gateway.core.compact import (
+    Codec,
+    fingerprint_field,
+    fingerprint_of_v2,
+    outcome_identity,
+    pack_answer,
+    stored_ms,
+    v2_fingerprint_field,
+)
 from gateway.core.record import STATE_COMPLETED, STATE_PENDING, STATE_UNKNOWN, Record
 from gateway.errors import RecordCorrupt, StoreUnavailable
 from gateway.store.breaker import Circuit
 from gateway.store.client import close_client
+from gateway.store.cluster import SlotMoving
 from gateway.store.failures import FAILURES
 from gateway.store.formats import FORMAT_1, FORMAT_2, RecordFormat, shipped_codec
+from gateway.store.replies import CLAIM, DICTIONARY, READ, Reply, reply_of
 from gateway.store.scripts import Script, script
 from gateway.store.sending import Sender
 from gateway.store.stalls import Stalls
@@ -36,6 +48,8 @@ T = TypeVar("T")
 _TIMEOUTS: Final = (RedisTimeoutError, asyncio.TimeoutError)
 # Claim replies after which the request owns the key.
 _OWNED: Final = (b"CLAIMED", b"UNSENT", b"TAKEN")
+_FRESH: Final = (b"CLAIMED", b"UNSENT")  # owned, and no call of it may have been sent
+_PEEK: Final = b"peek"
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +112,9 @@ class Store:
         self._wait_ms = _ms(replicas_timeout)
         self.record_format: RecordFormat = record_format
         self.codec = codec or shipped_codec()
-        self.trained = Trained(client, prefix)  # the routes' own dictionaries
+        self.failures = 0  # Redis calls failed so far: a dictionary is seen again after one
+        # The routes' own dictionaries, kept in Redis with WAIT as claims are.
+        self.trained = Trained(client, prefix, self._keep_dictionary, lambda: self.failures)
         self.stalls = Stalls()  # started by the gateway: calls held through one are not Redis's
         self._reload_lock = asyncio.Lock()
         self._loads = 0  # how many reloads after NOSCRIPT so far
@@ -110,6 +126,7 @@ class Store:
         self._resolve = script("resolve")
         self._sent = script("sent")
         self._read = script("read", keys=2)
+        self._dictionary = script("dictionary")
         self._scripts_all = (
             self._claim,
             self._extend,
@@ -118,6 +135,7 @@ class Store:
             self._resolve,
             self._sent,
             self._read,
+            self._dictionary,
         )
 
     def ordered(self, names: tuple[str, str]) -> tuple[str, str]:
@@ -151,6 +169,7 @@ class Store:
                 await self._reload(loads)
                 result = await send(script, key, args)
         except FAILURES as exc:
+            self.failures += 1
             if not self.stalls.held_through(started):  # this process stood still, not Redis
                 breaker.failure()
             # A timeout: the call went out and may have run, its reply lost.
@@ -208,16 +227,17 @@ class Store:
 
     async def _claim_reply(
         self, key: str, other: str, token: str, hold_ms: int, args: tuple[Any, ...]
-    ) -> Any:
+    ) -> Reply:
         if not self.replicas:
-            return await self._call(self._claim, key, other, *args)
-        reply, acked = await self._call_replicated(self._claim, key, other, *args)
-        if acked < self.replicas and reply[0] in _OWNED:
+            return reply_of(await self._call(self._claim, key, other, *args), CLAIM)
+        raw, acked = await self._call_replicated(self._claim, key, other, *args)
+        reply = reply_of(raw, CLAIM)
+        if acked < self.replicas and reply.kind in _OWNED:
             # Fail closed: the claim could vanish in a failover, so give it back unused (a
             # lost owner's key as it was: lost, its lease over).
-            held = key if reply[-1] == 1 else other
+            held = key if reply.at == 1 else other
             try:
-                if reply[0] == b"TAKEN":
+                if reply.kind == b"TAKEN":
                     await self.extend(held, token, 0.0, hold_ms / 1000)
                 else:
                     await self.release(held, token)
@@ -246,41 +266,72 @@ class Store:
         lost, mark = (b"take" if take_lost else b"hold"), (b"1" if mark_sent else b"")
         now_ms = int(time.time() * 1000)
         hold_ms = int(hold * 1000)
-        fp2 = fingerprint_field(fingerprint)
-        args = (fingerprint, token, _ms(lease), now_ms, hold_ms, lost, mark, fp2)
+        fp2, fp3 = v2_fingerprint_field(fingerprint), fingerprint_field(fingerprint)
+        args = (fingerprint, token, _ms(lease), now_ms, hold_ms, lost, mark, fp2, fp3, b"")
         other = key if other is None else other
-        reply = await self._claim_reply(key, other, token, hold_ms, args)
-        held = key if reply[-1] == 1 else other
-        outcome = claim_of(reply[0])
+        try:
+            reply = await self._claim_reply(key, other, token, hold_ms, args)
+        except SlotMoving:
+            return await self._claim_apart(key, other, token, hold_ms, args)
+        return await self._result(reply, key if reply.at == 1 else other)
+
+    async def _claim_apart(
+        self, key: str, other: str, token: str, hold_ms: int, args: tuple[Any, ...]
+    ) -> ClaimResult:
+        """The claim on a Cluster slot that moves key by key, where Redis refuses a script
+        naming two keys (TRYAGAIN) until the move ends: made under `key` alone, then `other`
+        looked at alone; where `other` holds the key, the claim just made (nothing was sent
+        under it) is given back and what `other` holds is the answer. A gateway claiming
+        under the other name does the same, each looking after its own claim: of two such
+        claims, one always sees the other."""
+        reply = await self._claim_reply(key, key, token, hold_ms, args)
+        if reply.kind not in _FRESH or other == key:
+            return await self._result(reply, key)
+        seen = reply_of(await self._call(self._claim, other, other, *args[:-1], _PEEK), CLAIM)
+        if seen.kind == b"ABSENT":
+            return await self._result(reply, key)
+        await self.release(key, token)
+        return await self._result(seen, other)
+
+    async def _result(self, reply: Reply, held: str) -> ClaimResult:
+        """The claim's reply as a ClaimResult, its record read (RecordCorrupt when it cannot
+        be); `held` is the name that holds the key."""
+        outcome = claim_of(reply.kind)
         if outcome is Claim.IN_FLIGHT:
-            return ClaimResult(outcome, pttl_ms=int(reply[1]), key=held)
+            return ClaimResult(outcome, pttl_ms=int(reply["lease_left_ms"]), key=held)
+        if outcome is Claim.TAKEN:
+            return ClaimResult(outcome, key=held, lost=bytes(reply["lost_token"]))
+        if outcome is Claim.MISMATCH:
+            if reply["value"]:  # a damaged fingerprint is record-corrupt, never a 422
+                await self._format_2(held, bytes(reply["value"]))
+            return ClaimResult(outcome, key=held)
         if outcome is Claim.DONE:
-            if reply[0] == b"RECORD":
-                record, body = await self._format_2(held, reply[1])
-                return ClaimResult(outcome, int(reply[2]), record, body, held)
-            record, body, pttl = self._settled(held, reply)
-            return ClaimResult(outcome, pttl_ms=pttl, record=record, body=body, key=held)
+            if reply.kind == b"RECORD":
+                record, body = await self._format_2(held, bytes(reply["value"]))
+                return ClaimResult(outcome, int(reply["pttl"]), record, body, held)
+            record, body = self._settled(held, reply)
+            return ClaimResult(outcome, int(reply["pttl"]), record, body, held)
         return ClaimResult(outcome, key=held)
 
     async def _format_2(self, key: str, value: bytes) -> tuple[Record, bytes]:
         """A format-2 record, read with its route's dictionary where it needs one (from
         Redis, the first time); RecordCorrupt when it cannot be read."""
-        number = Codec.dictionary_of(value)
-        own = await self.trained.dictionaries(key, value, number) if number >= OWN else None
+        needs = Codec.needs(value)
+        own = await self.trained.dictionaries(key, needs) if needs is not None else None
         try:
             return self.codec.unpack(value, own)
         except ValueError as exc:
             raise RecordCorrupt(f"{key}: unreadable record ({exc})") from exc
 
-    def _settled(self, key: str, reply: Any) -> tuple[Record, bytes, int]:
+    def _settled(self, key: str, reply: Reply) -> tuple[Record, bytes]:
         """The format-1 record a claim found (DONE), or RecordCorrupt."""
         try:
-            record = Record.decode(reply[2])
+            record = Record.decode(reply["meta"])
         except (ValueError, KeyError, TypeError) as exc:
             raise RecordCorrupt(f"{key}: unreadable record ({exc})") from exc
-        if (reply[1] == STATE_UNKNOWN.encode()) != record.unknown:
+        if (reply["state"] == STATE_UNKNOWN.encode()) != record.unknown:
             raise RecordCorrupt(f"{key}: record state and metadata disagree")
-        return record, reply[3], int(reply[4])
+        return record, bytes(reply["body"])
 
     async def extend(self, key: str, token: str, lease: float, hold: float = 0.0) -> bool:
         """Renew the lease of `token`'s claim (the key outlives it by `hold`); a lease of 0
@@ -307,18 +358,22 @@ class Store:
         record: Record,
         body: bytes,
         retention: float,
+        lost: bytes,
     ) -> tuple[Any, ...]:
         """complete.lua's arguments for `record`, in the format this Store writes."""
         state = STATE_UNKNOWN if record.unknown else STATE_COMPLETED
+        field, at = fingerprint_field(fingerprint), stored_ms(record)
+        identity = outcome_identity(state, field, at)
         if self.record_format == FORMAT_2:
             packed = pack_answer(record, body)
             route = self.trained.route_of(key)
-            own = self.trained.newest(route)
-            if own is None:  # no dictionary of its own yet: its answers train one
-                self.trained.sample(route, packed)
-            value = self.codec.pack(state, fingerprint_field(fingerprint), token, packed, own)
-            return (token, state, value, b"", _ms(retention), fingerprint, b"2")
-        return (token, state, record.encode(), body, _ms(retention), fingerprint, b"")
+            own = self.trained.writer(route, retention)
+            self.trained.sample(route, packed)  # while it has none, or an old one: train one
+            lost = lost if record.unknown else b""
+            value = self.codec.pack(state, field, packed, at, own, lost)
+            return (token, state, value, b"", _ms(retention), fingerprint, b"2", identity)
+        meta = record.encode()
+        return (token, state, meta, body, _ms(retention), fingerprint, b"", identity)
 
     async def complete(
         self,
@@ -328,16 +383,19 @@ class Store:
         record: Record,
         body: bytes,
         retention: float,
+        lost: bytes = b"",
     ) -> bool:
-        """Store the outcome; False when a newer claim holds the key (nothing written)."""
-        args = self._outcome(key, token, fingerprint, record, body, retention)
+        """Store the outcome; False when a newer claim holds the key (nothing written).
+        `lost`: the lost owner's token of a key this request took over (`ClaimResult.lost`),
+        which an unknown outcome keeps so that the answer that really came may replace it."""
+        args = self._outcome(key, token, fingerprint, record, body, retention, lost)
         if not self.replicas:
             return bool(await self._call(self._complete, key, *args, settles=True))
         reply, acked = await self._call_replicated(self._complete, key, *args, settles=True)
         if reply and acked < self.replicas:
             # A failover now would lose the record while the replica keeps the claim: once
             # its lease ended, a retry would run again. The caller repeats the call (the
-            # same token completes again), on this master or on the one promoted meanwhile.
+            # same outcome completes again), on this master or on the one promoted meanwhile.
             raise StoreUnavailable(
                 f"the completion reached {acked} of {self.replicas} replicas in time"
             )
@@ -347,12 +405,36 @@ class Store:
         return bool(await self._call(self._release, key, token, settles=True))
 
     async def resolve(self, key: str, record: Record, body: bytes, retention: float) -> bool:
-        """Replace an UNKNOWN outcome with a result an operator gives (in the record's own
-        format: the script keeps its fingerprint)."""
-        packed = pack_answer(record, body)
-        value = self.codec.pack(STATE_COMPLETED, b"", "operator", packed)
-        args = (record.encode(), body, _ms(retention), value)
+        """Replace an UNKNOWN outcome with a result an operator gives, in the record's own
+        format: a format-2 record, read first, keeps its fingerprint, and one that changed
+        meanwhile (its answer came) is left as it is."""
+        read = await self._read_record(key, key)
+        stored = value = b""
+        if read.kind == b"FOUND" and read["type"] == b"string":
+            stored = bytes(read["payload"])
+            found = layout.fields(stored)
+            if found is None or found.state != STATE_UNKNOWN:
+                return False
+            fingerprint = found.fingerprint
+            if stored[0] == layout.V2:
+                fingerprint = fingerprint_of_v2(fingerprint)
+            packed = pack_answer(record, body)
+            value = self.codec.pack(STATE_COMPLETED, fingerprint, packed, stored_ms(record))
+        digest = hashlib.sha1(stored).hexdigest()
+        args = (record.encode(), body, _ms(retention), value, digest)
         return bool(await self._call(self._resolve, key, *args))
+
+    async def _read_record(self, key: str, other: str) -> Reply:
+        return reply_of(await self._call(self._read, key, other, settles=True), READ)
+
+    async def _keep_dictionary(self, key: str, args: tuple[Any, ...]) -> tuple[Reply, bool]:
+        """Run lua/dictionary.lua on `key` (with WAIT, where claims wait for replicas): its
+        reply, and whether as many replicas acknowledged it as claims ask for."""
+        if not self.replicas:
+            raw = await self._call(self._dictionary, key, *args, settles=True)
+            return reply_of(raw, DICTIONARY, keyed=False), True
+        raw, acked = await self._call_replicated(self._dictionary, key, *args, settles=True)
+        return reply_of(raw, DICTIONARY, keyed=False), acked >= self.replicas
 
     async def ready(self) -> bool:
         """Redis answers and holds our scripts (loaded again here if a restart lost them)."""
@@ -380,14 +462,14 @@ class Store:
     async def inspect(self, key: str, other: str | None = None) -> Stored:
         """The record under `key`, or else under `other` (its name in the other format), as
         operators see it."""
-        reply = await self._call(self._read, key, other or key, settles=True)
-        if not reply[0]:
+        read = await self._read_record(key, other or key)
+        if read.kind == b"ABSENT":
             return Stored(None, "")
-        held = key if reply[0] == 1 else other or key
-        kind, raw, pttl = reply[1], reply[2], int(reply[3])
+        held = key if read.at == 1 else other or key
+        kind, raw, pttl = read["type"], read["payload"], int(read["pttl"])
         if kind == b"string":
             try:
-                record, body = await self._format_2(held, raw)
+                record, body = await self._format_2(held, bytes(raw))
             except RecordCorrupt as exc:
                 if exc.transient:
                     raise StoreUnavailable(str(exc)) from exc

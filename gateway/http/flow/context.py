@@ -97,6 +97,7 @@ class Claimed:
     its claim."""
 
     outcome: str | None = None  # an Idempotency-Outcome for this answer alone (a rerun)
+    lost = b""  # a key taken over: its lost owner's token, which an unknown outcome keeps
 
     def __init__(
         self,

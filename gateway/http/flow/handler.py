@@ -245,6 +245,7 @@ class Gateway:
             return unreadable_record(self.s.metrics, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
         claimed = Claimed(r, result.key, token, fp, body, key, unsent, leased_at)
+        claimed.lost = result.lost
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)

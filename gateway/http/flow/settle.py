@@ -98,7 +98,7 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     route = c.route
     try:
         stored = await s.spans.record(
-            s.store.complete(c.key, c.token, c.fingerprint, record, body, route.retention)
+            s.store.complete(c.key, c.token, c.fingerprint, record, body, route.retention, c.lost)
         )
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
@@ -109,7 +109,7 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
             await _fenced(s, route.name, record)
             return Kept.FENCED
         return Kept.STORED
-    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention)
+    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention, c.lost)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return Kept.IN_MEMORY if entry is None else Kept.JOURNALED
@@ -124,6 +124,7 @@ def _complete(s: Services, outcome: Unstored) -> Awaitable[bool]:
             outcome.record,
             outcome.body,
             outcome.retention,
+            outcome.lost,
         )
     )
 

@@ -75,7 +75,7 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
             s.metrics.redis_errors.inc()
             continue
         if result.outcome is Claim.TAKEN:
-            c.leased_at = asked  # renewed: the lease runs from here
+            c.leased_at, c.lost = asked, result.lost  # renewed: the lease runs from here
             continue
         if result.outcome in (Claim.CLAIMED, Claim.UNSENT):
             # The key went meanwhile (evicted, purged, lost in a failover) and this ask made
