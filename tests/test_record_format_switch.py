@@ -19,7 +19,7 @@ import yaml
 from gateway.config.loading import settings_from_dict
 from gateway.core.keys import digest, record_names, tenant_id
 from gateway.http.app import SERVICES
-from gateway.store.fleet import EARLIER_CLAIM_SCRIPTS, Fleet, seen_key
+from gateway.store.fleet import EARLIER_CLAIM_SCRIPTS, Fleet, compact_key, seen_key
 from gateway.store.scripts import script
 from testkit.stores import make_store
 
@@ -159,13 +159,52 @@ def upgraded(tmp_path: Path, redis_url: str, watch: str) -> subprocess.Completed
     )
 
 
-def test_the_default_format_is_2_on_the_embedded_redis_and_1_on_any_other() -> None:
+async def test_unset_the_format_is_2_on_a_redis_no_earlier_release_used(
+    redis_url: str, plain: redis.Redis
+) -> None:
+    """A new deployment writes the compact format untold: its Redis holds no record under a
+    format-1 name. The finding is marked, so that the next start need not scan; a mark lost
+    costs a scan, never another format."""
+    plain.delete(compact_key("idem"))
+    store = make_store(redis_url)
+    try:
+        plain.set("idem:route:{abc}not-a-format-1-name", b"x")  # format 2's and others' keys
+        assert await Fleet(store, "idem", None, shared=True).check() == 2
+        assert plain.get(compact_key("idem")) is not None
+        plain.delete(compact_key("idem"))
+        assert await Fleet(store, "idem", None, shared=True).check() == 2
+        earlier_release_starts(plain)
+        assert await Fleet(store, "idem", None, shared=True).check() == 1, "an earlier gateway"
+    finally:
+        plain.delete("idem:route:{abc}not-a-format-1-name", compact_key("idem"))
+        await store.close()
+
+
+async def test_unset_the_format_stays_1_on_an_existing_fleets_redis(
+    redis_url: str, plain: redis.Redis
+) -> None:
+    """Records of format 1 there, and no earlier gateway seen: format 1 all the same, until
+    the operator asks for 2 (the switch of docs/production.md#upgrading)."""
+    plain.delete(compact_key("idem"))
+    legacy = record_names("idem", "api", tenant_id([""]), digest("old-key"))[0]
+    plain.hset(legacy, mapping={"s": "C", "t": "t", "f": "-", "m": "{}", "b": ""})
+    store = make_store(redis_url)
+    try:
+        assert await Fleet(store, "idem", None, shared=True).check() == 1
+        assert plain.get(compact_key("idem")) is None
+        assert await Fleet(store, "idem", 2, shared=True).check() == 2, "asked for: guarded"
+        embedded = Fleet(store, "idem", None, shared=False)
+        assert await embedded.check() == 2, "no other gateway can share the embedded Redis"
+    finally:
+        plain.delete(legacy)
+        await store.close()
+
+
+def test_unset_is_unset_in_the_settings() -> None:
     route = {"name": "api", "path_prefix": "/", "upstream": "http://127.0.0.1:9"}
-    embedded = settings_from_dict({"routes": [route]})
-    shared = settings_from_dict({"redis": {"url": "redis://127.0.0.1:1/0"}, "routes": [route]})
-    assert (embedded.redis.format_written, shared.redis.format_written) == (2, 1)
+    assert settings_from_dict({"routes": [route]}).redis.record_format is None
     pinned = settings_from_dict({"redis": {"record_format": 1}, "routes": [route]})
-    assert pinned.redis.format_written == 1
+    assert pinned.redis.record_format == 1
 
 
 async def test_a_gateway_writing_format_1_never_looks(

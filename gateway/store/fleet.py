@@ -7,10 +7,10 @@ its finding kept in the mark `prefix:compact-since` so that the next start need 
 one that does, an existing fleet's, it writes format 1 until the operator asks for 2, as
 below; either way, while a gateway of an earlier release is seen, it writes format 1.
 
-A gateway of an earlier release reads format 1 only: it takes a record stored in format 2
-for an absent key (it never looks under format 2's name), and a record of format 2 under
-format 1's name for a Redis error (which a `fail_mode: open` route forwards). Either runs the
-key again. So `redis.record_format: 2` is written only while no such gateway is seen; one
+A gateway of an earlier release reads format 1 only, or format 1 and format 2's first layout
+(`core.layout.V2`): it takes a record this release stores in format 2 for an absent key (it
+never looks under format 2's name), for a Redis error (which a `fail_mode: open` route
+forwards), or for a damaged one. Any of these runs the key again, or answers it wrongly. So `redis.record_format: 2` is written only while no such gateway is seen; one
 that is seen holds every gateway of this release at format 1 until an operator says the
 fleet is upgraded (`idem-gateway upgraded`, docs/production.md#upgrading).
 
@@ -42,9 +42,15 @@ from gateway.store.store import Store
 
 log = logging.getLogger(__name__)
 
-# SHA-1 of lua/claim.lua of every release that wrote format 1 only, by the commit that
-# changed it (the claim script is what each loads first and always).
+# SHA-1 of lua/claim.lua of every release that cannot read what this one writes, by the
+# commit that changed it (the claim script is what each loads first and always): those that
+# wrote format 1 only, and those of format 2's first layout (`core.layout.V2`), which read
+# format 1 and that layout only.
 EARLIER_CLAIM_SCRIPTS: Final = {
+    "5eb9eb6ddeec9d4aeaf8ca93039e752e636ff1e2": "70a8e76",  # format 2's first layout
+    "90b465de129c1cbf9687ee3c00fe4d33b9a3a047": "d8b76a7",
+    "39300aadf0a189a202bd5c326e4a5a8970240e29": "b6c01c2",
+    "6fc40b331726895b502dab7903a5c75df909f346": "f71b188",
     "798cf188fce1fc0833f0a7b90816ad89d7464277": "877829e",
     "3556ef8275be1e05515f95b3bee7779d1742b4d8": "08d4be2",
     "f809c0eb5aaa33e02edebdf83f3d2a1f7c1e45d0": "6680a77",
