@@ -10,9 +10,10 @@ below; either way, while a gateway of an earlier release is seen, it writes form
 A gateway of an earlier release reads format 1 only, or format 1 and format 2's first layout
 (`core.layout.V2`): it takes a record this release stores in format 2 for an absent key (it
 never looks under format 2's name), for a Redis error (which a `fail_mode: open` route
-forwards), or for a damaged one. Any of these runs the key again, or answers it wrongly. So `redis.record_format: 2` is written only while no such gateway is seen; one
-that is seen holds every gateway of this release at format 1 until an operator says the
-fleet is upgraded (`idem-gateway upgraded`, docs/production.md#upgrading).
+forwards), or for a damaged one. Any of these runs the key again, or answers it wrongly. So
+format 2 is written only while no such gateway is seen; one that is seen holds every gateway
+of this release at format 1 until an operator says the fleet is upgraded (`idem-gateway
+upgraded`, docs/production.md#upgrading).
 
 Such a gateway is seen by its scripts: it loads `lua/claim.lua` as its release wrote it into
 Redis's script cache at its first claim, on each readiness check and after any NOSCRIPT, so

@@ -127,6 +127,7 @@ class Store:
         self._sent = script("sent")
         self._read = script("read", keys=2)
         self._dictionary = script("dictionary")
+        self._settle = script("settle")
         self._scripts_all = (
             self._claim,
             self._extend,
@@ -136,6 +137,7 @@ class Store:
             self._sent,
             self._read,
             self._dictionary,
+            self._settle,
         )
 
     def ordered(self, names: tuple[str, str]) -> tuple[str, str]:
@@ -424,6 +426,40 @@ class Store:
         args = (record.encode(), body, _ms(retention), value, digest)
         return bool(await self._call(self._resolve, key, *args))
 
+    async def settle_unreadable(self, key: str, retention: float) -> bool:
+        """Settle the record under `key`, which cannot be read, as an UNKNOWN outcome (in
+        format 2): it never runs again, and retries are answered `outcome-unknown` until its
+        retention ends or an operator resolves it. Its fingerprint is kept where it can still
+        be read. False when it can be read after all, or holds something else than what was
+        read here (it changed meanwhile): nothing written."""
+        read = await self._read_record(key, key)
+        if read.kind == b"ABSENT":
+            return False
+        kind, payload = bytes(read["type"]), read["payload"]
+        fingerprint = _fingerprint_left(kind, payload)
+        if kind == b"string":
+            try:
+                await self._format_2(key, bytes(payload))
+                return False  # it can be read
+            except RecordCorrupt as exc:
+                if exc.transient:
+                    raise StoreUnavailable(str(exc)) from exc
+        elif kind == b"hash" and (await self.inspect(key)).state != "?":
+            return False
+        record = Record(
+            502,
+            [],
+            0,
+            "",
+            completed_at=time.time(),
+            unknown=True,
+            extra={"failure": "record-corrupt", "detail": "unreadable: settled", "seen": "502"},
+        )
+        packed = pack_answer(record, b"")
+        value = self.codec.pack(STATE_UNKNOWN, fingerprint, packed, stored_ms(record))
+        args = (_digest(kind, payload), value, _ms(retention))
+        return bool(await self._call(self._settle, key, *args, settles=True))
+
     async def _read_record(self, key: str, other: str) -> Reply:
         return reply_of(await self._call(self._read, key, other, settles=True), READ)
 
@@ -529,3 +565,32 @@ class Store:
         except FAILURES as exc:
             return f"{type(exc).__name__}: {exc}"
         return None
+
+
+def _digest(kind: bytes, payload: Any) -> str:
+    """The SHA-1 (hex) of what lua/settle.lua compares: a string's value, a hash's fields
+    and values sorted by name (each followed by a NUL), another type's name."""
+    if kind == b"string":
+        return hashlib.sha1(bytes(payload)).hexdigest()
+    if kind == b"hash":
+        pairs = sorted(zip(payload[::2], payload[1::2], strict=True))
+        return hashlib.sha1(
+            b"".join(name + b"\0" + value + b"\0" for name, value in pairs)
+        ).hexdigest()
+    return hashlib.sha1(kind).hexdigest()
+
+
+def _fingerprint_left(kind: bytes, payload: Any) -> bytes:
+    """The request's fingerprint field as a damaged record still shows it (zeros where it
+    shows none): the settled outcome keeps it, so that retries of its payload get it."""
+    if kind == b"string":
+        value = bytes(payload)
+        found = layout.fields(value)
+        if found is not None:
+            v2 = value[0] == layout.V2
+            return fingerprint_of_v2(found.fingerprint) if v2 else found.fingerprint
+    elif kind == b"hash":
+        fields = dict(zip(payload[::2], payload[1::2], strict=True))
+        if b"f" in fields:
+            return fingerprint_field(bytes(fields[b"f"]).decode("latin-1"))
+    return bytes(layout.FINGERPRINT)
