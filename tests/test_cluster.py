@@ -19,9 +19,11 @@ from redis.exceptions import RedisClusterException
 
 from gateway.config.settings import RedisSettings
 from gateway.core.claims import Claim
+from gateway.core.keys import digest, record_names, tenant_id
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
+from gateway.store.store import Store
 from testkit import topologies
 from testkit.polling import until
 from testkit.procs import GatewayProcess
@@ -396,3 +398,69 @@ async def test_a_connection_slow_to_close_leaves_no_other_open(cluster: ClusterS
     await store.close()
     assert [c for c in connections[1:] if c.is_connected] == []
     assert [c for node in nodes for c in node._connections[1:] if c.is_connected] == []
+
+
+def keys_in_slot(slot: int, count: int, prefix: str = "moving") -> list[str]:
+    """Idempotency keys whose records (either name: one slot) fall in `slot`."""
+    found: list[str] = []
+    for n in itertools.count():
+        key = f"{prefix}-{n}"
+        if key_slot(record_names("idem", "api", tenant_id([""]), digest(key))[0].encode()) == slot:
+            found.append(key)
+            if len(found) == count:
+                return found
+    raise AssertionError("unreachable")
+
+
+async def test_claims_under_both_names_on_a_slot_moving_key_by_key_never_fail(
+    cluster: ClusterServers,
+) -> None:
+    """A slot held MIGRATING/IMPORTING with half of its keys moved, as `redis-cli --cluster
+    reshard` leaves a busy slot for its whole move: Redis refuses a script naming two keys
+    there (TRYAGAIN) while any is missing, so every claim, which names a record under both
+    of its names, must still be answered. Records of either format replay, new keys are
+    claimed and completed once each, and a key held in flight is in flight."""
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]}, max_connections=64)
+    stores = {1: make_store(settings=settings), 2: make_store(settings=settings)}
+    stores[2].record_format = 2
+    slot = 4321
+    old, new = keys_in_slot(slot, 24, "old"), keys_in_slot(slot, 24, "new")
+    source = slot_owner(cluster.servers, slot)
+    target = next(server for server in cluster.servers if server is not source)
+
+    def names(key: str) -> tuple[str, str]:
+        return record_names("idem", "api", tenant_id([""]), digest(key))
+
+    async def claim(store: Store, key: str, token: str) -> Any:
+        first, other = store.ordered(names(key))
+        return await store.claim(first, "f", token, 30.0, 60.0, other=other)
+
+    answer = Record(201, [("A", "1")], 2, "", completed_at=1_800_000_000.0)
+    try:
+        for n, key in enumerate(old):  # half written in each format
+            store = stores[1 + n % 2]
+            owned = await claim(store, key, "t")
+            assert await store.complete(owned.key, "t", "f", answer, b"ok", 60.0)
+        held = await claim(stores[2], "held-" + old[0], "holder")  # another slot: in flight
+        await asyncio.to_thread(hold_migrating, cluster.servers, slot, source, target)
+        with client(source) as each:
+            half = each.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)[::2]
+            each.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *half)
+        for store in stores.values():
+            for key in old:
+                found = await claim(store, key, "retry")
+                assert found.outcome is Claim.DONE and found.body == b"ok", key
+        for n, key in enumerate(new):
+            store = stores[1 + n % 2]
+            owned = await claim(store, key, "first")
+            assert owned.outcome is Claim.CLAIMED, key
+            busy = await claim(stores[2 - n % 2], key, "duplicate")
+            assert busy.outcome is Claim.IN_FLIGHT, key
+            assert await store.complete(owned.key, "first", "f", answer, b"ok", 60.0)
+            again = await claim(stores[2 - n % 2], key, "retry")
+            assert again.outcome is Claim.DONE and again.body == b"ok", key
+        assert held.outcome is Claim.CLAIMED
+    finally:
+        await asyncio.to_thread(finish_migration, cluster.servers, slot, source, target)
+        for store in stores.values():
+            await store.close()

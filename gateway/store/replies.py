@@ -28,7 +28,6 @@ READ: Final[dict[bytes, tuple[str, ...]]] = {
 DICTIONARY: Final[dict[bytes, tuple[str, ...]]] = {
     b"KEPT": (),
     b"PUT_BACK": (),
-    b"GONE": (),
     b"OTHER": (),
 }
 # The scripts whose replies are lists, and whether they carry the KEYS entry.

@@ -7,9 +7,9 @@ to the next, as no other API's do: a dictionary trained on SAMPLES of them takes
 answer to about half of what the shipped one does (loadtest/RESULTS.md). So a gateway that
 has none for a route keeps the route's next SAMPLES answers, trains one in a thread on what
 `core.redaction.KEEP` of them share, and stores it under a name of its own,
-`prefix:dictionary:route:ID`, the ID (15 bits, which a value names it by) drawn from its
+`prefix:dictionary:{route}:ID`, the ID (15 bits, which a value names it by) drawn from its
 content; a dictionary of another content under that name is never written over. The route's
-pointer `prefix:dictionary:route` names the newest, for the other gateways to take.
+pointer `prefix:dictionary:{route}` names the newest, for the other gateways to take.
 
 A record names a dictionary only while it is sure to be read back (`writer`): the dictionary
 is stored, with as many replicas acknowledging it as `claim_replicas` asks, before the first
@@ -33,6 +33,7 @@ for its records, as they are.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -58,6 +59,7 @@ SIZE: Final = 4096  # bytes of a trained dictionary (larger gained nothing on 20
 REFRESH: Final = 10.0  # seconds between two sightings of a dictionary in Redis
 MARGIN: Final = 3600.0  # seconds a dictionary outlives the last record that may name it
 LIFETIME: Final = 86400.0  # seconds a dictionary is written with before the route trains anew
+TOUCH_EVERY: Final = 1.0  # seconds between two uses counted in Redis while records use it
 _STORED: Final = 1  # the first byte of a stored dictionary: its layout
 # A stored dictionary: layout, when it was trained (ms, 6 bytes), the CRC-32 of its data.
 _HEAD: Final = 11
@@ -69,10 +71,10 @@ Keep = Callable[[str, tuple[Any, ...]], Awaitable[tuple[Reply, bool]]]
 
 def dictionary_key(prefix: str, route: str, number: int | None = None) -> str:
     """A route's dictionary of `number` (`compact.trained_number`), or the route's pointer to
-    its newest (None); apart from its records, which carry braces."""
+    its newest (None): all in the route's one Cluster slot, apart from its records."""
     if number is None:
-        return f"{prefix}:dictionary:{route}"
-    return f"{prefix}:dictionary:{route}:{number & 0x7FFF:04x}"
+        return f"{prefix}:dictionary:{{{route}}}"
+    return f"{prefix}:dictionary:{{{route}}}:{number & 0x7FFF:04x}"
 
 
 def v2_dictionaries_key(prefix: str, route: str) -> str:
@@ -116,6 +118,8 @@ class Known:
         self.until = until
         self.trained_ms = int.from_bytes(stored[1:7], "big")
         self.seen: tuple[float, int] | None = None
+        self.kept = False  # stored in Redis once (by this process, or found there)
+        self.touched = 0.0  # when a use was last counted in Redis (monotonic)
 
 
 class Trained:
@@ -151,10 +155,26 @@ class Trained:
         if current is None or current.seen is None:
             return None
         seen_at, failures = current.seen
-        if time.monotonic() - seen_at > 2 * self.refresh or self._failures() != failures:
+        now = time.monotonic()
+        if now - seen_at > 2 * self.refresh or self._failures() != failures:
             return None
         current.until = max(current.until, time.time() + retention)
+        self._used(current)
         return current.dictionary
+
+    def _used(self, known: Known) -> None:
+        """A record is written or read with `known`: its use counted in Redis, once a second."""
+        now = time.monotonic()
+        if now - known.touched >= TOUCH_EVERY:
+            known.touched = now
+            self._spawn(self._touch(known))
+
+    async def _touch(self, known: Known) -> None:
+        """Count a use of `known` in Redis, so that an evicting one takes the records that
+        name it before it (a use every second is newer than all but the newest records)."""
+        key = dictionary_key(self.prefix, known.route, known.dictionary.number)
+        with contextlib.suppress(*FAILURES):
+            await self.client.touch(key)
 
     def sample(self, route: str | None, packed: bytes) -> None:
         """Keep `packed`, an answer `route` records, to train its dictionary on: while the
@@ -223,14 +243,16 @@ class Trained:
             log.warning("route %s: its dictionary could not be seen in Redis: %s", known.route, exc)
             return ""
         said = reply.kind.decode()
-        if said == "PUT_BACK":
+        if said == "PUT_BACK" and known.kept:
             log.warning(
-                "route %s: dictionary %04x was gone from Redis: put back",
+                "route %s: dictionary %04x was gone from Redis, or damaged: put back",
                 known.route,
                 known.dictionary.number & 0x7FFF,
             )
-        if said in ("KEPT", "PUT_BACK") and enough:
-            known.seen = (time.monotonic(), failures)
+        if said in ("KEPT", "PUT_BACK"):
+            known.kept = True
+            if enough:
+                known.seen = (time.monotonic(), failures)
         return said
 
     # Keeping
@@ -310,8 +332,8 @@ class Trained:
         if needs.v2:
             return await self._v2_dictionaries(key, route, needs.number)
         known = self._known.get(route, {})
-        if needs.number not in known:
-            await self._load(route, needs.number)
+        reading = known.get(needs.number) or await self._load(route, needs.number)
+        self._used(reading)
         return {number: each.dictionary for number, each in self._known[route].items()}
 
     async def _load(self, route: str, number: int) -> Known:
@@ -330,6 +352,7 @@ class Trained:
             raise RecordCorrupt(f"{name}: cannot be loaded ({exc})") from None
         until = time.time() + max(int(left), 0) / 1000 - MARGIN
         known = Known(route, dictionary, bytes(found), until)
+        known.kept = True
         self._known.setdefault(route, {})[number] = known
         return known
 
@@ -372,10 +395,12 @@ class Trained:
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("a route's dictionary could not be trained", exc_info=task.exception())
+            log.error("a route's dictionary could not be kept", exc_info=task.exception())
 
     async def close(self) -> None:
+        """Stop keeping and training (`start` keeps again)."""
         tasks = [*self._tasks, *([self._keeper] if self._keeper is not None else [])]
+        self._keeper = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
