@@ -1,6 +1,7 @@
-"""The byte layout of a settled record's value in format 2: what the Redis scripts read of it,
-defined once, for the Python that writes and reads values (`core.compact`) and for the scripts,
-whose reader is written from this definition (`lua_reader`).
+"""The byte layout of a settled record's value in format 2, defined once for the Python and the
+Redis scripts: what the scripts read of a value, for the Python that writes and reads values
+(`core.compact`) and for the scripts, whose reader is written from this definition
+(`lua_reader`).
 
 A value of this release starts with its kind, the request's fingerprint and when the answer
 was stored:

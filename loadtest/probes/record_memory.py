@@ -1,17 +1,21 @@
 """Redis memory per stored record, measured from outside, through a gateway process.
 
     python -m loadtest.probes record_memory [--keys 5000] [--bodies 0,200,1KiB,10KiB,64KiB]
-        [--kinds json,random] [--formats 1,2] [--redis-server PATH] [--listpack-value N]
+        [--kinds json,random] [--formats unset,1] [--redis-server PATH] [--listpack-value N]
 
-Starts a redis-server with stock settings (only `--save ""` and `--appendonly no`; with
-`--listpack-value N`, `hash-max-listpack-value N` as well), an upstream that answers like a
-typical JSON API, and a gateway (`python -m gateway`, one worker) with `record_format` set,
-and sends `--keys` new keys (32 random hex characters, one tenant) per row. The upstream's
+Starts a redis-server (or a valkey-server: `--redis-server PATH`) with stock settings (only
+`--save ""` and `--appendonly no`; with `--listpack-value N`, `hash-max-listpack-value N` as
+well), an upstream that answers like a typical JSON API, and a gateway (`python -m gateway`,
+one worker) with `record_format` unset (what a new deployment writes: format 2 on a Redis of
+its own) or set, and per row sends a route's first SAMPLES keys (measured apart: "first",
+compressed with the shipped dictionary while the route trains its own), then, once the route
+writes with its own dictionary, `--warm` keys and `--keys` more, measured ("warm"). Keys are
+32 random hex characters, one tenant. The upstream's
 answer: `201 Created` with Content-Type, Content-Length, Date, Server, Cache-Control,
 Location, ETag, X-Request-Id and Strict-Transport-Security (about 330 bytes of headers), and
 a body unique per call: JSON of the asked size (ids, amounts, times and line items, as a
-payments API writes them) or random bytes. A row is `used_memory` growth per record, and
-the median `MEMORY USAGE` of a sample (which leaves out the expires entry and allocator
+payments API writes them) or random bytes. A figure is `used_memory` growth per record; a row
+also gives the median `MEMORY USAGE` of a sample (which leaves out the expires entry and allocator
 rounding); bodies over the route's `inline_max` (64 KiB) are blob pointers. It checks that
 every key ran once and that a replay of the last is the first answer, byte for byte.
 """
@@ -39,8 +43,7 @@ import redis
 from aiohttp import web
 
 from gateway.config.units import parse_size
-from gateway.core.compact import OWN
-from gateway.store.trained import SAMPLES, dictionaries_key
+from gateway.store.trained import SAMPLES, dictionary_key
 from testkit.polling import wait_until
 from testkit.ports import free_port
 from testkit.procs import GatewayProcess
@@ -115,7 +118,9 @@ class TypicalApi:
 
 @dataclass
 class Row:
-    format: int
+    format: str  # as asked: "unset", "1" or "2"
+    written: str  # what the records are: "1" (a hash) or "2" (a string)
+    first: float  # used_memory growth per record over the route's first SAMPLES records
     body: int
     kind: str
     used_per_record: float
@@ -159,7 +164,7 @@ async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, byt
         return seen[0], seen[1]
 
 
-def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path) -> Row:
+def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path) -> Row:
     # The ziplist name: Redis 7 reads it as the listpack one, Redis 6.2 knows only it.
     extra = ["--hash-max-ziplist-value", str(args.listpack_value)] if args.listpack_value else []
     server = RedisServer(extra=extra)
@@ -177,8 +182,9 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
         asyncio.get_event_loop().run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", upstream_port)
         asyncio.get_event_loop().run_until_complete(site.start())
+        written = {} if fmt == "unset" else {"record_format": int(fmt)}
         config = {
-            "redis": {"url": server.url, "record_format": fmt},
+            "redis": {"url": server.url, **written},
             "admin": {"port": free_port()},
             "state_dir": str(work / f"state-{fmt}-{size}-{kind}"),
             "routes": [
@@ -192,24 +198,30 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
             ],
         }
         gateway = GatewayProcess(config, work).start()
-        keys = [os.urandom(16).hex() for _ in range(args.keys)]
-        # Scripts, connections, the first tables; in format 2, the route's own dictionary,
-        # trained on its first answers (gateway/store/trained.py): the records measured are
-        # those of a route in its steady state.
-        warm = [os.urandom(16).hex() for _ in range(args.warm)]
         loop = asyncio.get_event_loop()
-        loop.run_until_complete(_send(gateway.url, warm, args.concurrency))
-        if fmt == 2 and args.warm >= SAMPLES:
-            trained = dictionaries_key("idem", "payments")
-            wait_until(lambda: client.hexists(trained, str(OWN)), 30, "the route's dictionary")
+        # Scripts and connections first; then the route's first records, compressed with the
+        # shipped dictionary while they train the route's own (gateway/store/trained.py).
+        sent = 10
+        loop.run_until_complete(_send(gateway.url, _keys(sent), args.concurrency))
         before = int(client.info("memory")["used_memory"])
-        first, again = loop.run_until_complete(_send(gateway.url, keys, args.concurrency))
+        loop.run_until_complete(_send(gateway.url, _keys(SAMPLES - sent), args.concurrency))
+        first = (int(client.info("memory")["used_memory"]) - before) / (SAMPLES - sent)
+        compact = any(client.type(name) == b"string" for name in client.scan_iter(count=1000))
+        if compact:
+            pointer = dictionary_key("idem", "payments")
+            wait_until(lambda: client.exists(pointer), 30, "the route's own dictionary")
+        # Past its training: the records measured are those of a route in its steady state.
+        loop.run_until_complete(_send(gateway.url, _keys(args.warm), args.concurrency))
+        keys = _keys(args.keys)
+        before = int(client.info("memory")["used_memory"])
+        replayed, again = loop.run_until_complete(_send(gateway.url, keys, args.concurrency))
         after = int(client.info("memory")["used_memory"])
-        if first != again:
+        if replayed != again:
             raise RuntimeError("a replay differs from the first answer")
-        if api.calls != len(keys) + len(warm):
-            raise RuntimeError(f"{api.calls} upstream calls for {len(keys) + len(warm)} keys")
-        sample = [name for name in client.scan_iter(count=1000)][:200]
+        if api.calls != SAMPLES + args.warm + len(keys):
+            raise RuntimeError(f"{api.calls} upstream calls for {SAMPLES + args.warm + len(keys)}")
+        sample = [name for name in client.scan_iter(match="idem:payments:*", count=1000)][:200]
+        sample = sample or [name for name in client.scan_iter(match="idem:{*", count=1000)][:200]
         usage = [int(client.memory_usage(name) or 0) for name in sample]
         kinds = {client.type(name).decode() for name in sample[:20]}
         encodings = {
@@ -220,13 +232,20 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
         lengths = [int(client.strlen(name)) for name in sample if client.type(name) == b"string"]
         value = int(statistics.median(lengths)) if lengths else 0
         per = (after - before) / len(keys)
-        return Row(fmt, size, kind, per, int(statistics.median(usage)), value, stored_as)
+        return Row(
+            fmt, "2" if compact else "1", first, size, kind, per, int(statistics.median(usage)),
+            value, stored_as,
+        )  # fmt: skip
     finally:
         if gateway is not None:
             gateway.stop()
         client.close()
         server.close()
         asyncio.get_event_loop().run_until_complete(app.shutdown())
+
+
+def _keys(count: int) -> list[str]:
+    return [os.urandom(16).hex() for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,14 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=5000)
     parser.add_argument("--bodies", default="0,200,1KiB,10KiB,64KiB")
     parser.add_argument("--kinds", default="json,random")
-    parser.add_argument("--formats", default="1,2")
+    parser.add_argument("--formats", default="unset,1", help="unset, 1 or 2, comma-separated")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument(
         "--warm",
         type=int,
-        default=SAMPLES + 100,
-        help="keys sent before the measured ones (default: past those a route's dictionary "
-        "is trained on)",
+        default=100,
+        help="keys sent once the route writes with its own dictionary, before those measured",
     )
     parser.add_argument("--redis-server", help="a redis-server binary (default: the tests')")
     parser.add_argument(
@@ -255,14 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="idem-memory-") as work:
         for size in [parse_size(each) for each in args.bodies.split(",")]:
             for kind in args.kinds.split(","):
-                for fmt in [int(each) for each in args.formats.split(",")]:
+                for fmt in args.formats.split(","):
                     row = measure(args, fmt, size, kind, Path(work))
                     rows.append(row)
                     print(
-                        f"format {row.format}  body {row.body:>6} {row.kind:<6}  "
-                        f"used_memory/record {row.used_per_record:8.0f} B  "
-                        f"MEMORY USAGE {row.memory_usage:6} B  value {row.value_bytes:6} B  "
-                        f"{row.stored_as}",
+                        f"format {row.format:>5} (writes {row.written})  body {row.body:>6} "
+                        f"{row.kind:<6}  used_memory/record: first {SAMPLES} {row.first:6.0f} B, "
+                        f"warm {row.used_per_record:6.0f} B  MEMORY USAGE {row.memory_usage:6} B"
+                        f"  value {row.value_bytes:6} B  {row.stored_as}",
                         flush=True,
                     )
     return 0
