@@ -43,7 +43,7 @@ def test_the_readme_tables_name_exactly_the_modules_there_are() -> None:
     }  # fmt: skip
     assert set(PROBES) == probes
     modules = {path.stem for path in here.glob("*.py")} - {"__init__"}
-    assert named == modules | probes | {"verify/", "dictionary/", "probes/bench", "wrk/idem.lua"}
+    assert named == modules | probes | {"verify/", "probes/bench", "wrk/idem.lua"}
 
 
 def test_find_duplicates_names_every_key_not_run_exactly_once() -> None:

@@ -3,9 +3,10 @@ numbered by the codec byte that names one in a stored value: `N.zdict` is dictio
 
 A number once shipped is never reused or changed: a stored record is read only with the exact
 dictionary it was compressed with, so each one ships for as long as records may hold it. A
-dictionary is rebuilt only as a new number, with `python -m loadtest.dictionary --out
-gateway/store/dictionaries/N.zdict` (loadtest/dictionary says how it is trained and
-measured); the codec compresses with the newest and reads with all.
+new dictionary is a new number; the codec compresses with the newest and reads with all.
+tests/test_dictionary.py holds each one's SHA-256, and dictionary 1 to what a committed
+corpus of answers (tests/dictionary) compresses to with it; how dictionary 1 was trained,
+and what it measured: loadtest/RESULTS.md, "Retired probes".
 """
 
 from __future__ import annotations
