@@ -329,6 +329,22 @@ def premature_switch() -> None:
     replace("gateway.store.fleet", "look", lambda _: nothing_seen)
 
 
+def dictionary_unkept() -> None:
+    """A route's trained dictionary is written with as soon as it is trained and never kept
+    in Redis (as if lost there, with no gateway to put it back): the other gateway cannot
+    read the records that name it, and answers their retries 502 record-corrupt after a
+    client was given their 2xx. The routes train after 50 answers, within a short run."""
+    import gateway.store.trained as trained
+
+    trained.SAMPLES = 50
+
+    async def seen_unstored(self: Any, known: Any) -> str:
+        known.kept, known.seen = True, (time.monotonic(), self._failures())
+        return "KEPT"
+
+    trained.Trained._see = seen_unstored  # type: ignore[method-assign]
+
+
 def guarded_switch() -> None:
     """The same switch with the guard as it is: not a breakage, the control of the one
     above (the guard holds format 2 back)."""
@@ -374,6 +390,13 @@ BREAKAGES: dict[str, Breakage] = {
     ),
     # Every route, `open` among them: there a Redis error is forwarded as degraded, which
     # with no Redis fault on explains nothing.
+    # Retries reach both gateways: the one that did not train the dictionary cannot read it.
+    "dictionary-unkept": Breakage(
+        "a route's dictionary written with, never kept in Redis",
+        (4,),
+        "none",
+        dictionary_unkept,
+    ),
     "premature-switch": Breakage(
         "record_format 2 beside the earlier release, the fleet guard blind",
         (1, 4),
