@@ -48,7 +48,7 @@ def values() -> Iterator[tuple[str, bytes]]:
     yield "v2-unknown-lost", _v2("U", bytes(range(16)), b"owner", b"the-lost-one")
     yield "v2-text-fingerprint", _v2("C", b"-", b"o", b"")
     completed = codec.pack("C", FP, packed, at)
-    for cut in (0, 1, 12, 19, layout.SHORTEST - 1, layout.SHORTEST):
+    for cut in (0, 1, layout.FINGERPRINT, layout.IDENTITY, layout.SHORTEST - 1, layout.SHORTEST):
         yield f"cut-{cut}", completed[:cut]
     yield "unknown-cut-in-its-token", codec.pack("U", FP, packed, at, lost=b"t" * 20)[:25]
     yield "v2-cut", _v2("C", bytes(16), b"owner", b"lost")[:25]

@@ -311,7 +311,7 @@ async def test_operators_read_either_format(stores: dict[int, Store]) -> None:
 def test_format_2s_fingerprint_is_what_the_claim_compares() -> None:
     codec = shipped_codec()
     value = codec.pack("C", fingerprint_field(FP), pack_answer(ANSWER, BODY), stored_ms(ANSWER))
-    assert value[1:13] == bytes.fromhex(FP)[:12]
+    assert value[1:9] == bytes.fromhex(FP)[:8]
 
 
 @pytest.mark.parametrize("fail_mode", ["closed", "open"])
@@ -393,7 +393,7 @@ async def test_a_route_trains_its_own_dictionary_and_every_gateway_reads_with_it
         needs = Codec.needs(value)
         assert needs is not None and needs.number == own.number, "compressed with the route's own"
         record, body = answer_of(10_000)
-        shipped = shipped_codec().pack("C", bytes(12), pack_answer(record, body), stored_ms(record))
+        shipped = shipped_codec().pack("C", bytes(8), pack_answer(record, body), stored_ms(record))
         assert len(value) < len(shipped)
     finally:
         plain.close()

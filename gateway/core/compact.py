@@ -306,10 +306,12 @@ def _unpacked(packed: bytes, unknown: bool, completed_ms: int | None) -> tuple[R
 V2_OWN: Final = 128
 # Packed answers longer than this are compressed with the route's dictionary only.
 _BOTH_UP_TO: Final = 16 << 10
+# Frames without zstd's magic number, dictionary id, checksum or content size (the value's
+# own CRC covers what they would check; its answer is read to the frame's end).
 _PARAMS: Final = zstandard.ZstdCompressionParameters.from_level(
     LEVEL,
     format=zstandard.FORMAT_ZSTD1_MAGICLESS,
-    write_content_size=1,
+    write_content_size=0,
     write_checksum=0,
     write_dict_id=0,
 )
@@ -453,7 +455,7 @@ class Codec:
                 dictionary = self.shipped.get(number)
             if dictionary is None:
                 raise ValueError(f"compressed with dictionary {number}, which is not at hand")
-            packed = _decompressed(dictionary, value[at : -layout.CHECKSUM])
+            packed = _decompressed(dictionary, value[at : -layout.CHECKSUM], sized=False)
         stored = value[: -layout.CHECKSUM]
         checksum = zlib.crc32(packed, zlib.crc32(stored))
         if checksum.to_bytes(layout.CHECKSUM, "big") != value[-layout.CHECKSUM :]:
@@ -479,8 +481,13 @@ class Codec:
         return unpack_answer(packed, found.state == STATE_UNKNOWN)
 
 
-def _decompressed(dictionary: Dictionary, frame: bytes) -> bytes:
+def _decompressed(dictionary: Dictionary, frame: bytes, sized: bool = True) -> bytes:
+    """A frame's content: one that names its size (0007fac's) read whole, one that does not
+    (this release's) read to its end."""
     try:
-        return dictionary.decompressor.decompress(frame)
+        if sized:
+            return dictionary.decompressor.decompress(frame)
+        content: bytes = dictionary.decompressor.decompressobj().decompress(frame)
+        return content
     except zstandard.ZstdError as exc:
         raise ValueError(f"the answer does not decompress: {exc}") from exc

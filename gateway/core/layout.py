@@ -29,7 +29,7 @@ from typing import Final, NamedTuple
 V2: Final = 2  # the first byte of a value of release 0007fac
 COMPLETED: Final = 3  # the first byte of a completed outcome
 UNKNOWN: Final = 4  # the first byte of an unknown outcome
-FINGERPRINT: Final = 12  # bytes of the request's fingerprint, after the kind
+FINGERPRINT: Final = 8  # bytes of the request's fingerprint (its SHA-256's first), after the kind
 TIME: Final = 6  # bytes of the time the answer was stored (unix ms), after the fingerprint
 IDENTITY: Final = 1 + FINGERPRINT + TIME  # the bytes that tell one outcome from another
 CHECKSUM: Final = 4  # bytes of the checksum, last

@@ -187,8 +187,10 @@ class Fleet:
                     self._asked(),
                     found.seen,
                 )
-            else:
+            elif self.configured:
                 log.warning("%s: writing format 2", self._asked())
+            else:  # what a new deployment does, said at info level
+                log.info("%s: writing format 2", self._asked())
         self.store.record_format = wanted
         self.last = found
         return wanted

@@ -39,7 +39,13 @@ from pathlib import Path
 import redis
 import redis.asyncio
 
-from gateway.core.compact import fingerprint_field, pack_answer
+from gateway.core.compact import (
+    fingerprint_field,
+    outcome_identity,
+    pack_answer,
+    stored_ms,
+    v2_fingerprint_field,
+)
 from gateway.core.keys import digest, record_names
 from gateway.core.record import Record
 from gateway.store.formats import shipped_codec
@@ -164,9 +170,10 @@ class Calls:
 
     def claim(self, run: str, mark: bool = False) -> None:
         now = int(time.time() * 1000)
-        two = [fingerprint_field(FINGERPRINT)] if self.both_names else []
+        # The fingerprint as each layout of format 2 holds it: the claim compares a value's.
+        fps = [v2_fingerprint_field(FINGERPRINT), fingerprint_field(FINGERPRINT), ""]
         self.run("claim", lambda n: [FINGERPRINT, self.token(n, run), LEASE_MS, now,
-                                     RETENTION_MS, "take", "1" if mark else "", *two])  # fmt: skip
+                                     RETENTION_MS, "take", "1" if mark else "", *fps])  # fmt: skip
 
     def sent(self, run: str) -> None:
         self.run("sent", lambda n: [self.token(n, run)])
@@ -174,16 +181,17 @@ class Calls:
     def complete(self, run: str, blob: bool) -> None:
         """The typical answer stored for every key, in this Calls' format (format 2: with the
         shipped dictionary, as a route's first answers are, before it has its own)."""
+        stored, field = answer(blob), fingerprint_field(FINGERPRINT)
+        identity = outcome_identity("C", field, stored_ms(stored))
         if self.record_format == 2:
-            codec, packed = shipped_codec(), pack_answer(answer(blob), b"" if blob else BODY)
-            fp = fingerprint_field(FINGERPRINT)
-            self.run("complete", lambda n: [self.token(n, run), "C",
-                                            codec.pack("C", fp, self.token(n, run), packed),
-                                            "", RETENTION_MS, FINGERPRINT, "2"])  # fmt: skip
+            codec, packed = shipped_codec(), pack_answer(stored, b"" if blob else BODY)
+            value = codec.pack("C", field, packed, stored_ms(stored))
+            self.run("complete", lambda n: [self.token(n, run), "C", value, "", RETENTION_MS,
+                                            FINGERPRINT, "2", identity])  # fmt: skip
             return
         meta, body = record(blob)
         self.run("complete", lambda n: [self.token(n, run), "C", meta, body, RETENTION_MS,
-                                        FINGERPRINT])  # fmt: skip
+                                        FINGERPRINT, "", identity])  # fmt: skip
 
 
 class Meter:

@@ -33,7 +33,7 @@ from pathlib import Path
 import hiredis
 import redis
 
-from gateway.core.compact import fingerprint_field
+from gateway.core.compact import fingerprint_field, v2_fingerprint_field
 from gateway.core.keys import digest, hashed_record_key
 from gateway.store.scripts import load_script
 
@@ -88,7 +88,8 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
     complete_sha = client.script_load(load_script("complete")).encode()
     address = client.connection_pool.connection_kwargs
     fingerprint, meta, body = fields[b"f"], fields[b"m"], fields[b"b"]
-    short_fingerprint = fingerprint_field(fingerprint.decode("latin-1"))
+    text = fingerprint.decode("latin-1")
+    v2_fingerprint, short_fingerprint = v2_fingerprint_field(text), fingerprint_field(text)
     started = time.perf_counter()
     with socket.create_connection((address["host"], address["port"])) as sock:
         reader = hiredis.Reader()
@@ -100,7 +101,8 @@ def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
                 token = b"%032x" % (i * 2654435761 + 1)
                 out.append(  # the one name twice: the copies are of format 1, as the template
                     command(b"EVALSHA", claim_sha, b"2", key, key, fingerprint, token, b"30000",
-                            now, b"%d" % retention, b"take", b"", short_fingerprint)
+                            now, b"%d" % retention, b"take", b"", v2_fingerprint,
+                            short_fingerprint, b"")
                 )  # fmt: skip
                 out.append(
                     command(b"EVALSHA", complete_sha, b"1", key, token, b"C", meta, body,
