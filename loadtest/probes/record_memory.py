@@ -7,10 +7,11 @@ Starts a redis-server (or a valkey-server: `--redis-server PATH`) with stock set
 `--save ""` and `--appendonly no`; with `--listpack-value N`, `hash-max-listpack-value N` as
 well), an upstream that answers like a typical JSON API, and a gateway (`python -m gateway`,
 one worker) with `record_format` unset (what a new deployment writes: format 2 on a Redis of
-its own) or set, and per row sends a route's first SAMPLES keys (measured apart: "first",
-compressed with the shipped dictionary while the route trains its own), then, once the route
-writes with its own dictionary, `--warm` keys and `--keys` more, measured ("warm"). Keys are
-32 random hex characters, one tenant. The upstream's
+its own) or set, and per row sends the first keys of `--cold-routes` routes, a route's first
+SAMPLES less one each (measured as "first": compressed with the shipped dictionary, as a
+route's are until it has its own), then, once a route writes with its own dictionary,
+`--warm` keys and `--keys` more, measured ("warm"). Keys are 32 random hex characters, one
+tenant. The upstream's
 answer: `201 Created` with Content-Type, Content-Length, Date, Server, Cache-Control,
 Location, ETag, X-Request-Id and Strict-Transport-Security (about 330 bytes of headers), and
 a body unique per call: JSON of the asked size (ids, amounts, times and line items, as a
@@ -139,7 +140,9 @@ def _upstreams(head: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return [(name, value) for name, value in head if name.lower() not in _GATEWAYS]
 
 
-async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, bytes]:
+async def _send(
+    url: str, keys: list[str], concurrency: int, path: str = "/pay"
+) -> tuple[bytes, bytes]:
     """POST each key once, then the last again: the first answer and the replay, each its
     upstream's header lines and body."""
     pending = iter(keys)
@@ -148,7 +151,7 @@ async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, byt
         async def one_at_a_time() -> None:
             for key in pending:
                 headers = {"Idempotency-Key": key, "X-Tenant-Id": "tenant-1"}
-                async with session.post(f"{url}/pay", data=b'{"a":1}', headers=headers) as answer:
+                async with session.post(f"{url}{path}", data=b'{"a":1}', headers=headers) as answer:
                     await answer.read()
                     if answer.status != 201:
                         raise RuntimeError(f"key {key}: {answer.status}")
@@ -157,7 +160,7 @@ async def _send(url: str, keys: list[str], concurrency: int) -> tuple[bytes, byt
         seen = []
         for _ in range(2):
             headers = {"Idempotency-Key": keys[-1], "X-Tenant-Id": "tenant-1"}
-            async with session.post(f"{url}/pay", data=b'{"a":1}', headers=headers) as answer:
+            async with session.post(f"{url}{path}", data=b'{"a":1}', headers=headers) as answer:
                 head = orjson.dumps([list(pair) for pair in _upstreams(list(answer.raw_headers))],
                                     default=bytes.hex)  # fmt: skip
                 seen.append(head + b"\n" + await answer.read())
@@ -173,7 +176,7 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
     server.start()
     api = TypicalApi(size, kind, seed=size)
     app = web.Application(client_max_size=1 << 30)
-    app.router.add_post("/pay", api.handle)
+    app.router.add_post("/{route}", api.handle)
     upstream_port = free_port()
     client = redis.Redis.from_url(server.url)
     gateway: GatewayProcess | None = None
@@ -189,24 +192,29 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
             "state_dir": str(work / f"state-{fmt}-{size}-{kind}"),
             "routes": [
                 {
-                    "name": "payments",
-                    "path_prefix": "/pay",
+                    "name": name,
+                    "path_prefix": f"/{prefix}",
                     "upstream": f"http://127.0.0.1:{upstream_port}",
                     "scope": ["X-Tenant-Id"],
                     "retention": "24h",
                 }
+                for name, prefix in [("payments", "pay"), *_cold_routes(args.cold_routes)]
             ],
         }
         gateway = GatewayProcess(config, work).start()
         loop = asyncio.get_event_loop()
-        # Scripts and connections first; then the route's first records, compressed with the
-        # shipped dictionary while they train the route's own (gateway/store/trained.py).
-        sent = 10
-        loop.run_until_complete(_send(gateway.url, _keys(sent), args.concurrency))
+        # Scripts and connections first; then the first records of routes that have no
+        # dictionary of their own yet, compressed with the shipped one (each route trains its
+        # own on its first SAMPLES: gateway/store/trained.py), of many routes at once, so that
+        # Redis's tables grow over them as over the warm ones.
+        loop.run_until_complete(_send(gateway.url, _keys(10), args.concurrency))
+        cold = [(f"/{prefix}", _keys(SAMPLES - 1)) for _, prefix in _cold_routes(args.cold_routes)]
         before = int(client.info("memory")["used_memory"])
-        loop.run_until_complete(_send(gateway.url, _keys(SAMPLES - sent), args.concurrency))
-        first = (int(client.info("memory")["used_memory"]) - before) / (SAMPLES - sent)
-        compact = any(client.type(name) == b"string" for name in client.scan_iter(count=1000))
+        for path, each in cold:
+            loop.run_until_complete(_send(gateway.url, each, args.concurrency, path))
+        first = (int(client.info("memory")["used_memory"]) - before) / sum(len(k) for _, k in cold)
+        loop.run_until_complete(_send(gateway.url, _keys(SAMPLES), args.concurrency))
+        compact = any(True for _ in client.scan_iter(match="idem:payments:*", count=1000))
         if compact:
             pointer = dictionary_key("idem", "payments")
             wait_until(lambda: client.exists(pointer), 30, "the route's own dictionary")
@@ -218,8 +226,9 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
         after = int(client.info("memory")["used_memory"])
         if replayed != again:
             raise RuntimeError("a replay differs from the first answer")
-        if api.calls != SAMPLES + args.warm + len(keys):
-            raise RuntimeError(f"{api.calls} upstream calls for {SAMPLES + args.warm + len(keys)}")
+        sent = 10 + sum(len(each) for _, each in cold) + SAMPLES + args.warm + len(keys)
+        if api.calls != sent:
+            raise RuntimeError(f"{api.calls} upstream calls for {sent}")
         sample = [name for name in client.scan_iter(match="idem:payments:*", count=1000)][:200]
         sample = sample or [name for name in client.scan_iter(match="idem:{*", count=1000)][:200]
         usage = [int(client.memory_usage(name) or 0) for name in sample]
@@ -248,6 +257,11 @@ def _keys(count: int) -> list[str]:
     return [os.urandom(16).hex() for _ in range(count)]
 
 
+def _cold_routes(count: int) -> list[tuple[str, str]]:
+    """Routes measured before they have a dictionary of their own: (name, path prefix)."""
+    return [(f"cold{n}", f"cold{n}") for n in range(count)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.probes record_memory", description=__doc__.split("\n\n")[0]
@@ -256,6 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bodies", default="0,200,1KiB,10KiB,64KiB")
     parser.add_argument("--kinds", default="json,random")
     parser.add_argument("--formats", default="unset,1", help="unset, 1 or 2, comma-separated")
+    parser.add_argument(
+        "--cold-routes",
+        type=int,
+        default=25,
+        help=f"routes whose first {SAMPLES - 1} records are measured as a route's first "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument(
         "--warm",
