@@ -18,8 +18,8 @@ inline (the rest of the packed answer), in the blob store (its name, size and SH
 not recorded (its size and digest). Names, values and the reason are Latin-1 text, a byte a
 character, as `core.record.Record` holds them. A `Date` that is the time the answer was
 stored, to the second or up to MAX_DATE_LAG seconds before it, in RFC 9110's IMF-fixdate, and a
-`Content-Length` that is the body's size, are kept as a mark rather than as text (no recorded
-head holds a NUL, `core.headers`): each is written back exactly as it came.
+`Content-Length` that is the body's size, are kept as their header's index rather than as text
+(and the Date's lag): each is written back exactly as it came.
 
 Values of release 0007fac (`layout.V2`: the owner's tokens in front, the time in the packed
 answer, the CRC over the compressed answer, a route's dictionary named by its number in the
@@ -29,7 +29,6 @@ hash `store.trained` reads it from) are read as they were written.
 from __future__ import annotations
 
 import email.utils
-import functools
 import hashlib
 import re
 import struct
@@ -57,8 +56,13 @@ _HEX_DIGEST: Final = re.compile(r"[0-9a-f]{64}")
 _HEX_NAME: Final = re.compile(r"[0-9a-f]{32}")
 _AS_BYTES: Final = 0xFF  # a digest field's marker: what follows is the digest's hex as bytes
 _REASON: Final = 1  # the flags' bit: the head's first line is the upstream's reason phrase
-_MARK: Final = "\0"  # a header value kept as a mark: the body's size, or the Date's lag
+# The flags' bits of a header whose value is written back: a Content-Length that is the body's
+# size, a Date of the time stored (less a lag); its index (and the lag) after the fixed part.
+_SIZED: Final = 2
+_DATED: Final = 4
+_MARKABLE: Final = frozenset({len("date"), len("content-length")})  # the names' lengths
 _KINDS: Final = {STATE_COMPLETED: layout.COMPLETED, STATE_UNKNOWN: layout.UNKNOWN}
+_COMPLETED: Final = bytes((layout.COMPLETED,))
 
 
 def fingerprint_field(fingerprint: str) -> bytes:
@@ -115,57 +119,40 @@ def _digest(value: str) -> str:
     return _text(value)
 
 
-@functools.lru_cache(maxsize=4)
 def _imf_date(second: int) -> str:
-    """RFC 9110's IMF-fixdate of a unix second (`Sun, 06 Nov 1994 08:49:37 GMT`)."""
-    return email.utils.formatdate(second, usegmt=True)
+    """RFC 9110's IMF-fixdate of a unix second (`Sun, 06 Nov 1994 08:49:37 GMT`), the last
+    few made kept: most answers come, and are replayed, within seconds of each other."""
+    made = _DATES.get(second)
+    if made is None:
+        if len(_DATES) >= 8:
+            _DATES.clear()
+        made = _DATES[second] = email.utils.formatdate(second, usegmt=True)
+    return made
 
 
-def _marked(name: str, value: str, size: int, second: int) -> str:
-    """A header's value as packed: a mark where it is the body's size (`Content-Length`) or
-    the stored time's IMF-fixdate, less up to MAX_DATE_LAG seconds (`Date`); else the value."""
-    lowered = name.lower()
-    if lowered == "content-length":
-        return _MARK if value == str(size) else value
-    if lowered != "date":
-        return value
+_DATES: Final[dict[int, str]] = {}
+
+
+def _date_lag(value: str, second: int) -> int | None:
+    """How many seconds before `second` a `Date` value is, if it is that second's IMF-fixdate
+    less at most MAX_DATE_LAG seconds (a mark can stand for it); else None."""
     for lag in (0, 1):  # most answers are stored within the second they are dated
         if _imf_date(second - lag) == value:
-            return _MARK + str(lag)
+            return lag
     parsed = email.utils.parsedate_tz(value)
     if parsed is None:
-        return value
+        return None
     lag = second - email.utils.mktime_tz(parsed)
-    if 0 <= lag <= MAX_DATE_LAG and _imf_date(second - lag) == value:
-        return _MARK + str(lag)
-    return value
+    return lag if 0 <= lag <= MAX_DATE_LAG and _imf_date(second - lag) == value else None
 
 
-def _unmarked(name: str, value: str, size: int, second: int) -> str:
-    """The header's value as it came, from its mark (`_marked`)."""
-    if name.lower() == "date":
-        if len(value) < 2 or not value[1:].isdigit():
-            raise ValueError("a Date mark without its lag")
-        return _imf_date(second - int(value[1:]))
-    if name.lower() == "content-length" and value == _MARK:
-        return str(size)
-    raise ValueError(f"a mark in the recorded {name!r}")
-
-
-def _unmark(
-    headers: list[tuple[str, str]], packed: bytes, at: int, kind: int, second: int
-) -> list[tuple[str, str]]:
-    """The headers as they came, their marks written back (`_marked`); `at` is where the
-    body's place (`kind`) begins in `packed`."""
+def _body_size(packed: bytes, at: int, kind: int) -> int:
+    """The size of the body whose place (`kind`) begins at `at` in `packed`."""
     if kind == _INLINE:
-        size = len(packed) - at
-    else:
-        at = _digest_at(packed, at)[1] if kind == _BLOB else at
-        size = _varint_at(packed, at)[0]
-    return [
-        (name, _unmarked(name, value, size, second) if value[:1] == _MARK else value)
-        for name, value in headers
-    ]
+        return len(packed) - at
+    if kind == _BLOB:
+        at = _digest_at(packed, at)[1]
+    return _varint_at(packed, at)[0]
 
 
 def stored_ms(record: Record) -> int:
@@ -178,10 +165,11 @@ def pack_answer(record: Record, body: bytes) -> bytes:
     record's, its size or kind another, is not kept).
 
     The head is one text: the reason phrase (when the upstream gave one) and each header's
-    name and value (a `Date` or `Content-Length` as a mark where it can be: `_marked`), each
-    followed by a line feed, which no recorded head holds (an answer whose head has a control
-    byte is refused before it is recorded: `core.headers`). The time it was stored is the
-    value's (`layout.TIME`)."""
+    name and value, each followed by a line feed, which no recorded head holds (an answer
+    whose head has a control byte is refused before it is recorded: `core.headers`). A
+    `Date` or `Content-Length` that can be written back from the time stored and the body's
+    size is kept empty, its index (and the Date's lag) before the head. The time it was
+    stored is the value's (`layout.TIME`)."""
     if record.blob is not None:
         kind, where = _BLOB, _digest(record.blob) + _varint(record.size) + _digest(record.sha256)
     elif record.size == len(body) and not record.extra.get("body"):
@@ -190,16 +178,25 @@ def pack_answer(record: Record, body: bytes) -> bytes:
         kind, where = _NOT_KEPT, _varint(record.size) + _digest(record.sha256)
     second = stored_ms(record) // 1000
     lines: list[str] = []
-    for name, value in record.headers:
-        lines += (name, _marked(name, value, record.size, second))
-    flags = 0
+    flags, sized, dated = 0, "", ""
+    for index, (name, value) in enumerate(record.headers):
+        if len(name) in _MARKABLE and index < 0x100:  # cheaper than lowering every name
+            lowered = name.lower()
+            if lowered == "content-length" and not sized and value == str(record.size):
+                flags, sized, value = flags | _SIZED, chr(index), ""
+            elif lowered == "date" and not dated:
+                lag = _date_lag(value, second)
+                if lag is not None:
+                    flags, dated, value = flags | _DATED, chr(index) + chr(lag), ""
+        lines += (name, value)
+    marks = sized + dated
     if record.reason is not None:
         lines.insert(0, record.reason)
-        flags = _REASON
+        flags |= _REASON
     head = "\n".join(lines) + "\n" if lines else ""
     extra = orjson.dumps(record.extra).decode() if record.extra else ""
     fixed = _FIXED.pack(kind, flags, record.status)
-    text = "".join((_text(head), _text(extra), where)).encode("latin-1")
+    text = "".join((marks, _text(head), _text(extra), where)).encode("latin-1")
     return b"".join((fixed, text, body if kind == _INLINE else b""))
 
 
@@ -258,6 +255,11 @@ def _unpacked(packed: bytes, unknown: bool, completed_ms: int | None) -> tuple[R
         if len(packed) < 10:
             raise ValueError("the packed answer ends early")
         completed_ms, at = int.from_bytes(packed[4:10], "big"), 10
+    sized = dated = lag = -1
+    if flags & _SIZED:
+        sized, at = packed[at], at + 1
+    if flags & _DATED:
+        dated, lag, at = packed[at], packed[at + 1], at + 2
     head, at = _text_at(packed, at)
     extra_text, at = _text_at(packed, at)
     lines = head.split("\n")
@@ -265,9 +267,14 @@ def _unpacked(packed: bytes, unknown: bool, completed_ms: int | None) -> tuple[R
     reason = lines.pop(0) if flags & _REASON else None
     if len(lines) % 2:
         raise ValueError("a header without its value")
+    if sized >= 0 or dated >= 0:  # their values as the marks say: written back here
+        if max(sized, dated) >= len(lines) // 2:
+            raise ValueError("a mark past the recorded headers")
+        if sized >= 0:
+            lines[2 * sized + 1] = str(_body_size(packed, at, kind))
+        if dated >= 0:
+            lines[2 * dated + 1] = _imf_date(completed_ms // 1000 - lag)
     headers = list(zip(lines[::2], lines[1::2], strict=True))
-    if _MARK in head:  # a Date or Content-Length kept as a mark: needs the body's size
-        headers = _unmark(headers, packed, at, kind, completed_ms // 1000)
     if unwritable_text(reason or "", headers):
         raise ValueError("a control byte in the recorded head")
     extra = orjson.loads(extra_text) if extra_text else {}
@@ -420,14 +427,21 @@ class Codec:
     def needs(value: bytes) -> Needs | None:
         """The route dictionary a value needs, or None (raw, shipped, or unreadable: `unpack`
         says which)."""
-        found = layout.fields(value)
-        if found is None or found.codec_at >= len(value):
+        kind = value[0] if value else 0
+        if kind == layout.COMPLETED:  # most: the codec right after the identity
+            at = layout.IDENTITY
+        else:
+            found = layout.fields(value)
+            if found is None:
+                return None
+            at = found.codec_at
+        if at + 1 >= len(value):
             return None
-        codec = value[found.codec_at]
-        if value[0] == layout.V2:
+        codec = value[at]
+        if kind == layout.V2:
             return Needs(codec, True) if codec >= V2_OWN else None
-        if codec & TRAINED and found.codec_at + 1 < len(value):
-            return Needs(int.from_bytes(value[found.codec_at : found.codec_at + 2], "big"), False)
+        if codec & TRAINED:
+            return Needs(int.from_bytes(value[at : at + 2], "big"), False)
         return None
 
     def unpack(
@@ -437,12 +451,15 @@ class Codec:
         (by id, or by 0007fac's number for a V2 value); ValueError when it cannot be read as
         written (damaged in any byte, truncated, of another version, or compressed with a
         dictionary neither shipped nor given, or with another than the one given)."""
-        found = layout.fields(value)
-        if found is None or found.state not in (STATE_COMPLETED, STATE_UNKNOWN):
-            raise ValueError("not a format-2 record this release reads")
-        if value[0] == layout.V2:
-            return self._unpack_v2(value, found, own)
-        at = found.codec_at
+        if value[:1] == _COMPLETED and len(value) >= layout.SHORTEST:
+            at, unknown = layout.IDENTITY, False  # most: no lost owner's token to step over
+        else:
+            found = layout.fields(value)
+            if found is None or found.state not in (STATE_COMPLETED, STATE_UNKNOWN):
+                raise ValueError("not a format-2 record this release reads")
+            if value[0] == layout.V2:
+                return self._unpack_v2(value, found, own)
+            at, unknown = found.codec_at, found.state == STATE_UNKNOWN
         codec = value[at]
         if codec == RAW:
             packed = value[at + 1 : -layout.CHECKSUM]
@@ -460,8 +477,8 @@ class Codec:
         checksum = zlib.crc32(packed, zlib.crc32(stored))
         if checksum.to_bytes(layout.CHECKSUM, "big") != value[-layout.CHECKSUM :]:
             raise ValueError("the record's checksum does not match: damaged, or another dictionary")
-        completed_ms = int.from_bytes(found.identity[-layout.TIME :], "big")
-        return unpack_answer(packed, found.state == STATE_UNKNOWN, completed_ms)
+        completed_ms = int.from_bytes(value[layout.IDENTITY - layout.TIME : layout.IDENTITY], "big")
+        return unpack_answer(packed, unknown, completed_ms)
 
     def _unpack_v2(
         self, value: bytes, found: layout.Fields, own: Mapping[int, Dictionary] | None

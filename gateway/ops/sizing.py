@@ -40,11 +40,11 @@ GATEWAY_REPLAY_US = 61.0
 REDIS_NEW_US = 28.9
 REDIS_REPLAY_US = 14.2
 # `used_memory` per record on Redis 7.0 built with jemalloc, as production builds are
-# (`--redis-server` a distribution's binary), written through a gateway in record format 2:
-# 201, nine headers, a 200-byte JSON body inline, the route's own dictionary trained
-# (`loadtest.probes record_memory`). Format 1 (`--record-bytes 1571` for a fleet that still
-# writes it): 1571.
-RECORD_BYTES = 339.0
+# (`--redis-server` a distribution's binary), written through a gateway in each format: 201,
+# nine headers, a 200-byte JSON body inline, format 2's route with its own dictionary trained
+# (`loadtest.probes record_memory`). Format 2 is what a new deployment writes; an existing
+# fleet writes format 1 until it switches (docs/production.md#upgrading).
+RECORD_BYTES = {2: 284.0, 1: 1571.0}
 
 
 @dataclass(frozen=True)
@@ -223,10 +223,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Redis CPU per replay (default: %(default)s)",
     )
     add(
+        "--record-format",
+        type=int,
+        choices=sorted(RECORD_BYTES),
+        default=2,
+        help="the format the records are written in: its typical record's size "
+        "(default: %(default)s, what a new deployment writes)",
+    )
+    add(
         "--record-bytes",
         type=float,
-        default=RECORD_BYTES,
-        help="Redis memory per stored record (default: %(default)s)",
+        help="Redis memory per stored record (default: the typical record's of the format, "
+        + ", ".join(f"{n}: {size:g}" for n, size in sorted(RECORD_BYTES.items()))
+        + ")",
     )
     add("--retention-hours", type=float, default=24.0, help="default: %(default)s")
     add(
@@ -260,7 +269,7 @@ def output(args: argparse.Namespace) -> str:
         args.gateway_replay_us,
         args.redis_new_us,
         args.redis_replay_us,
-        args.record_bytes,
+        args.record_bytes or RECORD_BYTES[args.record_format],
         args.retention_hours * 3600,
         args.replay_ratio,
         args.headroom,
