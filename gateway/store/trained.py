@@ -323,9 +323,9 @@ class Trained:
     # Reading
 
     async def dictionaries(self, key: str, needs: Needs) -> dict[int, Dictionary]:
-        """The dictionaries of the route of `key`, the one `needs` names among them, read from
-        Redis where this process does not know it; RecordCorrupt when it is gone or cannot be
-        loaded (said once in the log), or (`transient`) when Redis does not answer."""
+        """The dictionary `needs` names, of the route of `key` (by its number), read from Redis
+        where this process does not know it; RecordCorrupt when it is gone or cannot be loaded
+        (said once in the log), or (`transient`) when Redis does not answer."""
         route = self.route_of(key)
         if route is None:
             raise RecordCorrupt(f"{key}: compressed with a route's dictionary, under no route")
@@ -334,7 +334,7 @@ class Trained:
         known = self._known.get(route, {})
         reading = known.get(needs.number) or await self._load(route, needs.number)
         self._used(reading)
-        return {number: each.dictionary for number, each in self._known[route].items()}
+        return {needs.number: reading.dictionary}
 
     async def _load(self, route: str, number: int) -> Known:
         name = dictionary_key(self.prefix, route, number)
