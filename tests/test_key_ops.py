@@ -13,6 +13,7 @@ import redis
 import yaml
 
 from gateway.cli import main
+from gateway.core.keys import digest, record_names, tenant_id
 from testkit.procs import GatewayProcess
 
 from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
@@ -324,3 +325,141 @@ async def test_show_and_replay_of_a_record_whose_fields_do_not_read(
     replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
     assert (shown.status, replay.status) == (200, 502 if field == "m" else 201)
     assert (await shown.json())["state"] == "corrupt"
+
+
+def damage(redis_url: str, key: str, how: str) -> None:
+    """Damage the record of `key` (route api, no tenant) by hand, its fingerprint kept: a
+    format-1 hash's metadata, a format-2 value's answer bytes, or a claim's lease end."""
+    names = record_names("idem", "api", tenant_id([None]), digest(key))
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        if how == "metadata":
+            plain.hset(names[0], "m", b"\x00garbage")
+        elif how == "answer-bytes":
+            value = bytearray(plain.get(names[1]) or b"")
+            value[-10] ^= 1  # past the fingerprint: the CRC over the answer fails
+            plain.set(names[1], bytes(value), px=60_000)
+        else:
+            plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "nan"})
+            plain.hdel(names[0], "m", "b")
+    finally:
+        plain.close()
+
+
+# (the format the gateway writes, the damage done to its record)
+DAMAGES = [(1, "metadata"), (2, "answer-bytes"), (1, "lease-end")]
+
+
+async def corrupt_by_hand(gw: Any, counting: Any, redis_url: str, how: str, key: str) -> None:
+    """A record of `key` that ran once, then damaged: its retries answer record-corrupt."""
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})).status == 201
+    damage(redis_url, key, how)
+    corrupt = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+    assert corrupt.status == 502 and (await corrupt.json())["code"] == "record-corrupt"
+    assert counting.count("/pay", key) == 1
+
+
+async def assert_outcome_unknown_on_every_retry(gw: Any, counting: Any, key: str) -> None:
+    for _ in range(3):
+        retry = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+        assert retry.status == 502, await retry.text()
+        assert (await retry.json())["code"] == "outcome-unknown"
+        assert retry.headers["Idempotency-Outcome"] == "unknown"
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        assert "Idempotency-Expires" in retry.headers  # until its retention ends
+    assert counting.count("/pay", key) == 1  # the upstream is never called again
+
+
+@pytest.mark.parametrize(("record_format", "how"), DAMAGES)
+async def test_cli_settles_a_corrupt_record_as_an_unknown_outcome_that_never_runs_again(
+    make_gateway: GatewayFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway()
+    await corrupt_by_hand(gw, counting, redis_url, how, "c-1")
+    config = write_config(tmp_path, origin, redis_url)
+
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "c-1")
+    assert code == 0, out
+    assert out.strip() == (
+        "settled as an unknown outcome: retries get 502 outcome-unknown (Idempotency-Outcome: "
+        "unknown) until its retention ends or it is resolved; the upstream is not called again"
+    )
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-1")
+    code, out = await keys_cli(capsys, config, "show", "--route", "api", "c-1")
+    shown = orjson.loads(out)
+    assert shown["state"] == "unknown" and 86300 < shown["ttl_seconds"] <= 86400
+
+    # Settled once: not corrupt any more, so a second settle is refused and changes nothing.
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "c-1")
+    assert code == 1 and len(out.splitlines()) == 1, out
+    assert "the record is not corrupt (state: unknown)" in out and "Traceback" not in out
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-1")
+
+
+@pytest.mark.parametrize(("record_format", "how"), DAMAGES)
+async def test_admin_settles_a_corrupt_record_and_audits_it(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    how: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    await corrupt_by_hand(gw, counting, redis_url, how, "c-2")
+    target = {"route": "api", "key": "c-2"}
+    assert (await admin.post("/keys/settle", json=target)).status == 401
+
+    with caplog.at_level("WARNING", logger="gateway.audit"):
+        done = await admin.post("/keys/settle", json=target, headers=AUTH)
+    assert done.status == 200, await done.text()
+    answer = await done.json()
+    assert answer["settled"] is True and answer["state"] == "unknown"
+    assert answer["detail"].startswith("settled as an unknown outcome: retries get 502")
+    audited = [r.getMessage() for r in caplog.records if r.name == "gateway.audit"]
+    assert audited == ["admin: refused, no token", "admin: settle"]
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-2")
+    shown = await admin.post("/keys/show", json=target, headers=AUTH)
+    assert (await shown.json())["state"] == "unknown"
+    # It needs a person now, as any unknown outcome held for one.
+    listed = await (await admin.get("/console/api/attention", headers=AUTH)).json()
+    assert [item["why"] for item in listed["items"]] == ["unknown outcome"]
+
+
+async def test_settle_refuses_a_record_that_is_not_corrupt_and_changes_nothing(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "fine"})).status == 201
+    refused = await admin.post("/keys/settle", json={"route": "api", "key": "fine"}, headers=AUTH)
+    assert refused.status == 409
+    assert refused.headers["Content-Type"].startswith("application/problem+json")
+    problem = await refused.json()
+    assert problem["type"] == "urn:idem-gateway:problem:record-not-corrupt"
+    assert "not corrupt (state: completed)" in problem["detail"]
+    absent = await admin.post("/keys/settle", json={"route": "api", "key": "never"}, headers=AUTH)
+    assert absent.status == 404 and (await absent.json())["code"] == "no-record"
+    config = write_config(tmp_path, origin, redis_url)
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "fine")
+    assert code == 1 and len(out.splitlines()) == 1 and "not corrupt" in out, out
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "never")
+    assert (code, out.strip()) == (1, "idem-gateway keys: no record for this key")
+
+    replay = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "fine"})
+    assert replay.status == 201 and replay.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/pay", "fine") == 1

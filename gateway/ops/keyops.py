@@ -1,10 +1,14 @@
-"""Operators' work on one record: find it, describe it, purge it, resolve an UNKNOWN outcome.
+"""Operators' work on one record: find it, describe it, purge it, settle one that cannot be
+read, resolve an UNKNOWN outcome.
 
-Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints.
+Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints. A record the
+gateway cannot read is settled as an UNKNOWN outcome, never purged to get rid of it: a purge
+runs its key again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
@@ -15,9 +19,17 @@ from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.core.keys import BadKey, digest, parse_key, record_names, route_of_name, tenant_id
 from gateway.core.record import STATE_COMPLETED, STATE_PENDING, STATE_UNKNOWN, Record
+from gateway.errors import StoreUnavailable
+from gateway.store import attention
 from gateway.store.store import Store, Stored
 
 STATES: Final = {STATE_PENDING: "pending", STATE_COMPLETED: "completed", STATE_UNKNOWN: "unknown"}
+CORRUPT: Final = "?"  # `Stored.state` of a record that cannot be read
+# What a retry of a settled record gets, as the CLI and the console say it.
+SETTLED: Final = (
+    "retries get 502 outcome-unknown (Idempotency-Outcome: unknown) until its retention "
+    "ends or it is resolved; the upstream is not called again"
+)
 # A record's names (format 1's and format 2's), or its one name twice: where to look for it.
 Names = tuple[str, str]
 
@@ -28,6 +40,8 @@ class KeyOpProblem(StrEnum):
     NO_SUCH_ROUTE = "no-such-route"
     NO_RECORD = "no-record"
     NOT_UNKNOWN = "record-not-unknown"
+    NOT_CORRUPT = "record-not-corrupt"
+    CHANGED = "record-changed"
     BAD_VALUE = "bad-key-operation"
 
 
@@ -158,6 +172,30 @@ async def purge(store: Store, names: Names) -> str:
     return stored.key
 
 
+async def settle(store: Store, prefix: str, route: Route, names: Names) -> str:
+    """Settle a record the gateway cannot read as an UNKNOWN outcome, kept for the route's
+    retention: it never runs again, retries get 502 outcome-unknown, and it joins the
+    attention list for a person to resolve with what really happened. The name it is held
+    under; KeyOpError when there is none (404), when it can be read (409), or when it changed
+    while it was settled (409: nothing was written)."""
+    stored = await store.inspect(*names)
+    if stored.state != CORRUPT:  # as the claim reads it: record-corrupt
+        raise _not_corrupt(stored.state)
+    assert stored.key is not None  # absent is not corrupt
+    if not await store.settle_unreadable(stored.key, route.retention):
+        now = await store.inspect(*names)
+        if now.state != CORRUPT:
+            raise _not_corrupt(now.state)
+        raise KeyOpError(
+            409,
+            "the record changed while it was settled; nothing was written: look at it again",
+            KeyOpProblem.CHANGED,
+        )
+    with contextlib.suppress(StoreUnavailable):  # an index only: the record is settled
+        await attention.note(store, prefix, route.name, stored.key, route.retention)
+    return stored.key
+
+
 async def resolve_by_purge(store: Store, names: Names) -> str:
     """Delete an UNKNOWN outcome (or a lost owner's key) so the client's next retry runs
     upstream again; the name it was held under."""
@@ -205,6 +243,18 @@ def _not_unknown(state: str) -> KeyOpError:
     if not state:
         return KeyOpError(404, "no record for this key")
     return KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+
+
+def _not_corrupt(state: str) -> KeyOpError:
+    """404 for a key with no record at all; 409 for a record the gateway can read."""
+    if not state:
+        return KeyOpError(404, "no record for this key")
+    return KeyOpError(
+        409,
+        f"the record is not corrupt (state: {_name(state)}): only a record the gateway "
+        "cannot read is settled",
+        KeyOpProblem.NOT_CORRUPT,
+    )
 
 
 def _name(state: str) -> str:

@@ -12,6 +12,8 @@ const OUTCOMES = [
 const ATTENTION_PAGE = 50;
 const SVG = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "idem-admin-token"; // sessionStorage: this tab only, gone when it closes
+const SETTLED =
+  "retries get 502 outcome-unknown (Idempotency-Outcome: unknown) until its retention ends or it is resolved; the upstream is not called again.";
 
 const $ = (id) => document.getElementById(id);
 let previous = null; // the last overview, for rates
@@ -327,6 +329,7 @@ async function lookup(request) {
   $("record-body-note").textContent =
     body.kind === "hex" ? "(binary, as hex)" : body.kind === "missing" ? "(blob missing)" : body.truncated ? "(first bytes)" : "";
   $("resolve-open").hidden = !["unknown", "owner-lost"].includes(data.state);
+  $("settle").hidden = data.state !== "corrupt"; // clients get 502 record-corrupt for it
   $("resolve").hidden = true;
   $("confirm").hidden = true;
   $("record").hidden = false;
@@ -381,6 +384,12 @@ function start() {
     const what = named(shown);
     ask("Purge the record of " + what + "? The next request with this key runs upstream again.", () =>
       act("/keys/purge", {}, "Purged " + what + ": the next request with this key runs upstream again.", false),
+    );
+  });
+  $("settle").addEventListener("click", () => {
+    const what = named(shown);
+    ask("Settle the record of " + what + " as an unknown outcome? It is not run again: " + SETTLED, () =>
+      act("/keys/settle", {}, "Settled " + what + " as an unknown outcome: " + SETTLED, true),
     );
   });
   $("resolve-open").addEventListener("click", () => {
