@@ -115,6 +115,9 @@ async def test_a_key_purged_in_the_page_runs_again(
     assert headers.get("Idempotent-Replayed") == "true" and upstream.calls["/pay"] == 1
     await console.page.click("#purge")
     await expect(console.page.locator("#confirm-text")).to_contain_text("“purge-me”")
+    await expect(console.page.locator("#confirm-text")).to_contain_text(
+        "Its request ran upstream: a retry after the purge runs it again."
+    )
     await console.confirm()
     result = console.page.locator("#action-result")
     await expect(result).to_be_visible()

@@ -73,10 +73,10 @@ async def test_cli_show_then_purge_runs_the_next_request_again(
     )
     assert code == 1 and orjson.loads(out) == {"state": "absent"}  # other tenant, other record
 
-    code, out = await keys_cli(capsys, config, "purge", "--route", "api",
+    code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes",
                                "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
-    assert (code, out.strip()) == (0, "purged")
-    code, _ = await keys_cli(capsys, config, "purge", "--route", "api",
+    assert (code, out.strip()) == (0, "purged: the next request with this key runs upstream")
+    code, _ = await keys_cli(capsys, config, "purge", "--route", "api", "--yes",
                              "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
     assert code == 1
 
@@ -119,8 +119,8 @@ async def test_cli_reaches_the_embedded_redis_of_a_running_gateway(
         code, out = await keys_cli(capsys, config, "show", "--route", "api", "e-1")
         assert code == 0, out
         assert orjson.loads(out)["state"] == "completed"
-        code, out = await keys_cli(capsys, config, "purge", "--route", "api", "e-1")
-        assert (code, out.strip()) == (0, "purged")
+        code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes", "e-1")
+        assert code == 0 and out.startswith("purged"), out
     finally:
         gateway.stop()
     assert counting.count("/pay", "e-1") == 1
@@ -211,7 +211,8 @@ async def test_admin_show_purge_and_resolve_over_http(
     missing = await admin.post("/keys/show", json={**target, "route": "zz"}, headers=AUTH)
     assert missing.status == 404 and (await missing.json())["code"] == "no-such-route"
 
-    assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
+    confirmed = {**target, "confirm": True}
+    assert (await admin.post("/keys/purge", json=confirmed, headers=AUTH)).status == 200
     assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
     assert (await gw.post("/pay", data=b"x", headers=headers)).status == 201
     assert counting.count("/pay", "h-1") == 2
@@ -463,3 +464,76 @@ async def test_settle_refuses_a_record_that_is_not_corrupt_and_changes_nothing(
     replay = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "fine"})
     assert replay.status == 201 and replay.headers["Idempotent-Replayed"] == "true"
     assert counting.count("/pay", "fine") == 1
+
+
+RUNS_AGAIN = "its request ran upstream: a retry after the purge runs it again"
+
+
+async def test_a_purge_of_a_record_that_ran_says_so_and_deletes_nothing_unconfirmed(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Completed, unknown or corrupt: the CLI wants --yes, the admin API `"confirm": true`;
+    without, one line (or a problem) names the cost and the record stays as it was."""
+    counting, origin = upstream
+    gw = await make_gateway(**UNKNOWN_ROUTE)
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "done"})).status == 201
+    await unknown_outcome(gw, counting, "lost")
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "bad"})).status == 201
+    damage(redis_url, "bad", "metadata")
+    config = write_config(tmp_path, origin, redis_url, **UNKNOWN_ROUTE)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        before = {name: plain.dump(name) for name in plain.keys("idem:{api:*")}
+        for key, state in (("done", "completed"), ("lost", "unknown"), ("bad", "corrupt")):
+            code, out = await keys_cli(capsys, config, "purge", "--route", "api", key)
+            assert (code, out.strip()) == (
+                1,
+                f"idem-gateway keys: the record is {state}: {RUNS_AGAIN}; purge it with --yes",
+            )
+            for body in ({}, {"confirm": False}, {"confirm": "yes"}):
+                refused = await admin.post(
+                    "/keys/purge", json={"route": "api", "key": key, **body}, headers=AUTH
+                )
+                problem = await refused.json()
+                if body.get("confirm") == "yes":  # not a JSON true: a bad body
+                    assert (refused.status, problem["code"]) == (400, "bad-admin-request")
+                    continue
+                assert refused.status == 409
+                assert problem["type"] == "urn:idem-gateway:problem:purge-unconfirmed"
+                assert RUNS_AGAIN in problem["detail"] and '"confirm": true' in problem["detail"]
+        assert {name: plain.dump(name) for name in plain.keys("idem:{api:*")} == before
+    finally:
+        plain.close()
+    replay = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "done"})
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/pay", "done") == 1 and counting.count("/stall", "lost") == 1
+
+    confirmed = {"route": "api", "key": "done", "confirm": True}
+    assert (await admin.post("/keys/purge", json=confirmed, headers=AUTH)).status == 200
+    code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes", "bad")
+    assert code == 0, out
+    for key in ("done", "bad"):  # purged, as confirmed: the retry runs again
+        again = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+        assert again.status == 201 and "Idempotent-Replayed" not in again.headers
+        assert counting.count("/pay", key) == 2
+
+
+async def test_a_pending_key_purges_without_a_confirmation(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream: Any
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(lease="20s")
+    admin = await make_admin(gw)
+    held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "p-2"}))
+    await asyncio.wait_for(counting.entered.wait(), 10)
+    target = {"route": "api", "key": "p-2"}
+    assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
+    assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
+    counting.release.set()
+    await held

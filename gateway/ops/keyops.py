@@ -1,9 +1,10 @@
 """Operators' work on one record: find it, describe it, purge it, settle one that cannot be
 read, resolve an UNKNOWN outcome.
 
-Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints. A record the
-gateway cannot read is settled as an UNKNOWN outcome, never purged to get rid of it: a purge
-runs its key again.
+Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints. None of them runs
+a key again unasked: a record the gateway cannot read is settled as an UNKNOWN outcome (never
+purged to get rid of it), and a purge of a record whose request ran says so and waits for a
+confirmation before it deletes anything.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from gateway.store.store import Store, Stored
 
 STATES: Final = {STATE_PENDING: "pending", STATE_COMPLETED: "completed", STATE_UNKNOWN: "unknown"}
 CORRUPT: Final = "?"  # `Stored.state` of a record that cannot be read
+# The states of a record whose request ran upstream (or may have: one that cannot be read).
+RAN: Final = (STATE_COMPLETED, STATE_UNKNOWN, CORRUPT)
+RUNS_AGAIN: Final = "its request ran upstream: a retry after the purge runs it again"
 # What a retry of a settled record gets, as the CLI and the console say it.
 SETTLED: Final = (
     "retries get 502 outcome-unknown (Idempotency-Outcome: unknown) until its retention "
@@ -42,6 +46,7 @@ class KeyOpProblem(StrEnum):
     NOT_UNKNOWN = "record-not-unknown"
     NOT_CORRUPT = "record-not-corrupt"
     CHANGED = "record-changed"
+    UNCONFIRMED = "purge-unconfirmed"
     BAD_VALUE = "bad-key-operation"
 
 
@@ -163,11 +168,22 @@ async def show(store: Store, names: Names) -> dict[str, Any]:
     return describe(await store.inspect(*names))
 
 
-async def purge(store: Store, names: Names) -> str:
+async def purge(store: Store, names: Names, confirmed: bool, confirm_with: str) -> str:
     """Delete the record in whatever state: the next request with the key runs upstream.
-    The name it was held under (KeyOpError 404 when there was none)."""
+    A record whose request ran (completed, unknown, or one that cannot be read) only when
+    `confirmed`: otherwise KeyOpError 409 says what the purge would cost and how to confirm
+    it (`confirm_with`), and nothing is deleted. The name it was held under (KeyOpError 404
+    when there was none)."""
     stored = await store.inspect(*names)
-    if stored.key is None or not await store.purge(*names):
+    if stored.key is None:
+        raise KeyOpError(404, "no record for this key")
+    if stored.state in RAN and not confirmed:
+        raise KeyOpError(
+            409,
+            f"the record is {_name(stored.state)}: {RUNS_AGAIN}; purge it with {confirm_with}",
+            KeyOpProblem.UNCONFIRMED,
+        )
+    if not await store.purge(*names):
         raise KeyOpError(404, "no record for this key")
     return stored.key
 

@@ -23,6 +23,7 @@ from gateway.http.answers.problems import (
     BAD_KEY_OPERATION,
     NO_RECORD,
     NO_SUCH_ROUTE,
+    PURGE_UNCONFIRMED,
     RECORD_CHANGED,
     RECORD_NOT_CORRUPT,
     RECORD_NOT_UNKNOWN,
@@ -64,6 +65,11 @@ class KeyRequest(BaseModel):
         return self
 
 
+class PurgeRequest(KeyRequest):
+    # A record whose request ran is purged only with this: a retry after it runs it again.
+    confirm: bool = Field(default=False, strict=True)
+
+
 class ResolveRequest(KeyRequest):
     purge: bool = False
     status: int | None = None
@@ -95,6 +101,7 @@ REFUSED: Final = {
     KeyOpProblem.NOT_UNKNOWN: RECORD_NOT_UNKNOWN,
     KeyOpProblem.NOT_CORRUPT: RECORD_NOT_CORRUPT,
     KeyOpProblem.CHANGED: RECORD_CHANGED,
+    KeyOpProblem.UNCONFIRMED: PURGE_UNCONFIRMED,
     KeyOpProblem.BAD_VALUE: BAD_KEY_OPERATION,
 }
 KeyHandler = Callable[[web.Request, Any], Awaitable[web.Response]]
@@ -187,9 +194,9 @@ def _remote(request: web.Request) -> str | None:
     return remote
 
 
-async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
+async def _purge(request: web.Request, body: PurgeRequest) -> web.Response:
     store, route, names = _target(request, body)
-    rkey = await keyops.purge(store, names)
+    rkey = await keyops.purge(store, names, body.confirm, '"confirm": true')
     _audit(request, "purge", route.name, rkey)
     await _settled(request, route.name, rkey)
     return web.json_response({"purged": True})
@@ -247,7 +254,7 @@ async def _settled(request: web.Request, route: str, rkey: str) -> None:
 
 def add_key_routes(app: web.Application) -> None:
     app.router.add_post("/keys/show", _keys_endpoint(KeyRequest, _show))
-    app.router.add_post("/keys/purge", _keys_endpoint(KeyRequest, _purge))
+    app.router.add_post("/keys/purge", _keys_endpoint(PurgeRequest, _purge))
     app.router.add_post("/keys/resolve", _keys_endpoint(ResolveRequest, _resolve))
     app.router.add_post("/keys/settle", _keys_endpoint(KeyRequest, _settle))
     app.router.add_post("/console/api/key", _keys_endpoint(KeyRequest, _detail))

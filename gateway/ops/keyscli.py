@@ -22,7 +22,7 @@ from gateway.store.sending import sender_for
 from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
-NOT_FOUND: Final = 1  # no record / not an unknown outcome / not corrupt
+NOT_FOUND: Final = 1  # no record / not an unknown outcome / not corrupt / not confirmed
 UNREACHABLE: Final = 3  # Redis did not answer
 
 
@@ -50,6 +50,12 @@ def add_parser(commands: Any) -> None:
             "(repeat for several scope headers, in their order)",
         )
         op.add_argument("key", help="the Idempotency-Key value")
+        if name == "purge":
+            op.add_argument(
+                "--yes",
+                action="store_true",
+                help="purge a record whose request ran (a retry after it runs it again)",
+            )
         if name == "resolve":
             how = op.add_mutually_exclusive_group(required=True)
             how.add_argument("--purge", action="store_true", help="delete it: a retry runs")
@@ -98,8 +104,8 @@ async def _run(args: argparse.Namespace, settings: Settings, url: str, body: byt
             print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
             return NOT_FOUND if found["state"] == "absent" else 0
         if args.op == "purge":
-            await keyops.purge(store, names)
-            print("purged")
+            await keyops.purge(store, names, args.yes, "--yes")
+            print("purged: the next request with this key runs upstream")
             return 0
         if args.op == "settle":
             await keyops.settle(store, settings.redis.key_prefix, route, names)

@@ -239,6 +239,7 @@ NO_RECORD: Final = Problem(404, "no-record", "Key operation refused")
 RECORD_NOT_UNKNOWN: Final = Problem(409, "record-not-unknown", "Key operation refused")
 RECORD_NOT_CORRUPT: Final = Problem(409, "record-not-corrupt", "Key operation refused")
 RECORD_CHANGED: Final = Problem(409, "record-changed", "Key operation refused")
+PURGE_UNCONFIRMED: Final = Problem(409, "purge-unconfirmed", "Purge not confirmed")
 BAD_KEY_OPERATION: Final = Problem(400, "bad-key-operation", "Key operation refused")
 
 # The core's reasons a key or a tenant scope is refused, each its problem.
