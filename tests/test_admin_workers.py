@@ -193,7 +193,8 @@ async def test_key_operations_through_the_one_address_name_the_operator(
         async with http.post(f"{admin}/keys/purge", json=key) as resp:
             assert resp.status == 401  # the worker's answer, passed on
             assert resp.headers["Content-Type"] == "application/problem+json"
-        async with http.post(f"{admin}/keys/purge", json=key, headers=auth) as resp:
+        confirmed = {**key, "confirm": True}
+        async with http.post(f"{admin}/keys/purge", json=confirmed, headers=auth) as resp:
             assert resp.status == 200
         async with http.post(f"{admin}/keys/show", json=key, headers=auth) as resp:
             assert resp.status == 404

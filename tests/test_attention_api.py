@@ -56,7 +56,8 @@ async def test_a_record_id_is_looked_up_as_its_key_is(
     same = ("state", "status", "route", "record", "headers", "body", "created_at")
     shown = await by_id.json()
     assert {name: shown.get(name) for name in same} == {name: found.get(name) for name in same}
-    purged = await admin.post("/keys/purge", json={"record": found["record"]}, headers=AUTH)
+    confirmed = {"record": found["record"], "confirm": True}
+    purged = await admin.post("/keys/purge", json=confirmed, headers=AUTH)
     assert purged.status == 200
 
 

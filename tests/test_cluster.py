@@ -23,6 +23,7 @@ from gateway.core.keys import digest, record_names, tenant_id
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
+from gateway.store.prefixes import other_prefixes
 from gateway.store.store import Store
 from testkit import topologies
 from testkit.polling import until
@@ -464,3 +465,31 @@ async def test_claims_under_both_names_on_a_slot_moving_key_by_key_never_fail(
         await asyncio.to_thread(finish_migration, cluster.servers, slot, source, target)
         for store in stores.values():
             await store.close()
+
+
+async def test_records_under_another_key_prefix_are_found_on_every_master(
+    cluster: ClusterServers,
+) -> None:
+    """The start's bounded look (`store.prefixes`) asks each master: records of a configured
+    route under another prefix are counted, this gateway's own and another route's are not."""
+    settings = RedisSettings(cluster={"nodes": cluster.nodes[:1]})
+    store = make_store(settings=settings)
+    names = [
+        name
+        for n in range(12)
+        for name in record_names("old", "api", tenant_id([None]), digest(f"moved-{n}"))
+    ]
+    others = [
+        *record_names("idem", "api", tenant_id([None]), digest("own")),
+        *record_names("old", "gone", tenant_id([None]), digest("other-route")),
+    ]
+    try:
+        for name in [*names, *others]:
+            await store.client.set(name, b"v", ex=60)
+        found = await other_prefixes(store.client, "idem", ["api"])
+        assert found[("old", "api")] == len(names)
+        assert all(prefix != "idem" and route == "api" for prefix, route in found)
+        assert len({slot_owner(cluster.servers, key_slot(n.encode())) for n in names}) == 3
+    finally:
+        await store.client.delete(*names, *others)
+        await store.close()

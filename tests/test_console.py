@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from .consolekit import (
     TOKEN,
     WAIT_MS,
@@ -113,6 +115,9 @@ async def test_a_key_purged_in_the_page_runs_again(
     assert headers.get("Idempotent-Replayed") == "true" and upstream.calls["/pay"] == 1
     await console.page.click("#purge")
     await expect(console.page.locator("#confirm-text")).to_contain_text("“purge-me”")
+    await expect(console.page.locator("#confirm-text")).to_contain_text(
+        "Its request ran upstream: a retry after the purge runs it again."
+    )
     await console.confirm()
     result = console.page.locator("#action-result")
     await expect(result).to_be_visible()
@@ -121,6 +126,69 @@ async def test_a_key_purged_in_the_page_runs_again(
     status, headers, _ = await send(gateway, "/pay", "purge-me")
     assert status == 201 and "Idempotent-Replayed" not in headers
     assert upstream.calls["/pay"] == 2
+    assert console.errors == []
+
+
+def damage_the_record(redis_url: str, route: str) -> str:
+    """Damage by hand the one record of `route`, in whichever format it was written (a
+    format-1 hash's metadata, a format-2 value's answer bytes): the name that holds it."""
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        [name] = [n for n in plain.keys(f"idem:*{route}*") if b"attention" not in n]
+        if plain.type(name) == b"hash":
+            plain.hset(name, "m", b"\x00garbage")
+        else:
+            value = bytearray(plain.get(name) or b"")
+            value[-10] ^= 1  # past the fingerprint: the CRC over the answer fails
+            plain.set(name, bytes(value), px=60_000)
+        return name.decode()
+    finally:
+        plain.close()
+
+
+async def test_a_corrupt_record_settled_in_the_page_never_runs_again(
+    start_gateway: StartGateway, console: Console, redis_url: str, shots: Path
+) -> None:
+    gateway, admin, upstream = await start_gateway(1)
+    assert (await send(gateway, "/pay", "damaged"))[0] == 201
+    record = damage_the_record(redis_url, "payments")
+    status, _, body = await send(gateway, "/pay", "damaged")
+    assert status == 502 and b"record-corrupt" in body
+    await console.open(admin, TOKEN)
+    await console.look_up("payments", "damaged")
+    facts = console.page.locator("#record-facts")
+    await expect(facts).to_contain_text("corrupt", timeout=WAIT_MS)
+    await expect(facts).to_contain_text(record)  # the name that holds it
+    await expect(console.page.locator("#resolve-open")).to_be_hidden()
+    settle = console.page.locator("#settle")
+    await expect(settle).to_be_visible()
+    await settle.click()
+    confirm = console.page.locator("#confirm-text")
+    await expect(confirm).to_contain_text("as an unknown outcome? It is not run again")
+    await expect(confirm).to_contain_text("retries get 502 outcome-unknown")
+    await console.page.screenshot(path=str(shots / "settle-confirm.png"), full_page=True)
+    await console.confirm()
+    result = console.page.locator("#action-result")
+    await expect(result).to_contain_text(
+        "Settled key “damaged” (route payments) as an unknown outcome: retries get 502 "
+        "outcome-unknown (Idempotency-Outcome: unknown) until its retention ends or it is "
+        "resolved; the upstream is not called again.",
+        timeout=WAIT_MS,
+    )
+    await expect(facts).to_contain_text("unknown")
+    await expect(settle).to_be_hidden()  # settled: it reads now
+    await expect(console.page.locator("#resolve-open")).to_be_visible()
+    await expect(console.page.locator("#attention tbody")).to_contain_text(
+        "unknown outcome", timeout=WAIT_MS
+    )
+    await console.page.screenshot(path=str(shots / "settle-done.png"), full_page=True)
+    for _ in range(3):
+        status, headers, body = await send(gateway, "/pay", "damaged")
+        assert (status, headers.get("Idempotency-Outcome")) == (502, "unknown")
+        assert b"outcome-unknown" in body
+    assert upstream.calls["/pay"] == 1
+    (audit,) = [line for line in gateway.log().splitlines() if '"gateway.audit"' in line]
+    assert '"action":"settle"' in audit and record in audit
     assert console.errors == []
 
 

@@ -13,6 +13,7 @@ import redis
 import yaml
 
 from gateway.cli import main
+from gateway.core.keys import digest, record_names, tenant_id
 from testkit.procs import GatewayProcess
 
 from .gateways import ADMIN_TOKEN, AdminFactory, GatewayFactory
@@ -72,10 +73,10 @@ async def test_cli_show_then_purge_runs_the_next_request_again(
     )
     assert code == 1 and orjson.loads(out) == {"state": "absent"}  # other tenant, other record
 
-    code, out = await keys_cli(capsys, config, "purge", "--route", "api",
+    code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes",
                                "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
-    assert (code, out.strip()) == (0, "purged")
-    code, _ = await keys_cli(capsys, config, "purge", "--route", "api",
+    assert (code, out.strip()) == (0, "purged: the next request with this key runs upstream")
+    code, _ = await keys_cli(capsys, config, "purge", "--route", "api", "--yes",
                              "--tenant", "Bearer tenant-1", "order-7")  # fmt: skip
     assert code == 1
 
@@ -118,8 +119,8 @@ async def test_cli_reaches_the_embedded_redis_of_a_running_gateway(
         code, out = await keys_cli(capsys, config, "show", "--route", "api", "e-1")
         assert code == 0, out
         assert orjson.loads(out)["state"] == "completed"
-        code, out = await keys_cli(capsys, config, "purge", "--route", "api", "e-1")
-        assert (code, out.strip()) == (0, "purged")
+        code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes", "e-1")
+        assert code == 0 and out.startswith("purged"), out
     finally:
         gateway.stop()
     assert counting.count("/pay", "e-1") == 1
@@ -210,7 +211,8 @@ async def test_admin_show_purge_and_resolve_over_http(
     missing = await admin.post("/keys/show", json={**target, "route": "zz"}, headers=AUTH)
     assert missing.status == 404 and (await missing.json())["code"] == "no-such-route"
 
-    assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
+    confirmed = {**target, "confirm": True}
+    assert (await admin.post("/keys/purge", json=confirmed, headers=AUTH)).status == 200
     assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
     assert (await gw.post("/pay", data=b"x", headers=headers)).status == 201
     assert counting.count("/pay", "h-1") == 2
@@ -324,3 +326,214 @@ async def test_show_and_replay_of_a_record_whose_fields_do_not_read(
     replay = await gw.post("/pay", headers={"Idempotency-Key": "c1"})
     assert (shown.status, replay.status) == (200, 502 if field == "m" else 201)
     assert (await shown.json())["state"] == "corrupt"
+
+
+def damage(redis_url: str, key: str, how: str) -> None:
+    """Damage the record of `key` (route api, no tenant) by hand, its fingerprint kept: a
+    format-1 hash's metadata, a format-2 value's answer bytes, or a claim's lease end."""
+    names = record_names("idem", "api", tenant_id([None]), digest(key))
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        if how == "metadata":
+            plain.hset(names[0], "m", b"\x00garbage")
+        elif how == "answer-bytes":
+            value = bytearray(plain.get(names[1]) or b"")
+            value[-10] ^= 1  # past the fingerprint: the CRC over the answer fails
+            plain.set(names[1], bytes(value), px=60_000)
+        else:
+            plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "nan"})
+            plain.hdel(names[0], "m", "b")
+    finally:
+        plain.close()
+
+
+# (the format the gateway writes, the damage done to its record)
+DAMAGES = [(1, "metadata"), (2, "answer-bytes"), (1, "lease-end")]
+
+
+async def corrupt_by_hand(gw: Any, counting: Any, redis_url: str, how: str, key: str) -> None:
+    """A record of `key` that ran once, then damaged: its retries answer record-corrupt."""
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})).status == 201
+    damage(redis_url, key, how)
+    corrupt = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+    assert corrupt.status == 502 and (await corrupt.json())["code"] == "record-corrupt"
+    assert counting.count("/pay", key) == 1
+
+
+async def assert_outcome_unknown_on_every_retry(gw: Any, counting: Any, key: str) -> None:
+    for _ in range(3):
+        retry = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+        assert retry.status == 502, await retry.text()
+        assert (await retry.json())["code"] == "outcome-unknown"
+        assert retry.headers["Idempotency-Outcome"] == "unknown"
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        assert "Idempotency-Expires" in retry.headers  # until its retention ends
+    assert counting.count("/pay", key) == 1  # the upstream is never called again
+
+
+@pytest.mark.parametrize(("record_format", "how"), DAMAGES)
+async def test_cli_settles_a_corrupt_record_as_an_unknown_outcome_that_never_runs_again(
+    make_gateway: GatewayFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway()
+    await corrupt_by_hand(gw, counting, redis_url, how, "c-1")
+    config = write_config(tmp_path, origin, redis_url)
+
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "c-1")
+    assert code == 0, out
+    assert out.strip() == (
+        "settled as an unknown outcome: retries get 502 outcome-unknown (Idempotency-Outcome: "
+        "unknown) until its retention ends or it is resolved; the upstream is not called again"
+    )
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-1")
+    code, out = await keys_cli(capsys, config, "show", "--route", "api", "c-1")
+    shown = orjson.loads(out)
+    assert shown["state"] == "unknown" and 86300 < shown["ttl_seconds"] <= 86400
+
+    # Settled once: not corrupt any more, so a second settle is refused and changes nothing.
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "c-1")
+    assert code == 1 and len(out.splitlines()) == 1, out
+    assert "the record is not corrupt (state: unknown)" in out and "Traceback" not in out
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-1")
+
+
+@pytest.mark.parametrize(("record_format", "how"), DAMAGES)
+async def test_admin_settles_a_corrupt_record_and_audits_it(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    how: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    await corrupt_by_hand(gw, counting, redis_url, how, "c-2")
+    target = {"route": "api", "key": "c-2"}
+    assert (await admin.post("/keys/settle", json=target)).status == 401
+
+    with caplog.at_level("WARNING", logger="gateway.audit"):
+        done = await admin.post("/keys/settle", json=target, headers=AUTH)
+    assert done.status == 200, await done.text()
+    answer = await done.json()
+    assert answer["settled"] is True and answer["state"] == "unknown"
+    assert answer["detail"].startswith("settled as an unknown outcome: retries get 502")
+    audited = [r.getMessage() for r in caplog.records if r.name == "gateway.audit"]
+    assert audited == ["admin: refused, no token", "admin: settle"]
+    await assert_outcome_unknown_on_every_retry(gw, counting, "c-2")
+    shown = await admin.post("/keys/show", json=target, headers=AUTH)
+    assert (await shown.json())["state"] == "unknown"
+    # It needs a person now, as any unknown outcome held for one.
+    listed = await (await admin.get("/console/api/attention", headers=AUTH)).json()
+    assert [item["why"] for item in listed["items"]] == ["unknown outcome"]
+
+
+async def test_settle_refuses_a_record_that_is_not_corrupt_and_changes_nothing(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    counting, origin = upstream
+    gw = await make_gateway()
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "fine"})).status == 201
+    refused = await admin.post("/keys/settle", json={"route": "api", "key": "fine"}, headers=AUTH)
+    assert refused.status == 409
+    assert refused.headers["Content-Type"].startswith("application/problem+json")
+    problem = await refused.json()
+    assert problem["type"] == "urn:idem-gateway:problem:record-not-corrupt"
+    assert "not corrupt (state: completed)" in problem["detail"]
+    absent = await admin.post("/keys/settle", json={"route": "api", "key": "never"}, headers=AUTH)
+    assert absent.status == 404 and (await absent.json())["code"] == "no-record"
+    config = write_config(tmp_path, origin, redis_url)
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "fine")
+    assert code == 1 and len(out.splitlines()) == 1 and "not corrupt" in out, out
+    code, out = await keys_cli(capsys, config, "settle", "--route", "api", "never")
+    assert (code, out.strip()) == (1, "idem-gateway keys: no record for this key")
+
+    replay = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "fine"})
+    assert replay.status == 201 and replay.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/pay", "fine") == 1
+
+
+RUNS_AGAIN = "its request ran upstream: a retry after the purge runs it again"
+
+
+async def test_a_purge_of_a_record_that_ran_says_so_and_deletes_nothing_unconfirmed(
+    make_gateway: GatewayFactory,
+    make_admin: AdminFactory,
+    upstream: Any,
+    redis_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Completed, unknown or corrupt: the CLI wants --yes, the admin API `"confirm": true`;
+    without, one line (or a problem) names the cost and the record stays as it was."""
+    counting, origin = upstream
+    gw = await make_gateway(**UNKNOWN_ROUTE)
+    admin = await make_admin(gw)
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "done"})).status == 201
+    await unknown_outcome(gw, counting, "lost")
+    assert (await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "bad"})).status == 201
+    damage(redis_url, "bad", "metadata")
+    config = write_config(tmp_path, origin, redis_url, **UNKNOWN_ROUTE)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        before = {name: plain.dump(name) for name in plain.keys("idem:{api:*")}
+        for key, state in (("done", "completed"), ("lost", "unknown"), ("bad", "corrupt")):
+            code, out = await keys_cli(capsys, config, "purge", "--route", "api", key)
+            assert (code, out.strip()) == (
+                1,
+                f"idem-gateway keys: the record is {state}: {RUNS_AGAIN}; purge it with --yes",
+            )
+            for body in ({}, {"confirm": False}, {"confirm": "yes"}):
+                refused = await admin.post(
+                    "/keys/purge", json={"route": "api", "key": key, **body}, headers=AUTH
+                )
+                problem = await refused.json()
+                if body.get("confirm") == "yes":  # not a JSON true: a bad body
+                    assert (refused.status, problem["code"]) == (400, "bad-admin-request")
+                    continue
+                assert refused.status == 409
+                assert problem["type"] == "urn:idem-gateway:problem:purge-unconfirmed"
+                assert RUNS_AGAIN in problem["detail"] and '"confirm": true' in problem["detail"]
+        assert {name: plain.dump(name) for name in plain.keys("idem:{api:*")} == before
+    finally:
+        plain.close()
+    replay = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": "done"})
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert counting.count("/pay", "done") == 1 and counting.count("/stall", "lost") == 1
+
+    confirmed = {"route": "api", "key": "done", "confirm": True}
+    assert (await admin.post("/keys/purge", json=confirmed, headers=AUTH)).status == 200
+    code, out = await keys_cli(capsys, config, "purge", "--route", "api", "--yes", "bad")
+    assert code == 0, out
+    for key in ("done", "bad"):  # purged, as confirmed: the retry runs again
+        again = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+        assert again.status == 201 and "Idempotent-Replayed" not in again.headers
+        assert counting.count("/pay", key) == 2
+
+
+async def test_a_pending_key_purges_without_a_confirmation(
+    make_gateway: GatewayFactory, make_admin: AdminFactory, upstream: Any
+) -> None:
+    counting, _ = upstream
+    gw = await make_gateway(lease="20s")
+    admin = await make_admin(gw)
+    held = asyncio.ensure_future(gw.post("/gate", headers={"Idempotency-Key": "p-2"}))
+    await asyncio.wait_for(counting.entered.wait(), 10)
+    target = {"route": "api", "key": "p-2"}
+    assert (await admin.post("/keys/purge", json=target, headers=AUTH)).status == 200
+    assert (await admin.post("/keys/show", json=target, headers=AUTH)).status == 404
+    counting.release.set()
+    await held

@@ -9,9 +9,13 @@ from gateway.core.keys import (
     BadKey,
     KeyProblem,
     agreed_key,
+    digest,
     json_key,
     parse_key,
+    prefix_and_route,
     record_key,
+    record_names,
+    route_of_name,
     tenant_id,
 )
 from gateway.core.scope import scope_values
@@ -165,3 +169,15 @@ def test_a_scope_value_keeps_its_unicode_white_space() -> None:
     assert tenant_id(scope_values(lambda name: ["\u3000"], ["X-Tenant-Id"], [], False)) != (
         tenant_id([""])
     )
+
+
+@pytest.mark.parametrize("prefix", ["idem", "idem:v2", "a.b-c_d"])
+def test_a_records_name_says_its_prefix_and_route_whatever_the_prefix(prefix: str) -> None:
+    """What the start's look for records under another prefix reads (`store.prefixes`): a
+    prefix holding colons ends where the route begins, in either format."""
+    for name in record_names(prefix, "pay.v1", tenant_id(["t"]), digest("k")):
+        assert prefix_and_route(name) == (prefix, "pay.v1")
+        assert route_of_name(prefix, name) == "pay.v1"
+        assert route_of_name("idem2" if prefix == "idem" else "idem", name) is None
+    for other in ("idem:dictionary:{pay}:0001", "idem:attention:pay", "idem:compact-since"):
+        assert prefix_and_route(other) is None

@@ -208,6 +208,52 @@ async def _new_lines(process: GatewayProcess, before: int, text: str) -> list[st
         await asyncio.sleep(0.02)
 
 
+async def test_a_new_key_prefix_is_said_with_its_cost_at_the_reload_and_at_the_start(
+    upstream, redis_url: str, tmp_path: Path
+) -> None:
+    """A reload keeps the running prefix and says what the new one costs once it is used; the
+    start that uses it finds the records left under the old one and says it once. The cost
+    is real: the retry of a key recorded before runs upstream again."""
+    counting, origin = upstream
+    route = {"name": "pay", "path_prefix": "/pay", "upstream": origin}
+    process = GatewayProcess({"redis": {"url": redis_url}, "routes": [route]}, tmp_path)
+    key = {"Idempotency-Key": "before-the-change"}
+    said = "another key_prefix than this gateway's"
+    await asyncio.to_thread(process.start)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{process.url}/pay", headers=key) as resp:
+                assert resp.status == 201
+            config = yaml.safe_load(process.config_path.read_text())
+            config["redis"]["key_prefix"] = "idem-v2"
+            process.config_path.write_text(yaml.safe_dump(config))
+            before = len(process.log().splitlines())
+            process.signal(signal.SIGHUP)
+            new = await _new_lines(process, before, "config reloaded")
+            moved = [line for line in new if "redis.key_prefix" in line]
+            assert len(moved) == 1, new
+            assert "redis.key_prefix 'idem' -> 'idem-v2' is kept until a restart" in moved[0]
+            assert "a retry of every one of them runs upstream again" in moved[0]
+            async with http.post(f"{process.url}/pay", headers=key) as resp:
+                assert resp.headers["Idempotent-Replayed"] == "true"  # kept until a restart
+            assert counting.count("/pay", "before-the-change") == 1
+
+            assert process.stop() == 0
+            assert said not in process.log()  # its own records: nothing to say
+            before = len(process.log().splitlines())
+            await asyncio.to_thread(process.start)
+            found = [line for line in process.log().splitlines()[before:] if said in line]
+            assert len(found) == 1, process.log()[-3000:]
+            assert "this gateway's 'idem-v2'" in found[0]
+            assert "1 of route 'pay' under 'idem'" in found[0]
+            assert "a retry of one of their keys runs upstream again" in found[0]
+            async with http.post(f"{process.url}/pay", headers=key) as resp:
+                assert resp.status == 201 and "Idempotent-Replayed" not in resp.headers
+            assert counting.count("/pay", "before-the-change") == 2
+    finally:
+        assert process.stop() == 0
+
+
 def test_tls_files_swapped_are_named_not_an_openssl_source_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

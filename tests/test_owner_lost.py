@@ -399,7 +399,8 @@ async def test_an_operator_resolves_a_kept_lost_owners_key(
     assert early.status == 409 and (await early.json())["code"] == "record-not-unknown"
     counting.release.set()
     assert (await live).status == 201
-    await admin.post("/keys/purge", json=target, headers=AUTH)
+    purged = await admin.post("/keys/purge", json={**target, "confirm": True}, headers=AUTH)
+    assert purged.status == 200
 
     await claim_as_dead_owner(redis_url, gw, mark_sent=False, sent=False)
     status, _, body = await settled(gw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -24,6 +25,18 @@ class Claim(Enum):
 # Enum's call, which is kept for anything else (its ValueError names a reply it cannot read).
 # A record of format 2 is RECORD, DONE as well.
 _BY_REPLY: Final = {**{claim.value.encode(): claim for claim in Claim}, b"RECORD": Claim.DONE}
+
+
+def lease_end_readable(raw: bytes | None) -> bool:
+    """A PENDING hash's lease end as lua/claim.lua reads it: absent (a claim of an earlier
+    release, whose TTL is its lease) or a finite number; anything else is damage, and the
+    claim answers record-corrupt (whether its owner lives cannot be told)."""
+    if raw is None:
+        return True
+    try:
+        return math.isfinite(float(raw))
+    except ValueError:
+        return False
 
 
 def claim_of(reply: bytes) -> Claim:

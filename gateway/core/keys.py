@@ -248,3 +248,15 @@ def route_of_name(prefix: str, name: str) -> str | None:
         return None
     found = _RECORD_NAME.fullmatch(name, len(prefix))
     return None if found is None else found[1] or found[2]
+
+
+# A record's name under any key prefix (`redis.key_prefix`'s characters): the prefix ends
+# where the name's route does not hold it, as a route holds no colon.
+_ANY_PREFIX: Final = re.compile(r"([A-Za-z0-9_.:-]+?)" + _RECORD_NAME.pattern)
+
+
+def prefix_and_route(name: str) -> tuple[str, str] | None:
+    """The key prefix and the route of a record's name under any prefix (`record_names`,
+    either format); None for a name that is no record's."""
+    found = _ANY_PREFIX.fullmatch(name)
+    return None if found is None else (found[1], found[2] or found[3])

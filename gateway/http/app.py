@@ -29,6 +29,7 @@ from gateway.store.breaker import CircuitBreaker
 from gateway.store.client import make_client
 from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
+from gateway.store.prefixes import warn_other_prefixes
 from gateway.store.sending import sender_for
 from gateway.store.sentinel import SentinelMaster
 from gateway.store.store import Store
@@ -105,6 +106,7 @@ def _resources(
             await refuse_evicting(services)
             await warn_unfenced(services)
             await fleet.check()
+            await warn_other_prefixes(client, redis.key_prefix, [r.name for r in settings.routes])
             await store.trained.load([route.name for route in settings.routes])
             await replay_journal(services)  # before the first request is served
             yield

@@ -1,10 +1,15 @@
-"""Operators' work on one record: find it, describe it, purge it, resolve an UNKNOWN outcome.
+"""Operators' work on one record: find it, describe it, purge it, settle one that cannot be
+read, resolve an UNKNOWN outcome.
 
-Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints.
+Shared by `idem-gateway keys ...` and the admin listener's /keys endpoints. None of them runs
+a key again unasked: a record the gateway cannot read is settled as an UNKNOWN outcome (never
+purged to get rid of it), and a purge of a record whose request ran says so and waits for a
+confirmation before it deletes anything.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
@@ -15,9 +20,20 @@ from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.core.keys import BadKey, digest, parse_key, record_names, route_of_name, tenant_id
 from gateway.core.record import STATE_COMPLETED, STATE_PENDING, STATE_UNKNOWN, Record
+from gateway.errors import StoreUnavailable
+from gateway.store import attention
 from gateway.store.store import Store, Stored
 
 STATES: Final = {STATE_PENDING: "pending", STATE_COMPLETED: "completed", STATE_UNKNOWN: "unknown"}
+CORRUPT: Final = "?"  # `Stored.state` of a record that cannot be read
+# The states of a record whose request ran upstream (or may have: one that cannot be read).
+RAN: Final = (STATE_COMPLETED, STATE_UNKNOWN, CORRUPT)
+RUNS_AGAIN: Final = "its request ran upstream: a retry after the purge runs it again"
+# What a retry of a settled record gets, as the CLI and the console say it.
+SETTLED: Final = (
+    "retries get 502 outcome-unknown (Idempotency-Outcome: unknown) until its retention "
+    "ends or it is resolved; the upstream is not called again"
+)
 # A record's names (format 1's and format 2's), or its one name twice: where to look for it.
 Names = tuple[str, str]
 
@@ -28,6 +44,9 @@ class KeyOpProblem(StrEnum):
     NO_SUCH_ROUTE = "no-such-route"
     NO_RECORD = "no-record"
     NOT_UNKNOWN = "record-not-unknown"
+    NOT_CORRUPT = "record-not-corrupt"
+    CHANGED = "record-changed"
+    UNCONFIRMED = "purge-unconfirmed"
     BAD_VALUE = "bad-key-operation"
 
 
@@ -149,12 +168,47 @@ async def show(store: Store, names: Names) -> dict[str, Any]:
     return describe(await store.inspect(*names))
 
 
-async def purge(store: Store, names: Names) -> str:
+async def purge(store: Store, names: Names, confirmed: bool, confirm_with: str) -> str:
     """Delete the record in whatever state: the next request with the key runs upstream.
-    The name it was held under (KeyOpError 404 when there was none)."""
+    A record whose request ran (completed, unknown, or one that cannot be read) only when
+    `confirmed`: otherwise KeyOpError 409 says what the purge would cost and how to confirm
+    it (`confirm_with`), and nothing is deleted. The name it was held under (KeyOpError 404
+    when there was none)."""
     stored = await store.inspect(*names)
-    if stored.key is None or not await store.purge(*names):
+    if stored.key is None:
         raise KeyOpError(404, "no record for this key")
+    if stored.state in RAN and not confirmed:
+        raise KeyOpError(
+            409,
+            f"the record is {_name(stored.state)}: {RUNS_AGAIN}; purge it with {confirm_with}",
+            KeyOpProblem.UNCONFIRMED,
+        )
+    if not await store.purge(*names):
+        raise KeyOpError(404, "no record for this key")
+    return stored.key
+
+
+async def settle(store: Store, prefix: str, route: Route, names: Names) -> str:
+    """Settle a record the gateway cannot read as an UNKNOWN outcome, kept for the route's
+    retention: it never runs again, retries get 502 outcome-unknown, and it joins the
+    attention list for a person to resolve with what really happened. The name it is held
+    under; KeyOpError when there is none (404), when it can be read (409), or when it changed
+    while it was settled (409: nothing was written)."""
+    stored = await store.inspect(*names)
+    if stored.state != CORRUPT:  # as the claim reads it: record-corrupt
+        raise _not_corrupt(stored.state)
+    assert stored.key is not None  # absent is not corrupt
+    if not await store.settle_unreadable(stored.key, route.retention):
+        now = await store.inspect(*names)
+        if now.state != CORRUPT:
+            raise _not_corrupt(now.state)
+        raise KeyOpError(
+            409,
+            "the record changed while it was settled; nothing was written: look at it again",
+            KeyOpProblem.CHANGED,
+        )
+    with contextlib.suppress(StoreUnavailable):  # an index only: the record is settled
+        await attention.note(store, prefix, route.name, stored.key, route.retention)
     return stored.key
 
 
@@ -205,6 +259,18 @@ def _not_unknown(state: str) -> KeyOpError:
     if not state:
         return KeyOpError(404, "no record for this key")
     return KeyOpError(409, f"the record holds no unknown outcome (state: {_name(state)})")
+
+
+def _not_corrupt(state: str) -> KeyOpError:
+    """404 for a key with no record at all; 409 for a record the gateway can read."""
+    if not state:
+        return KeyOpError(404, "no record for this key")
+    return KeyOpError(
+        409,
+        f"the record is not corrupt (state: {_name(state)}): only a record the gateway "
+        "cannot read is settled",
+        KeyOpProblem.NOT_CORRUPT,
+    )
 
 
 def _name(state: str) -> str:

@@ -1,5 +1,6 @@
-"""The admin listener's key endpoints (`/keys/show`, `/keys/purge`, `/keys/resolve`) and the
-console's key lookup: bearer authentication, body validation, one audit line per change."""
+"""The admin listener's key endpoints (`/keys/show`, `/keys/purge`, `/keys/resolve`,
+`/keys/settle`) and the console's key lookup: bearer authentication, body validation, one
+audit line per change."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from gateway.http.answers.problems import (
     BAD_KEY_OPERATION,
     NO_RECORD,
     NO_SUCH_ROUTE,
+    PURGE_UNCONFIRMED,
+    RECORD_CHANGED,
+    RECORD_NOT_CORRUPT,
     RECORD_NOT_UNKNOWN,
     UNAUTHORIZED,
 )
@@ -61,6 +65,11 @@ class KeyRequest(BaseModel):
         return self
 
 
+class PurgeRequest(KeyRequest):
+    # A record whose request ran is purged only with this: a retry after it runs it again.
+    confirm: bool = Field(default=False, strict=True)
+
+
 class ResolveRequest(KeyRequest):
     purge: bool = False
     status: int | None = None
@@ -90,6 +99,9 @@ REFUSED: Final = {
     KeyOpProblem.NO_SUCH_ROUTE: NO_SUCH_ROUTE,
     KeyOpProblem.NO_RECORD: NO_RECORD,
     KeyOpProblem.NOT_UNKNOWN: RECORD_NOT_UNKNOWN,
+    KeyOpProblem.NOT_CORRUPT: RECORD_NOT_CORRUPT,
+    KeyOpProblem.CHANGED: RECORD_CHANGED,
+    KeyOpProblem.UNCONFIRMED: PURGE_UNCONFIRMED,
     KeyOpProblem.BAD_VALUE: BAD_KEY_OPERATION,
 }
 KeyHandler = Callable[[web.Request, Any], Awaitable[web.Response]]
@@ -156,7 +168,7 @@ async def _detail(request: web.Request, body: KeyRequest) -> web.Response:
     _, route, names = _target(request, body)
     found = await keyview.detail(services.store, services.blobs, route, names)
     if found["state"] != "absent":
-        # Its id, for the actions by record: the name that holds it (a corrupt one's first).
+        # Its id, for the actions by record: the name that holds it.
         found |= {"record": found.get("record", names[0]), "route": route.name}
     return web.json_response(found)  # "absent" is an answer too: the page shows it
 
@@ -182,9 +194,9 @@ def _remote(request: web.Request) -> str | None:
     return remote
 
 
-async def _purge(request: web.Request, body: KeyRequest) -> web.Response:
+async def _purge(request: web.Request, body: PurgeRequest) -> web.Response:
     store, route, names = _target(request, body)
-    rkey = await keyops.purge(store, names)
+    rkey = await keyops.purge(store, names, body.confirm, '"confirm": true')
     _audit(request, "purge", route.name, rkey)
     await _settled(request, route.name, rkey)
     return web.json_response({"purged": True})
@@ -202,6 +214,15 @@ async def _resolve(request: web.Request, body: ResolveRequest) -> web.Response:
     _audit(request, "resolve-purge" if body.purge else "resolve", route.name, rkey)
     await _settled(request, route.name, rkey)
     return web.json_response({"resolved": True, "purged": body.purge})
+
+
+async def _settle(request: web.Request, body: KeyRequest) -> web.Response:
+    store, route, names = _target(request, body)
+    prefix = request.app[PUBLIC][SERVICES].settings.redis.key_prefix
+    rkey = await keyops.settle(store, prefix, route, names)
+    _audit(request, "settle", route.name, rkey)
+    done = f"settled as an unknown outcome: {keyops.SETTLED}"
+    return web.json_response({"settled": True, "state": "unknown", "detail": done})
 
 
 def _authorized(
@@ -233,8 +254,9 @@ async def _settled(request: web.Request, route: str, rkey: str) -> None:
 
 def add_key_routes(app: web.Application) -> None:
     app.router.add_post("/keys/show", _keys_endpoint(KeyRequest, _show))
-    app.router.add_post("/keys/purge", _keys_endpoint(KeyRequest, _purge))
+    app.router.add_post("/keys/purge", _keys_endpoint(PurgeRequest, _purge))
     app.router.add_post("/keys/resolve", _keys_endpoint(ResolveRequest, _resolve))
+    app.router.add_post("/keys/settle", _keys_endpoint(KeyRequest, _settle))
     app.router.add_post("/console/api/key", _keys_endpoint(KeyRequest, _detail))
     app.router.add_get("/console/api/routes", _authorized(_routes))
     app.router.add_get("/console/api/attention", _authorized(_attention))

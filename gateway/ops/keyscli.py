@@ -1,4 +1,5 @@
-"""`idem-gateway keys show|purge|resolve`: operators' work on one record, straight in Redis."""
+"""`idem-gateway keys show|purge|resolve|settle`: operators' work on one record, straight in
+Redis."""
 
 from __future__ import annotations
 
@@ -21,21 +22,22 @@ from gateway.store.sending import sender_for
 from gateway.store.store import Store
 
 # Exit codes beyond 0 (done) and 2 (bad usage or config).
-NOT_FOUND: Final = 1  # no record / not an unknown outcome
+NOT_FOUND: Final = 1  # no record / not an unknown outcome / not corrupt / not confirmed
 UNREACHABLE: Final = 3  # Redis did not answer
 
 
 def add_parser(commands: Any) -> None:
-    """The `keys` command and its three operations."""
-    keys = commands.add_parser("keys", help="show, purge or resolve one idempotency record")
+    """The `keys` command and its four operations."""
+    keys = commands.add_parser("keys", help="show, purge, resolve or settle one idempotency record")
     keys.add_argument(
         "-c", "--config", metavar="FILE", default=argparse.SUPPRESS, help="YAML config"
     )
-    ops = keys.add_subparsers(dest="op", required=True, metavar="show|purge|resolve")
+    ops = keys.add_subparsers(dest="op", required=True, metavar="show|purge|resolve|settle")
     for name, text in (
         ("show", "state, age, time to live, status and sizes of a record"),
         ("purge", "delete a record: the next request with the key runs upstream"),
         ("resolve", "settle an unknown outcome: purge it, or store the real result"),
+        ("settle", "settle a corrupt record as an unknown outcome: it never runs again"),
     ):
         op = ops.add_parser(name, help=text)
         op.add_argument("--route", required=True, help="route name")
@@ -48,6 +50,12 @@ def add_parser(commands: Any) -> None:
             "(repeat for several scope headers, in their order)",
         )
         op.add_argument("key", help="the Idempotency-Key value")
+        if name == "purge":
+            op.add_argument(
+                "--yes",
+                action="store_true",
+                help="purge a record whose request ran (a retry after it runs it again)",
+            )
         if name == "resolve":
             how = op.add_mutually_exclusive_group(required=True)
             how.add_argument("--purge", action="store_true", help="delete it: a retry runs")
@@ -96,8 +104,12 @@ async def _run(args: argparse.Namespace, settings: Settings, url: str, body: byt
             print(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode())
             return NOT_FOUND if found["state"] == "absent" else 0
         if args.op == "purge":
-            await keyops.purge(store, names)
-            print("purged")
+            await keyops.purge(store, names, args.yes, "--yes")
+            print("purged: the next request with this key runs upstream")
+            return 0
+        if args.op == "settle":
+            await keyops.settle(store, settings.redis.key_prefix, route, names)
+            print(f"settled as an unknown outcome: {keyops.SETTLED}")
             return 0
         if args.purge:
             await keyops.resolve_by_purge(store, names)

@@ -42,9 +42,11 @@ async def detail(store: Store, blobs: BlobStore, route: Route, names: Names) -> 
     `record` is the name that holds it."""
     stored = await store.inspect(*names)
     out = describe(stored)
-    if out["state"] in ("absent", "corrupt"):
+    if out["state"] == "absent":
         return out
-    out["record"] = stored.key
+    out["record"] = stored.key  # a corrupt one's too: the name to settle it by
+    if out["state"] == "corrupt":
+        return out
     now = time.time()
     if b"c" in stored.fields:
         out["created_at"] = int(stored.fields[b"c"]) / 1000

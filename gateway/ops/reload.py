@@ -3,8 +3,10 @@
 Requests already running keep the route they started with. A file that does not validate is
 refused and logged; the running config stays. Listener, limits, Redis, admin, loop, blob,
 tracing and upstream TLS settings are bound at start: a change to them is logged and takes
-effect only after a restart. The TLS listeners load their certificate and key files again
-(the paths stay): new connections get the new ones, open ones keep theirs.
+effect only after a restart; a new `redis.key_prefix` is said with its cost, as a route gone
+is (the records under the old one are no longer found from that restart on). The TLS
+listeners load their certificate and key files again (the paths stay): new connections get
+the new ones, open ones keep theirs.
 """
 
 from __future__ import annotations
@@ -46,12 +48,22 @@ def apply(app: web.Application, path: str | Path) -> bool:
     live = app[LIVE]
     old = live.settings
     try:
-        new, fixed = next_settings(old, path)
+        new, fixed, asked = next_settings(old, path)
     except ConfigError as exc:
         return _refused(str(exc))
     if fixed:
         log.warning(
             "config reload: %s change(s) need a restart; kept as they are", ", ".join(fixed)
+        )
+    was, wanted = old.redis.key_prefix, asked.redis.key_prefix
+    if wanted != was:
+        log.warning(
+            "config reload: redis.key_prefix %r -> %r is kept until a restart; from then on "
+            "keys recorded under %r are no longer replayed: a retry of every one of them runs "
+            "upstream again (docs/configuration.md, redis.key_prefix)",
+            was,
+            wanted,
+            was,
         )
     orphaned = _orphaned(old, new)
     if orphaned:
@@ -67,11 +79,12 @@ def apply(app: web.Application, path: str | Path) -> bool:
     return True
 
 
-def next_settings(old: Settings, path: str | Path) -> tuple[Settings, list[str]]:
-    """What a reload of `path` over `old` serves with, and the fields it keeps from `old`
-    (bound at start); ConfigError when it is refused. The `--workers` supervisor judges a
-    reload with it as its workers do (`ops.supervisor.serving`)."""
-    new = load_settings(path, tls_files=False)
+def next_settings(old: Settings, path: str | Path) -> tuple[Settings, list[str], Settings]:
+    """What a reload of `path` over `old` serves with, the fields it keeps from `old` (bound
+    at start), and the settings as the file asks for them; ConfigError when it is refused.
+    The `--workers` supervisor judges a reload with it as its workers do
+    (`ops.supervisor.serving`)."""
+    asked = new = load_settings(path, tls_files=False)
     unprotected = protects_nothing(new)  # a file emptied by mistake would unprotect every route
     if unprotected is not None:
         raise ConfigError(f"{path}: {unprotected}")
@@ -82,7 +95,7 @@ def next_settings(old: Settings, path: str | Path) -> tuple[Settings, list[str]]
             new.check_coherence()
         except ValueError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-    return new, fixed
+    return new, fixed, asked
 
 
 def _orphaned(old: Settings, new: Settings) -> list[str]:

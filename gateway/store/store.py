@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.core import layout
-from gateway.core.claims import Claim, ClaimResult, claim_of
+from gateway.core.claims import Claim, ClaimResult, claim_of, lease_end_readable
 from gateway.core.compact import (
     Codec,
     fingerprint_field,
@@ -517,7 +517,8 @@ class Store:
         fields = dict(zip(raw[::2], raw[1::2], strict=True))
         state = fields.get(b"s", b"").decode("latin-1")
         if state not in (STATE_COMPLETED, STATE_UNKNOWN):
-            return Stored(held, state if state == STATE_PENDING else "?", pttl, fields)
+            readable = state == STATE_PENDING and lease_end_readable(fields.get(b"l"))
+            return Stored(held, state if readable else "?", pttl, fields)
         try:
             record = Record.decode(fields[b"m"])
         except (ValueError, KeyError, TypeError):

@@ -237,6 +237,9 @@ BAD_ADMIN_REQUEST: Final = Problem(400, "bad-admin-request", "Bad request")
 NO_SUCH_ROUTE: Final = Problem(404, "no-such-route", "Key operation refused")
 NO_RECORD: Final = Problem(404, "no-record", "Key operation refused")
 RECORD_NOT_UNKNOWN: Final = Problem(409, "record-not-unknown", "Key operation refused")
+RECORD_NOT_CORRUPT: Final = Problem(409, "record-not-corrupt", "Key operation refused")
+RECORD_CHANGED: Final = Problem(409, "record-changed", "Key operation refused")
+PURGE_UNCONFIRMED: Final = Problem(409, "purge-unconfirmed", "Purge not confirmed")
 BAD_KEY_OPERATION: Final = Problem(400, "bad-key-operation", "Key operation refused")
 
 # The core's reasons a key or a tenant scope is refused, each its problem.

@@ -12,11 +12,17 @@ const OUTCOMES = [
 const ATTENTION_PAGE = 50;
 const SVG = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "idem-admin-token"; // sessionStorage: this tab only, gone when it closes
+// The states of a record whose request ran upstream (or may have: one that cannot be read).
+const RAN = ["completed", "unknown", "corrupt"];
+const RUNS_AGAIN = "Its request ran upstream: a retry after the purge runs it again.";
+const SETTLED =
+  "retries get 502 outcome-unknown (Idempotency-Outcome: unknown) until its retention ends or it is resolved; the upstream is not called again.";
 
 const $ = (id) => document.getElementById(id);
 let previous = null; // the last overview, for rates
 let routes = []; // [{name, scope}] once the token is known
 let shown = null; // the record on screen: {route, tenant, key}
+let shownState = null; // its state as the lookup found it
 let pending = null; // the action waiting for its confirmation
 let attentionOffset = 0; // the attention page shown
 let lastHistory = 0; // when the history was last read (ms)
@@ -305,6 +311,7 @@ async function lookup(request) {
   if (status === 200 && data && data.state === "absent") return showError("No record for this key.");
   if (status !== 200 || !data) return showError((data && data.detail) || "lookup failed (" + status + ")");
   shown = request;
+  shownState = data.state;
   const facts = $("record-facts");
   facts.replaceChildren();
   fact(facts, "key", request.key === undefined ? "not known here (looked up by its record id)" : request.key);
@@ -327,6 +334,7 @@ async function lookup(request) {
   $("record-body-note").textContent =
     body.kind === "hex" ? "(binary, as hex)" : body.kind === "missing" ? "(blob missing)" : body.truncated ? "(first bytes)" : "";
   $("resolve-open").hidden = !["unknown", "owner-lost"].includes(data.state);
+  $("settle").hidden = data.state !== "corrupt"; // clients get 502 record-corrupt for it
   $("resolve").hidden = true;
   $("confirm").hidden = true;
   $("record").hidden = false;
@@ -379,8 +387,16 @@ function start() {
   });
   $("purge").addEventListener("click", () => {
     const what = named(shown);
-    ask("Purge the record of " + what + "? The next request with this key runs upstream again.", () =>
-      act("/keys/purge", {}, "Purged " + what + ": the next request with this key runs upstream again.", false),
+    const ran = RAN.includes(shownState); // the server refuses such a purge unconfirmed
+    const cost = ran ? RUNS_AGAIN : "The next request with this key runs upstream.";
+    ask("Purge the record of " + what + "? " + cost, () =>
+      act("/keys/purge", ran ? { confirm: true } : {}, "Purged " + what + ": the next request with this key runs upstream.", false),
+    );
+  });
+  $("settle").addEventListener("click", () => {
+    const what = named(shown);
+    ask("Settle the record of " + what + " as an unknown outcome? It is not run again: " + SETTLED, () =>
+      act("/keys/settle", {}, "Settled " + what + " as an unknown outcome: " + SETTLED, true),
     );
   });
   $("resolve-open").addEventListener("click", () => {
