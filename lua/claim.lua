@@ -53,7 +53,7 @@ if kind == 'string' then
   local value = redis.call('GET', key)
   local state, fingerprint, _, identity = settled(value)
   local own = identity == '' and ARGV[8] or ARGV[9]  -- a value of 0007fac: its fingerprint
-  if state and fingerprint ~= own then
+  if state and fingerprint ~= own and fingerprint ~= ANY then
     return {'MISMATCH', at, value}
   end
   return {'RECORD', at, value, redis.call('PTTL', key)}

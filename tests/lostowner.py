@@ -58,11 +58,11 @@ def lookup_app(find: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> 
 
 def process_config(origin: str, redis_url: str, **route: Any) -> dict[str, Any]:
     """A gateway process's config: the in-process gateways' route `api` (the same record
-    keys), `route` its fields."""
+    keys, in format 1, as `gateways.gateway_settings` writes them), `route` its fields."""
     return {
         "loop": "asyncio",
         "log_level": "warning",
-        "redis": {"url": redis_url},
+        "redis": {"url": redis_url, "record_format": 1},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
 

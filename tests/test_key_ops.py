@@ -329,8 +329,9 @@ async def test_show_and_replay_of_a_record_whose_fields_do_not_read(
 
 
 def damage(redis_url: str, key: str, how: str) -> None:
-    """Damage the record of `key` (route api, no tenant) by hand, its fingerprint kept: a
-    format-1 hash's metadata, a format-2 value's answer bytes, or a claim's lease end."""
+    """Damage the record of `key` (route api, no tenant) by hand: a format-1 hash's metadata,
+    a format-2 value's answer bytes, or a claim's lease end (its fingerprint kept), or a
+    format-2 value cut short, or a key of another type in its place (none left)."""
     names = record_names("idem", "api", tenant_id([None]), digest(key))
     plain = redis.Redis.from_url(redis_url)
     try:
@@ -340,6 +341,11 @@ def damage(redis_url: str, key: str, how: str) -> None:
             value = bytearray(plain.get(names[1]) or b"")
             value[-10] ^= 1  # past the fingerprint: the CRC over the answer fails
             plain.set(names[1], bytes(value), px=60_000)
+        elif how == "cut-short":  # its fingerprint gone with the rest
+            plain.set(names[1], (plain.get(names[1]) or b"")[:3], px=60_000)
+        elif how == "another-type":
+            plain.delete(names[1])
+            plain.rpush(names[1], b"not a record")
         else:
             plain.hset(names[0], mapping={"s": "P", "t": "lost", "l": "nan"})
             plain.hdel(names[0], "m", "b")
@@ -348,7 +354,13 @@ def damage(redis_url: str, key: str, how: str) -> None:
 
 
 # (the format the gateway writes, the damage done to its record)
-DAMAGES = [(1, "metadata"), (2, "answer-bytes"), (1, "lease-end")]
+DAMAGES = [
+    (1, "metadata"),
+    (2, "answer-bytes"),
+    (1, "lease-end"),
+    (2, "cut-short"),
+    (2, "another-type"),
+]
 
 
 async def corrupt_by_hand(gw: Any, counting: Any, redis_url: str, how: str, key: str) -> None:
@@ -361,8 +373,9 @@ async def corrupt_by_hand(gw: Any, counting: Any, redis_url: str, how: str, key:
 
 
 async def assert_outcome_unknown_on_every_retry(gw: Any, counting: Any, key: str) -> None:
-    for _ in range(3):
-        retry = await gw.post("/pay", data=b"x", headers={"Idempotency-Key": key})
+    """Every retry, of its payload or of another (what ran cannot be told: never a 422)."""
+    for body in (b"x", b"x", b"another payload"):
+        retry = await gw.post("/pay", data=body, headers={"Idempotency-Key": key})
         assert retry.status == 502, await retry.text()
         assert (await retry.json())["code"] == "outcome-unknown"
         assert retry.headers["Idempotency-Outcome"] == "unknown"

@@ -28,6 +28,7 @@ hash `store.trained` reads it from) are read as they were written.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import re
@@ -68,12 +69,13 @@ _COMPLETED: Final = bytes((layout.COMPLETED,))
 def fingerprint_field(fingerprint: str) -> bytes:
     """The fingerprint as a value holds it (`layout.FINGERPRINT` bytes): a SHA-256 hex digest's
     first bits as bytes; any other (a route's "-") hashed so."""
+    field = None
     if len(fingerprint) == 64:
-        try:
-            return bytes.fromhex(fingerprint[: 2 * layout.FINGERPRINT])
-        except ValueError:
-            pass
-    return hashlib.sha256(fingerprint.encode("latin-1")).digest()[: layout.FINGERPRINT]
+        with contextlib.suppress(ValueError):  # no digest: hashed as any other text
+            field = bytes.fromhex(fingerprint[: 2 * layout.FINGERPRINT])
+    if field is None:
+        field = hashlib.sha256(fingerprint.encode("latin-1")).digest()[: layout.FINGERPRINT]
+    return field if field != layout.ANY else field[:-1] + b"\xfe"  # never the wildcard
 
 
 def fingerprint_of_v2(field: bytes) -> bytes:

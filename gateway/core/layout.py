@@ -32,6 +32,10 @@ UNKNOWN: Final = 4  # the first byte of an unknown outcome
 FINGERPRINT: Final = 8  # bytes of the request's fingerprint (its SHA-256's first), after the kind
 TIME: Final = 6  # bytes of the time the answer was stored (unix ms), after the fingerprint
 IDENTITY: Final = 1 + FINGERPRINT + TIME  # the bytes that tell one outcome from another
+# The fingerprint of an outcome that answers any payload under its key: one an operator
+# settled in place of a record that could not be read, whose own fingerprint is lost with
+# it (no request's fingerprint is this: `core.compact.fingerprint_field`).
+ANY: Final = b"\xff" * FINGERPRINT
 CHECKSUM: Final = 4  # bytes of the checksum, last
 # The shortest value of this release: its identity, a codec byte, the checksum.
 SHORTEST: Final = IDENTITY + 1 + CHECKSUM
@@ -84,6 +88,7 @@ def lua_reader() -> str:
     returns its state, fingerprint, the lost owner's token (false: none) and identity ('' for
     a V2 value), as `fields` reads them; nil when the value cannot be read as one."""
     return _LUA.format(
+        ANY="".join(f"\\{byte}" for byte in ANY),
         V2=V2,
         COMPLETED=COMPLETED,
         UNKNOWN=UNKNOWN,
@@ -99,7 +104,9 @@ def lua_reader() -> str:
 _LUA: Final = """\
 -- settled(value): a settled record's state ('C' or 'U'), fingerprint, lost owner's token
 -- (false: none) and identity ('' for a V2 value); nil when it cannot be read as one.
--- Written from gateway/core/layout.py, its one definition.
+-- Written from gateway/core/layout.py, its one definition; ANY the fingerprint that any
+-- request's matches.
+local ANY = '{ANY}'
 local function settled(value)
   local kind = string.byte(value, 1)
   if kind == {COMPLETED} or kind == {UNKNOWN} then

@@ -429,14 +429,14 @@ class Store:
     async def settle_unreadable(self, key: str, retention: float) -> bool:
         """Settle the record under `key`, which cannot be read, as an UNKNOWN outcome (in
         format 2): it never runs again, and retries are answered `outcome-unknown` until its
-        retention ends or an operator resolves it. Its fingerprint is kept where it can still
-        be read. False when it can be read after all, or holds something else than what was
-        read here (it changed meanwhile): nothing written."""
+        retention ends or an operator resolves it, whatever payload they carry (the record's
+        fingerprint, damaged or not, cannot be trusted: `layout.ANY`). False when it can be
+        read after all, or holds something else than what was read here (it changed
+        meanwhile): nothing written."""
         read = await self._read_record(key, key)
         if read.kind == b"ABSENT":
             return False
         kind, payload = bytes(read["type"]), read["payload"]
-        fingerprint = _fingerprint_left(kind, payload)
         if kind == b"string":
             try:
                 await self._format_2(key, bytes(payload))
@@ -456,7 +456,8 @@ class Store:
             extra={"failure": "record-corrupt", "detail": "unreadable: settled", "seen": "502"},
         )
         packed = pack_answer(record, b"")
-        value = self.codec.pack(STATE_UNKNOWN, fingerprint, packed, stored_ms(record))
+        # Its fingerprint went with it: the outcome answers any payload sent under the key.
+        value = self.codec.pack(STATE_UNKNOWN, layout.ANY, packed, stored_ms(record))
         args = (_digest(kind, payload), value, _ms(retention))
         return bool(await self._call(self._settle, key, *args, settles=True))
 
@@ -579,19 +580,3 @@ def _digest(kind: bytes, payload: Any) -> str:
             b"".join(name + b"\0" + value + b"\0" for name, value in pairs)
         ).hexdigest()
     return hashlib.sha1(kind).hexdigest()
-
-
-def _fingerprint_left(kind: bytes, payload: Any) -> bytes:
-    """The request's fingerprint field as a damaged record still shows it (zeros where it
-    shows none): the settled outcome keeps it, so that retries of its payload get it."""
-    if kind == b"string":
-        value = bytes(payload)
-        found = layout.fields(value)
-        if found is not None:
-            v2 = value[0] == layout.V2
-            return fingerprint_of_v2(found.fingerprint) if v2 else found.fingerprint
-    elif kind == b"hash":
-        fields = dict(zip(payload[::2], payload[1::2], strict=True))
-        if b"f" in fields:
-            return fingerprint_field(bytes(fields[b"f"]).decode("latin-1"))
-    return bytes(layout.FINGERPRINT)

@@ -347,9 +347,9 @@ class Trained:
             raise RecordCorrupt(f"{name}: gone from Redis")
         try:
             dictionary, _ = read_stored(number, bytes(found))
-        except ValueError as exc:
-            self._say_unreadable(route, number, str(exc))
-            raise RecordCorrupt(f"{name}: cannot be loaded ({exc})") from None
+        except ValueError as unloadable:
+            self._say_unreadable(route, number, str(unloadable))
+            raise RecordCorrupt(f"{name}: cannot be loaded ({unloadable})") from None
         until = time.time() + max(int(left), 0) / 1000 - MARGIN
         known = Known(route, dictionary, bytes(found), until)
         known.kept = True
@@ -382,9 +382,11 @@ class Trained:
             raise RecordCorrupt(f"{key}: dictionary {number} of route {route} is gone")
         try:
             own[number] = Dictionary(number, bytes(data))
-        except ValueError as exc:
-            self._say_unreadable(route, number, str(exc))
-            raise RecordCorrupt(f"{key}: dictionary {number} cannot be loaded ({exc})") from None
+        except ValueError as unloadable:
+            self._say_unreadable(route, number, str(unloadable))
+            raise RecordCorrupt(
+                f"{key}: dictionary {number} cannot be loaded ({unloadable})"
+            ) from None
         return own
 
     def _spawn(self, work: Awaitable[None]) -> None:
