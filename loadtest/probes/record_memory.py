@@ -7,11 +7,12 @@ Starts a redis-server (or a valkey-server: `--redis-server PATH`) with stock set
 `--save ""` and `--appendonly no`; with `--listpack-value N`, `hash-max-listpack-value N` as
 well), an upstream that answers like a typical JSON API, and a gateway (`python -m gateway`,
 one worker) with `record_format` unset (what a new deployment writes: format 2 on a Redis of
-its own) or set, and per row sends the first keys of `--cold-routes` routes, a route's first
-SAMPLES less one each (measured as "first": compressed with the shipped dictionary, as a
-route's are until it has its own), then, once a route writes with its own dictionary,
-`--warm` keys and `--keys` more, measured ("warm"). Keys are 32 random hex characters, one
-tenant. The upstream's
+its own) or set, and per row sends, through one gateway and Redis, the first keys of
+`--cold-routes` routes, a route's first SAMPLES less eleven each (measured as "first":
+compressed with the shipped dictionary, as a route's are until it has its own), then,
+through another, once a route writes with its own dictionary, `--warm` keys and `--keys`
+more (measured as "warm"): each stretch about as long, from nearly no key, so that Redis's
+tables grow over both alike. Keys are 32 random hex characters, one tenant. The upstream's
 answer: `201 Created` with Content-Type, Content-Length, Date, Server, Cache-Control,
 Location, ETag, X-Request-Id and Strict-Transport-Security (about 330 bytes of headers), and
 a body unique per call: JSON of the asked size (ids, amounts, times and line items, as a
@@ -35,8 +36,8 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, NamedTuple
 
 import aiohttp
 import orjson
@@ -117,8 +118,7 @@ class TypicalApi:
         return web.Response(status=201, body=body, headers=headers)
 
 
-@dataclass
-class Row:
+class Row(NamedTuple):
     format: str  # as asked: "unset", "1" or "2"
     written: str  # what the records are: "1" (a hash) or "2" (a string)
     first: float  # used_memory growth per record over the route's first SAMPLES records
@@ -168,6 +168,16 @@ async def _send(
 
 
 def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path) -> Row:
+    """One row: the first records of routes without a dictionary of their own, and then a
+    warm route's, each phase on a Redis and a gateway of its own, so that each measured
+    stretch starts from nearly none and crosses Redis's table growth alike."""
+    first, _ = _phase(args, fmt, size, kind, work, cold=True)
+    return _phase(args, fmt, size, kind, work, cold=False)[1]._replace(first=first)
+
+
+def _phase(
+    args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path, cold: bool
+) -> tuple[float, Row]:
     # The ziplist name: Redis 7 reads it as the listpack one, Redis 6.2 knows only it.
     extra = ["--hash-max-ziplist-value", str(args.listpack_value)] if args.listpack_value else []
     server = RedisServer(extra=extra)
@@ -180,6 +190,7 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
     upstream_port = free_port()
     client = redis.Redis.from_url(server.url)
     gateway: GatewayProcess | None = None
+    routes = _cold_routes(args.cold_routes) if cold else [("payments", "pay")]
     try:
         runner = web.AppRunner(app, access_log=None)
         asyncio.get_event_loop().run_until_complete(runner.setup())
@@ -189,7 +200,7 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
         config = {
             "redis": {"url": server.url, **written},
             "admin": {"port": free_port()},
-            "state_dir": str(work / f"state-{fmt}-{size}-{kind}"),
+            "state_dir": str(work / f"state-{fmt}-{size}-{kind}-{'cold' if cold else 'warm'}"),
             "routes": [
                 {
                     "name": name,
@@ -198,35 +209,38 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
                     "scope": ["X-Tenant-Id"],
                     "retention": "24h",
                 }
-                for name, prefix in [("payments", "pay"), *_cold_routes(args.cold_routes)]
+                for name, prefix in routes
             ],
         }
         gateway = GatewayProcess(config, work).start()
         loop = asyncio.get_event_loop()
-        # Scripts and connections first; then the first records of routes that have no
-        # dictionary of their own yet, compressed with the shipped one (each route trains its
-        # own on its first SAMPLES: gateway/store/trained.py), of many routes at once, so that
-        # Redis's tables grow over them as over the warm ones.
-        loop.run_until_complete(_send(gateway.url, _keys(10), args.concurrency))
-        cold = [(f"/{prefix}", _keys(SAMPLES - 1)) for _, prefix in _cold_routes(args.cold_routes)]
-        before = int(client.info("memory")["used_memory"])
-        for path, each in cold:
-            loop.run_until_complete(_send(gateway.url, each, args.concurrency, path))
-        first = (int(client.info("memory")["used_memory"]) - before) / sum(len(k) for _, k in cold)
-        loop.run_until_complete(_send(gateway.url, _keys(SAMPLES), args.concurrency))
+        path = f"/{routes[0][1]}"
+        loop.run_until_complete(_send(gateway.url, _keys(10), args.concurrency, path))
+        if cold:
+            # The first records of routes that have no dictionary of their own yet,
+            # compressed with the shipped one (each route trains its own on its first
+            # SAMPLES: gateway/store/trained.py), of many routes, for a stretch as long as
+            # the warm one.
+            batches = [(f"/{prefix}", _keys(SAMPLES - 11)) for _, prefix in routes]
+            before = int(client.info("memory")["used_memory"])
+            for each_path, each in batches:
+                loop.run_until_complete(_send(gateway.url, each, args.concurrency, each_path))
+            grown = int(client.info("memory")["used_memory"]) - before
+            return grown / sum(len(each) for _, each in batches), _NO_ROW
+        loop.run_until_complete(_send(gateway.url, _keys(SAMPLES), args.concurrency, path))
         compact = any(True for _ in client.scan_iter(match="idem:payments:*", count=1000))
         if compact:
             pointer = dictionary_key("idem", "payments")
             wait_until(lambda: client.exists(pointer), 30, "the route's own dictionary")
         # Past its training: the records measured are those of a route in its steady state.
-        loop.run_until_complete(_send(gateway.url, _keys(args.warm), args.concurrency))
+        loop.run_until_complete(_send(gateway.url, _keys(args.warm), args.concurrency, path))
         keys = _keys(args.keys)
         before = int(client.info("memory")["used_memory"])
         replayed, again = loop.run_until_complete(_send(gateway.url, keys, args.concurrency))
         after = int(client.info("memory")["used_memory"])
         if replayed != again:
             raise RuntimeError("a replay differs from the first answer")
-        sent = 10 + sum(len(each) for _, each in cold) + SAMPLES + args.warm + len(keys)
+        sent = 10 + SAMPLES + args.warm + len(keys)
         if api.calls != sent:
             raise RuntimeError(f"{api.calls} upstream calls for {sent}")
         sample = [name for name in client.scan_iter(match="idem:payments:*", count=1000)][:200]
@@ -241,8 +255,8 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
         lengths = [int(client.strlen(name)) for name in sample if client.type(name) == b"string"]
         value = int(statistics.median(lengths)) if lengths else 0
         per = (after - before) / len(keys)
-        return Row(
-            fmt, "2" if compact else "1", first, size, kind, per, int(statistics.median(usage)),
+        return 0.0, Row(
+            fmt, "2" if compact else "1", 0.0, size, kind, per, int(statistics.median(usage)),
             value, stored_as,
         )  # fmt: skip
     finally:
@@ -251,6 +265,9 @@ def measure(args: argparse.Namespace, fmt: str, size: int, kind: str, work: Path
         client.close()
         server.close()
         asyncio.get_event_loop().run_until_complete(app.shutdown())
+
+
+_NO_ROW: Final = Row("", "", 0.0, 0, "", 0.0, 0, 0, "")
 
 
 def _keys(count: int) -> list[str]:
