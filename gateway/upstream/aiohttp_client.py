@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, Final
 
 import aiohttp
+from aiohttp.connector import TCPConnector
 from mypy_extensions import mypyc_attr
 from yarl import URL
 
@@ -40,8 +41,10 @@ _GUARD: Final[contextvars.ContextVar[SendGuard | None]] = contextvars.ContextVar
 )
 
 
+# The base named from its own module: compiled, one reached as `aiohttp.TCPConnector` left its
+# module (aiohttp.connector) undeclared in the C, and the wheel did not build.
 @mypyc_attr(native_class=False)  # a subclass of aiohttp's (Python) connector
-class _GuardedConnector(aiohttp.TCPConnector):
+class _GuardedConnector(TCPConnector):
     """aiohttp's connector, asking the request's `SendGuard` once the connection is in hand:
     from there to the first byte written, aiohttp does not wait on anything."""
 
