@@ -4,6 +4,7 @@ with extra options or a config file, that a test can stop, kill and start again.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,6 +13,18 @@ from gateway.store.embedded import find_redis_server, stop, wait_ready
 from testkit.ports import free_port
 
 log = logging.getLogger(__name__)
+
+# A server binary for the tests to run on instead of the gateway's own choice: another Redis
+# release's, or a Valkey's (the record tests run on each, docs/verification.md).
+SERVER_VARIABLE = "IDEM_TEST_REDIS_SERVER"
+
+
+def server_binary() -> tuple[str, str]:
+    """The redis-server the tests start, and where it came from."""
+    chosen = os.environ.get(SERVER_VARIABLE)
+    if chosen:
+        return chosen, SERVER_VARIABLE
+    return find_redis_server()
 
 
 class RedisServer:
@@ -27,7 +40,7 @@ class RedisServer:
         extra: list[str] | None = None,
         config: str | None = None,
     ) -> None:
-        self.binary, self.source = find_redis_server()
+        self.binary, self.source = server_binary()
         self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
         self.dir = Path(self._dir.name)
         self.unix_socket = str(self.dir / "redis.sock") if unix_socket else None
