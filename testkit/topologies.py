@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 import redis
 
+from gateway.core.keys import route_of_name
 from testkit.polling import wait_until
 from testkit.redis_server import RedisServer
 
@@ -148,11 +149,14 @@ class ClusterServers:
 
         wait_until(every_master_knows, timeout, "every master knows the replicas")
 
-    def keys_per_node(self) -> list[int]:
+    def keys_per_node(self, prefix: str = "idem") -> list[int]:
+        """The records each master holds (a route's dictionary and the gateways' marks left
+        out)."""
         counts = []
         for server in self.servers:
             with client(server) as each:
-                counts.append(int(each.dbsize()))
+                names = (name.decode() for name in each.scan_iter(count=1000))
+                counts.append(sum(route_of_name(prefix, name) is not None for name in names))
         return counts
 
     def close(self) -> None:

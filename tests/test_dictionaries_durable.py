@@ -20,6 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from redis.cluster import key_slot
 
+from gateway.core.compact import Codec
+from gateway.core.keys import digest, record_names, tenant_id
 from gateway.core.redaction import KEEP
 from gateway.http.app import SERVICES
 from gateway.store.store import Store
@@ -101,6 +103,26 @@ async def replays(gateway: TestClient, answers: Answers) -> dict[str, str]:
         if (answer.status, got) != (status, body) or "Idempotent-Replayed" not in answer.headers:
             wrong[key] = f"{answer.status} {got[:80]!r}"
     return wrong
+
+
+async def pay_named(
+    gateway: TestClient, plain: redis.Redis, number: int, count: int, answers: Answers
+) -> int:
+    """New keys until `count` records name dictionary `number`, theirs kept by key; how many
+    keys were sent. A record written while its gateway has not seen the dictionary in Redis
+    lately (a keeper's round late on a loaded host) names the shipped one."""
+    sent = 0
+    while len(answers) < count:
+        assert sent < 20 * count, f"{len(answers)} of {sent} records name dictionary {number}"
+        one: Answers = {}
+        await pay(gateway, 1, one, "named")
+        sent += 1
+        ((key, answer),) = one.items()
+        value = plain.get(record_names("idem", "api", tenant_id([""]), digest(key))[1])
+        needs = Codec.needs(value or b"")
+        if needs is not None and needs.number == number:
+            answers[key] = answer
+    return sent
 
 
 def store_of(gateway: TestClient) -> Store:
@@ -344,11 +366,13 @@ async def test_a_damaged_dictionary_answers_record_corrupt_never_another_answer(
     answers: Answers = {}
     await pay(knows, SAMPLES, answers)
     key = await trained(knows)
+    own = store_of(knows).trained.writer("api", RETENTION)
+    assert own is not None
     named: Answers = {}
-    await pay(knows, 40, named, "named")
-    await store_of(knows).trained.close()  # it puts nothing right for a while
     plain = redis.Redis.from_url(redis_url)
     try:
+        sent = await pay_named(knows, plain, own.number, 40, named)
+        await store_of(knows).trained.close()  # it puts nothing right for a while
         stored = bytearray(plain.get(key) or b"")
         at = len(stored) // 2 if where == "content" else 11 + 10  # past the stored head
         stored[at] ^= 0x10
@@ -365,7 +389,7 @@ async def test_a_damaged_dictionary_answers_record_corrupt_never_another_answer(
         assert await replays(again, named) == {}
     finally:
         plain.close()
-    assert api.calls == len(answers) + len(named) + 5
+    assert api.calls == len(answers) + sent + 5
 
 
 async def test_a_dictionary_holds_no_answers_particulars_and_ends_with_its_records(
