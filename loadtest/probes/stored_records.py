@@ -4,9 +4,9 @@
                                              [--quick]
 
 Starts on loopback two redis-servers, the counting upstream and one gateway (`--workers 1`)
-on each Redis. One request through the gateway of the "full" Redis stores a real record; its
-fields (fingerprint, metadata, inline body, retention) are then written under N other keys by
-the gateway's own Lua scripts, claim then complete, sent in pipelines of raw commands, so each
+on each Redis. One request through the gateway of the "full" Redis stores a real record
+(format 2, the gateways' default on a new Redis); its value is then written under N other
+keys' names with its TTL, sent in pipelines of raw commands: a value names no key, so each
 filled record is what the gateway would have stored for that key. A filled record is replayed
 through the gateway and compared with the original answer before anything is measured.
 
@@ -33,9 +33,7 @@ from pathlib import Path
 import hiredis
 import redis
 
-from gateway.core.compact import fingerprint_field, v2_fingerprint_field
-from gateway.core.keys import digest, hashed_record_key, route_of_name
-from gateway.store.scripts import load_script
+from gateway.core.keys import digest, record_names, route_of_name, tenant_id
 
 from ..drive import ensure_wrk, prefill
 from ..procs import start_redis, start_upstream
@@ -51,7 +49,9 @@ from .bench import (
 )
 
 BODY = b'{"amount":100,"currency":"EUR"}'  # what loadtest/wrk/idem.lua sends
-BATCH = 5_000  # records per pipeline (two commands each)
+BATCH = 5_000  # records per pipeline
+PREFIX = "idem"  # the gateways' redis.key_prefix
+TEMPLATE = "template"  # the key of the one record made through the gateway
 
 
 def command(*parts: bytes) -> bytes:
@@ -73,50 +73,44 @@ def post(url: str, key: str) -> tuple[int, bytes, dict[str, str]]:
 
 
 def sibling(template: str, key: str) -> str:
-    """The Redis key of idempotency key `key` on the template record's route and tenant."""
-    prefix, tagged = template.split(":", 1)
-    route, tenant, _ = tagged.strip("{}").split(":")
-    return hashed_record_key(prefix, route, tenant, digest(key))
+    """The Redis key of idempotency key `key` on the template record's route and tenant: its
+    format-2 name, as the template's (`core.keys.record_names`). The requests send no scope:
+    the tenant is the anonymous one of the route's scope headers, however many."""
+    route = route_of_name(PREFIX, template)
+    assert route is not None, template
+    for count in range(1, 9):
+        tenant = tenant_id([None] * count)
+        if record_names(PREFIX, route, tenant, digest(TEMPLATE))[1] == template:
+            return record_names(PREFIX, route, tenant, digest(key))[1]
+    raise RuntimeError(f"{template} is no anonymous record of key {TEMPLATE!r}")
 
 
 def fill(client: redis.Redis, template: str, run: str, count: int) -> float:
-    """Store `count` copies of the record at `template` under the keys `{run}-k{i}`, by the
-    claim and complete scripts; the seconds it took."""
-    fields = client.hgetall(template)
+    """Store `count` copies of the record at `template` under the keys `{run}-k{i}`, sent in
+    pipelines of raw SETs with its TTL: a format-2 value names no key (its fingerprint is the
+    request's, which every filled key's replay sends), so each copy is what the gateway would
+    have stored for that key; the seconds it took."""
+    value = client.get(template)
+    assert value is not None, template
     retention = client.pttl(template)
-    claim_sha = client.script_load(load_script("claim")).encode()
-    complete_sha = client.script_load(load_script("complete")).encode()
     address = client.connection_pool.connection_kwargs
-    fingerprint, meta, body = fields[b"f"], fields[b"m"], fields[b"b"]
-    text = fingerprint.decode("latin-1")
-    v2_fingerprint, short_fingerprint = v2_fingerprint_field(text), fingerprint_field(text)
     started = time.perf_counter()
     with socket.create_connection((address["host"], address["port"])) as sock:
         reader = hiredis.Reader()
         for first in range(0, count, BATCH):
-            now = b"%d" % int(time.time() * 1000)
-            out = []
-            for i in range(first, min(count, first + BATCH)):
-                key = sibling(template, f"{run}-k{i}").encode()
-                token = b"%032x" % (i * 2654435761 + 1)
-                out.append(  # the one name twice: the copies are of format 1, as the template
-                    command(b"EVALSHA", claim_sha, b"2", key, key, fingerprint, token, b"30000",
-                            now, b"%d" % retention, b"take", b"", v2_fingerprint,
-                            short_fingerprint, b"")
-                )  # fmt: skip
-                out.append(
-                    command(b"EVALSHA", complete_sha, b"1", key, token, b"C", meta, body,
-                            b"%d" % retention, fingerprint)
-                )  # fmt: skip
+            out = [
+                command(b"SET", sibling(template, f"{run}-k{i}").encode(), value, b"PX",
+                        b"%d" % retention)
+                for i in range(first, min(count, first + BATCH))
+            ]  # fmt: skip
             sock.sendall(b"".join(out))
             for n in range(len(out)):
                 reply = reader.gets()
                 while reply is False:
                     reader.feed(sock.recv(1 << 20))
                     reply = reader.gets()
-                wanted = [b"CLAIMED", 1] if n % 2 == 0 else 1  # claimed, under the first name
-                if reply != wanted:
-                    raise RuntimeError(f"filling record {first + n // 2}: {reply!r}")
+                if reply != b"OK":
+                    raise RuntimeError(f"filling record {first + n}: {reply!r}")
     return time.perf_counter() - started
 
 
@@ -146,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         memory = {name: client.info("memory")["used_memory"] for name, client in clients.items()}
 
         # One real record, then N copies of it under the keys wrk's "fixed" mode replays.
-        status, original, _ = post(gateways["full"].url, "template")
+        status, original, _ = post(gateways["full"].url, TEMPLATE)
         assert status == 201, status
         names = (k.decode() for k in clients["full"].scan_iter(count=100))
-        (template,) = [name for name in names if route_of_name("idem", name) is not None]
+        (template,) = [name for name in names if route_of_name(PREFIX, name) is not None]
         run = f"filled-{time.monotonic_ns()}"
         before = clients["full"].info("memory")["used_memory"]
         took = fill(clients["full"], template, run, args.records)
