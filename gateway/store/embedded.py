@@ -20,6 +20,7 @@ from typing import IO
 import redis
 
 from gateway.config.state import private_folder
+from gateway.core.backoff import EMBEDDED_START
 from gateway.errors import ConfigError
 from gateway.lifeline import die_with_parent
 
@@ -134,6 +135,7 @@ class EmbeddedRedis:
         while True:
             assert self.process is not None
             code = self.process.wait()
+            pauses = EMBEDDED_START.pauses()
             while True:
                 with self._guard:
                     if self._closing:
@@ -144,7 +146,7 @@ class EmbeddedRedis:
                         break
                     except (RuntimeError, TimeoutError) as exc:
                         log.error("the embedded redis-server did not start again: %s", exc)
-                time.sleep(_RESTART_PAUSE)
+                time.sleep(pauses.next())
 
     def close(self) -> None:
         """Stop the server (its data stays for the next start) and let go of the folder."""
@@ -169,10 +171,9 @@ def running_url(state_dir: Path) -> str | None:
 
 # A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL).
 _SOCKET_PATH_MAX = 100
-# A server that died under the gateway: how long its next start may take, and the pause
-# between failed starts.
+# A server that died under the gateway: how long its next start may take (the pauses
+# between failed starts are `core.backoff.EMBEDDED_START`'s).
 _RESTART_WAIT = 10.0
-_RESTART_PAUSE = 1.0
 # How long a start waits for the lock of a state folder whose last owner is stopping.
 _LOCK_WAIT = 2.0
 

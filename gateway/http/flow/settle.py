@@ -23,6 +23,7 @@ from aiohttp import web
 from gateway.blobs.recorder import BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.config.reconcile import Reconcile
+from gateway.core.backoff import STORE_AGAIN
 from gateway.core.decision import (
     Failure,
     Settle,
@@ -60,8 +61,6 @@ class Kept(Enum):
     IN_MEMORY = "in_memory"
 
 
-# How often an outcome Redis did not take is tried again: from the first pause, doubling.
-STORE_BACKOFF = (0.01, 0.5)  # not Final: mypyc may read a Final float tuple as unset
 REPLAY_LEASE: Final = 30.0  # renewed for an outcome replayed from a journal: its route may be gone
 
 
@@ -140,7 +139,7 @@ async def keep_storing(
     s: Services, route: str, lease: float, outcome: Unstored, entry: int | None
 ) -> None:
     """Complete `outcome` as soon as Redis takes it; renew its lease while it cannot."""
-    pacing = Pacing(STORE_BACKOFF)
+    pacing = Pacing(STORE_AGAIN)
     while True:
         try:
             stored = await _complete(s, outcome)

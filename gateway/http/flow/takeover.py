@@ -18,6 +18,7 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway.core.backoff import LATE_ANSWER
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
 from gateway.errors import RecordCorrupt, StoreUnavailable
@@ -35,7 +36,7 @@ from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
-from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
+from gateway.http.flow.settle import Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_owner_lost
 
@@ -43,11 +44,10 @@ log = logging.getLogger(__name__)
 
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-# How long a request that took a lost owner's key over waits for that owner's own answer:
-# an owner that kept its answer in the journal tries to store it every STORE_BACKOFF[1] s
-# at most, so three of its tries. A dead owner's key is settled this much later.
-LATE_ANSWER_WAIT: Final = 3 * STORE_BACKOFF[1]
-LATE_ANSWER_POLL = (0.05, 0.25)  # not Final, as STORE_BACKOFF: from the first, growing
+# How long a request that took a lost owner's key over waits for that owner's own answer
+# (1.5 s: three of the owner's tries to store it, `core.backoff.LATE_ANSWER`). A dead
+# owner's key is settled this much later.
+LATE_ANSWER_WAIT: Final = LATE_ANSWER.within
 
 
 def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
@@ -67,7 +67,7 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
     names = (c.record_key, c.record_key)  # asked under the one name that holds it
-    pacing = Pacing(LATE_ANSWER_POLL, LATE_ANSWER_WAIT)
+    pacing = Pacing(LATE_ANSWER, LATE_ANSWER_WAIT)
     while await pacing.pause():
         asked = time.monotonic()
         try:
