@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway import closing
 from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
@@ -134,26 +135,25 @@ def attach_admin(
     async def listener(app: web.Application) -> AsyncIterator[None]:
         admin = create_admin_app(app, settings.token, state, private=channel is not None)
         runner = web.AppRunner(admin, access_log=None)
-        await runner.setup()
-        try:
+        async with contextlib.AsyncExitStack() as opened:
             if channel is not None:
-                await web.SockSite(runner, bind_private(channel)).start()
+                sock = bind_private(channel)
+            else:
+                sock = admin_socket(settings, public_address)
+            opened.callback(closing.close, "the admin socket", sock.close)
+            opened.push_async_callback(closing.aclose, "the admin listener", runner.cleanup)
+            await runner.setup()
+            if channel is not None:
+                await web.SockSite(runner, sock).start()
                 yield
                 return
-            sock = admin_socket(settings, public_address)
             await serve(runner, sock, tls)
             state.port = int(sock.getsockname()[1])
             log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
             registry = app[METRICS].registry
             history = asyncio.ensure_future(keep(admin[HISTORY], registry.collect))
-            try:
-                yield
-            finally:
-                history.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await history
-        finally:
-            await runner.cleanup()
+            opened.push_async_callback(closing.cancel, "the console's history", history)
+            yield
 
     public.on_shutdown.append(draining)
     public.cleanup_ctx.append(listener)
