@@ -28,7 +28,7 @@ from gateway.http.server.certificates import attach_tls
 from gateway.ops import keyscli, sizing, upgradecli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.listener import ListenError, bind
+from gateway.ops.listener import ListenError, bind, inherited
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.supervisor.admin_hub import MAX_WORKERS
 from gateway.ops.supervisor.parent import supervise
@@ -65,20 +65,24 @@ def serve(
     ready_fd: int | None = None,
     admin_channel: str | None = None,
     first_tls: ServerTls | None = None,
+    *,
+    worker: bool = False,
+    admin_fd: int | None = None,
 ) -> None:
     """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`. What
     it opens is closed in reverse whichever step fails (`gateway.closing`).
 
-    SIGHUP reloads `config_path`. A worker (`--workers N`) serves the socket its parent
-    bound (`listen_fd`), uses the Redis its parent resolved, starts with the copies of the
-    listener's files its parent keeps (`first_tls`) and serves its admin application to its
-    parent only, on the unix socket `admin_channel`.
+    SIGHUP reloads `config_path`. It serves the socket `listen_fd` (and its admin listener
+    the socket `admin_fd`) where whatever started it bound them, else it binds their
+    addresses itself. A `worker` (`--workers N`) serves the socket its parent bound, uses
+    the Redis its parent resolved, starts with the copies of the listener's files its
+    parent keeps (`first_tls`) and serves its admin application to its parent only, on the
+    unix socket `admin_channel`.
     """
     listen = settings.listen
-    worker = listen_fd is not None
     with contextlib.ExitStack() as opened:
         if listen_fd is not None:
-            sock = socket.socket(fileno=listen_fd)
+            sock = inherited(listen_fd, "--listen-fd")
         else:
             sock = bind(listen.host, listen.port, listen.reuse_port)
         opened.callback(closing.close, "the listening socket", sock.close)
@@ -91,7 +95,10 @@ def serve(
             log.info(
                 "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
             )
-        _run(settings, sock, url, config_path, worker, ready_fd, admin_channel, first_tls)
+        admin = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
+        if admin is not None:
+            opened.callback(closing.close, "the admin socket", admin.close)
+        _run(settings, sock, url, config_path, worker, ready_fd, admin_channel, admin, first_tls)
 
 
 def _run(
@@ -102,6 +109,7 @@ def _run(
     worker: bool,
     ready_fd: int | None,
     admin_channel: str | None,
+    admin_sock: socket.socket | None,
     first_tls: ServerTls | None,
 ) -> None:
     """Serve the application on the bound `sock` until told to stop."""
@@ -131,7 +139,8 @@ def _run(
         tls = attach_tls(app, "listen", listen.tls, app[METRICS], first_tls).context
     scheme = "http" if tls is None else "https"
     if settings.admin is not None:
-        attach_admin(app, settings.admin, admin_channel, public_address=(host, port))
+        public = (host, port)
+        attach_admin(app, settings.admin, admin_channel, public_address=public, sock=admin_sock)
     if config_path:
         reload_on_sighup(app, config_path)
     if worker:
@@ -191,10 +200,12 @@ def _parser() -> _Parser:
         default=default_workers(),
         help="gateway processes sharing the port (default: one per core, here %(default)s)",
     )
-    # Set by the --workers parent for its children.
+    # Set by the --workers parent for its children; the sockets (--listen-fd, --admin-fd)
+    # also by whatever bound them for the gateway (the tests' harness holds its ports).
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--admin-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
     parser.add_argument("--serving", help=argparse.SUPPRESS)
@@ -262,7 +273,7 @@ def _main(argv: Sequence[str] | None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:
         if args.workers > 1 and not args.worker:
-            return supervise(settings, args.config, args.workers)
+            return supervise(settings, args.config, args.workers, args.listen_fd, args.admin_fd)
         serve(
             settings,
             path,
@@ -271,6 +282,8 @@ def _main(argv: Sequence[str] | None) -> int:
             args.ready_fd,
             args.admin_socket,
             first_tls,
+            worker=args.worker,
+            admin_fd=args.admin_fd,
         )
     except ListenError as refused:
         print(f"idem-gateway: {refused}", file=sys.stderr)

@@ -116,13 +116,15 @@ def attach_admin(
     settings: Admin,
     channel: str | None = None,
     public_address: tuple[str, int] | None = None,
+    sock: socket.socket | None = None,
 ) -> AdminState:
     """Serve the admin app beside `public` for as long as it runs; call before it starts.
 
-    On `admin.host:admin.port`, or, for a worker of `--workers N`, on the unix socket
-    `channel` that its supervisor reads. The returned state shows the bound port once the
-    listener has started.
+    On `admin.host:admin.port` (the socket `sock`, when whatever started the gateway bound
+    it), or, for a worker of `--workers N`, on the unix socket `channel` that its
+    supervisor reads. The returned state shows the bound port once the listener has started.
     """
+    given = sock
     state = AdminState()
     tls = None
     if settings.tls is not None and channel is None:  # a worker's channel is a unix socket
@@ -139,7 +141,7 @@ def attach_admin(
             if channel is not None:
                 sock = bind_private(channel)
             else:
-                sock = admin_socket(settings, public_address)
+                sock = admin_socket(settings, public_address, given)
             opened.callback(closing.close, "the admin socket", sock.close)
             opened.push_async_callback(closing.aclose, "the admin listener", runner.cleanup)
             await runner.setup()
@@ -160,13 +162,18 @@ def attach_admin(
     return state
 
 
-def admin_socket(settings: Admin, public_address: tuple[str, int] | None = None) -> socket.socket:
-    """The admin listener's TCP socket, bound; a busy port, or the public listener's
-    address, is the operator's to fix."""
-    try:
-        sock = bind(settings.host, settings.port)
-    except ListenError as exc:
-        raise ConfigError(f"admin.port: {exc}") from None
+def admin_socket(
+    settings: Admin,
+    public_address: tuple[str, int] | None = None,
+    sock: socket.socket | None = None,
+) -> socket.socket:
+    """The admin listener's TCP socket, bound here unless `sock` was given bound; a busy
+    port, or the public listener's address, is the operator's to fix."""
+    if sock is None:
+        try:
+            sock = bind(settings.host, settings.port)
+        except ListenError as exc:
+            raise ConfigError(f"admin.port: {exc}") from None
     if public_address is not None and _same_address(sock, public_address):
         sock.close()
         raise ConfigError(

@@ -11,7 +11,7 @@ from pathlib import Path
 from gateway import closing
 from gateway.config.settings import Settings
 from gateway.ops.admin import admin_socket
-from gateway.ops.listener import bind, start_listening
+from gateway.ops.listener import bind, inherited, start_listening
 from gateway.ops.supervisor.admin_hub import Hub
 from gateway.ops.supervisor.serving import Serving
 from gateway.ops.supervisor.workers import Supervisor, worker_command
@@ -21,12 +21,22 @@ from gateway.telemetry.logs import START_LINES
 log = logging.getLogger("gateway")
 
 
-def supervise(settings: Settings, config: str | None, workers: int) -> int:
-    """Run `workers` gateway processes on the one socket bound here, sharing one embedded
-    Redis if needed; what it opened is closed in reverse whichever step fails."""
+def supervise(
+    settings: Settings,
+    config: str | None,
+    workers: int,
+    listen_fd: int | None = None,
+    admin_fd: int | None = None,
+) -> int:
+    """Run `workers` gateway processes on the one socket bound here (or given: `listen_fd`,
+    and the admin listener's `admin_fd`), sharing one embedded Redis if needed; what it
+    opened is closed in reverse whichever step fails."""
     listen = settings.listen
     with contextlib.ExitStack() as opened:
-        sock = bind(listen.host, listen.port, listen.reuse_port)
+        if listen_fd is not None:
+            sock = inherited(listen_fd, "--listen-fd")
+        else:
+            sock = bind(listen.host, listen.port, listen.reuse_port)
         opened.callback(closing.close, "the listening socket", sock.close)
         sock.set_inheritable(True)
         url: str | None = None  # the workers' Redis when the parent starts it
@@ -40,7 +50,8 @@ def supervise(settings: Settings, config: str | None, workers: int) -> int:
         host, port = sock.getsockname()[:2]
         hub: Hub | None = None
         if settings.admin is not None:  # one admin address, the parent's, for every worker
-            admin = admin_socket(settings.admin, public_address=(host, port))
+            given = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
+            admin = admin_socket(settings.admin, public_address=(host, port), sock=given)
             opened.callback(closing.close, "the admin socket", admin.close)
             hub = Hub(settings.admin, settings.limits, workers, settings.state_dir)
             opened.callback(closing.close, "the admin listener", hub.stop)  # before its socket
