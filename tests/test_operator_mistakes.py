@@ -18,7 +18,7 @@ import yaml
 
 from gateway.cli import main
 from testkit.polling import wait_until
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .tls_certs import private_ca
@@ -220,10 +220,12 @@ def test_tls_files_swapped_are_named_not_an_openssl_source_line(
         assert "_ssl.c" not in result.stderr
 
 
-def test_a_sighup_while_the_gateway_starts_does_not_end_it(redis_url: str, tmp_path: Path) -> None:
+def test_a_sighup_while_the_gateway_starts_does_not_end_it(
+    redis_url: str, tmp_path: Path, held_port: Port
+) -> None:
     """A reload sent right after a start (before the reload handler is in place) used to
     end the gateway without a word, as SIGHUP's default action does."""
-    port = free_port()
+    port = held_port.number
     path = tmp_path / "gateway.yaml"
     path.write_text(f"listen: {{port: {port}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE)
     process = subprocess.Popen(
@@ -262,11 +264,11 @@ def _ignores_sighup(pid: int) -> bool:
 
 
 def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_start(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, held_port: Port
 ) -> None:
     """`localhost` is `127.0.0.1`: the admin listener took the public address and the
     gateway said it listened while every request reached the admin app (404)."""
-    port = free_port()
+    port = held_port.number
     path = tmp_path / "gateway.yaml"
     path.write_text(
         f"listen: {{host: 127.0.0.1, port: {port}}}\nadmin: {{host: localhost, port: {port}}}\n"
@@ -313,14 +315,14 @@ def test_keys_resolve_refuses_an_answer_no_replay_could_send(
 
 
 def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, held_port: Port
 ) -> None:
     """`--workers N` is the default on a machine of N cores: each worker said the same line,
     was restarted three times, and the parent exited 1 among its own log lines."""
     (tmp_path / "a-file").write_bytes(b"")
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\n"
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: '{redis_url}'}}\n"
         f"blob: {{url: 'file://{tmp_path}/a-file/blobs'}}\nroutes:\n" + ROUTE
     )
     result = gateway("--config", str(path), "--workers", "2")
@@ -329,13 +331,15 @@ def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_refused_start_with_the_embedded_redis_is_one_line(tmp_path: Path, workers: str) -> None:
+def test_a_refused_start_with_the_embedded_redis_is_one_line(
+    tmp_path: Path, workers: str, held_port: Port
+) -> None:
     """The default Redis: its start was logged (twice) before the line saying why the
     gateway could not start."""
     (tmp_path / "a-file").write_bytes(b"")
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: embedded}}\n"
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: embedded}}\n"
         f"state_dir: {tmp_path}/state\nblob: {{url: 'file://{tmp_path}/a-file/blobs'}}\n"
         "routes:\n" + ROUTE
     )
@@ -359,12 +363,14 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[st
     assert result.stderr == "idem-gateway: cannot write the output: No space left on device\n"
 
 
-def test_ctrl_c_while_the_gateway_starts_is_one_line(redis_url: str, tmp_path: Path) -> None:
+def test_ctrl_c_while_the_gateway_starts_is_one_line(
+    redis_url: str, tmp_path: Path, held_port: Port
+) -> None:
     """Before it serves (aiohttp then drains on SIGINT), a Ctrl-C was a KeyboardInterrupt
     traceback from wherever the start was."""
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "1"],

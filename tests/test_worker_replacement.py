@@ -27,7 +27,6 @@ from gateway.core.backoff import WORKER_START
 from gateway.http.server.certificates import Certificates
 from gateway.ops.supervisor.serving import Serving, worker_settings
 from testkit.polling import until
-from testkit.ports import free_port
 from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .hostile import every_worker_serving
@@ -64,17 +63,17 @@ async def test_a_worker_killed_after_a_refused_reload_is_replaced_with_the_certi
     admin_cert, admin_key = ca.leaf_files("admin")
     in_use = der(cert)
     context = ssl.create_default_context(cafile=ca.ca_file)
-    admin = free_port()
     counting = CountingUpstream()
     async with serving_app(counting.app()) as origin:
         config = {
             "redis": {"url": redis_url},
             "blob": {"url": f"file://{tmp_path}/blobs"},
             "listen": {"tls": {"cert": cert, "key": key}},
-            "admin": {"port": admin, "tls": {"cert": admin_cert, "key": admin_key}},
+            "admin": {"tls": {"cert": admin_cert, "key": admin_key}},
             "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
         }
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
+        admin = gateway.admin_port
         await asyncio.to_thread(gateway.start)
         try:
             await every_worker_serving(gateway, admin, 2, scheme="https")
@@ -124,11 +123,11 @@ async def test_a_replacement_that_keeps_failing_at_start_is_retried_while_the_ot
         config = {
             "redis": {"url": redis_url},
             "blob": {"url": f"file://{blobs}"},
-            "admin": {"port": free_port()},
+            "admin": {},
             "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
         }
-        admin = config["admin"]["port"]
         gateway = GatewayProcess(config, tmp_path, ["--workers", "2"])
+        admin = gateway.admin_port
         await asyncio.to_thread(gateway.start)
         try:
             await every_worker_serving(gateway, admin, 2, scheme="http")

@@ -42,7 +42,7 @@ from gateway.config.units import parse_size
 from gateway.core.compact import OWN
 from gateway.store.trained import SAMPLES, dictionaries_key
 from testkit.polling import wait_until
-from testkit.ports import free_port
+from testkit.ports import kept_port
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 
@@ -169,7 +169,7 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
     api = TypicalApi(size, kind, seed=size)
     app = web.Application(client_max_size=1 << 30)
     app.router.add_post("/pay", api.handle)
-    upstream_port = free_port()
+    upstream_port = kept_port()
     client = redis.Redis.from_url(server.url)
     gateway: GatewayProcess | None = None
     try:
@@ -179,7 +179,7 @@ def measure(args: argparse.Namespace, fmt: int, size: int, kind: str, work: Path
         asyncio.get_event_loop().run_until_complete(site.start())
         config = {
             "redis": {"url": server.url, "record_format": fmt},
-            "admin": {"port": free_port()},
+            "admin": {"port": kept_port()},
             "state_dir": str(work / f"state-{fmt}-{size}-{kind}"),
             "routes": [
                 {
