@@ -101,7 +101,6 @@ class Claimed:
     def __init__(
         self,
         received: Received,
-        *,
         record_key: str,
         token: str,
         fingerprint: str,

