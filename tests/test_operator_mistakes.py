@@ -278,6 +278,24 @@ def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_st
     assert_one_line(result, f"admin.port: localhost:{port} is the public listener's address")
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("option", ["--listen-fd", "--admin-fd"])
+def test_a_socket_to_serve_that_is_none_is_one_line(
+    tmp_path: Path, workers: str, option: str, held_port: Port
+) -> None:
+    """What started the gateway passes its sockets by number: one that is no socket (here
+    its standard input, /dev/null) is said in one line, exit 3, as a port it cannot bind."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(GOOD + f"listen: {{port: {held_port.number}}}\nadmin: {{port: 0}}\n")
+    result = gateway("--config", str(path), "--workers", workers, option, "0")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines() == [
+        f"idem-gateway: {option} 0: not a socket this gateway was given (Socket operation on"
+        " non-socket)"
+    ]
+
+
 def test_check_says_tracing_needs_its_extra_as_the_start_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

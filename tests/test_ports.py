@@ -137,4 +137,6 @@ async def test_a_gateway_process_is_handed_its_sockets_and_serves_on_them_again(
                     Port(port)  # still held
     finally:
         gateway.close()
-    assert "cannot listen" not in gateway.log()
+    log = gateway.log()
+    assert "cannot listen" not in log and "Traceback" not in log
+    assert "worker pid" not in log  # one gateway, not a worker of a --workers parent
