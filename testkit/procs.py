@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -109,8 +110,10 @@ class GatewayProcess:
         return self.process.wait(timeout=timeout)
 
     def _launch(self) -> None:
-        handed = {part: port.socket() for part, port in self._held.items()}
+        handed: dict[str, socket.socket] = {}
         try:
+            for part, port in self._held.items():
+                handed[part] = port.socket()
             inherited = [f"--{part}-fd={sock.fileno()}" for part, sock in handed.items()]
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
