@@ -57,7 +57,7 @@ end
 local clock = redis.call('TIME')
 local now = clock[1] * 1000 + math.floor(clock[2] / 1000)
 local lease = tonumber(ARGV[3])
-local ttl = lease + (tonumber(ARGV[5]) or 0)  -- absent: a caller of before the hold
+local ttl = lease + (tonumber(ARGV[5]) or 0)  -- no hold given: the key ends with its lease
 local state = v[1]
 if kind == 'hash' and not state then  -- a hash with no state: damaged, never a free key
   return {'RECORD', '', redis.call('PTTL', key), at}
@@ -79,7 +79,8 @@ if state == 'P' then
     redis.call('HSET', key, 'l', now + lease)
     return {v[9] and 'TAKEN' or 'CLAIMED', at}
   end
-  -- A key an earlier version claimed has no 'l': its TTL is its lease.
+  -- A claim with no 'l' holds its lease in its TTL alone: the TTL left is the lease left,
+  -- so that such a key is in flight until it ends, never taken from a live owner.
   local ends = tonumber(v[6])  -- strtod's: 'nan' and 'inf' are numbers to it
   if v[6] and not (ends and ends == ends and math.abs(ends) ~= math.huge) then
     return {'RECORD', '', redis.call('PTTL', key), at}  -- damaged: never a free key
