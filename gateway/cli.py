@@ -86,6 +86,9 @@ def serve(
         else:
             sock = bind(listen.host, listen.port, listen.reuse_port)
         opened.callback(closing.close, "the listening socket", sock.close)
+        admin = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
+        if admin is not None:  # taken with the other one: closed whichever step fails next
+            opened.callback(closing.close, "the admin socket", admin.close)
         url = redis_url or settings.redis.url
         if redis_url is None and settings.redis.topology == "embedded":
             embedded = EmbeddedRedis(Path(settings.state_dir))
@@ -95,9 +98,6 @@ def serve(
             log.info(
                 "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
             )
-        admin = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
-        if admin is not None:
-            opened.callback(closing.close, "the admin socket", admin.close)
         _run(settings, sock, url, config_path, worker, ready_fd, admin_channel, admin, first_tls)
 
 

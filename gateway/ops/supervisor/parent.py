@@ -39,6 +39,9 @@ def supervise(
             sock = bind(listen.host, listen.port, listen.reuse_port)
         opened.callback(closing.close, "the listening socket", sock.close)
         sock.set_inheritable(True)
+        given = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
+        if given is not None:  # taken with the other one: closed whichever step fails next
+            opened.callback(closing.close, "the admin socket", given.close)
         url: str | None = None  # the workers' Redis when the parent starts it
         if settings.redis.topology == "embedded":
             embedded = EmbeddedRedis(Path(settings.state_dir))
@@ -50,7 +53,6 @@ def supervise(
         host, port = sock.getsockname()[:2]
         hub: Hub | None = None
         if settings.admin is not None:  # one admin address, the parent's, for every worker
-            given = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
             admin = admin_socket(settings.admin, public_address=(host, port), sock=given)
             opened.callback(closing.close, "the admin socket", admin.close)
             hub = Hub(settings.admin, settings.limits, workers, settings.state_dir)
