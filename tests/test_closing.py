@@ -290,6 +290,30 @@ def test_a_workers_parent_that_cannot_start_stops_its_redis_and_closes_its_socke
     assert [p.name for p in state_dir.iterdir() if p.name.startswith("serving-")] == []
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_gateway_handed_its_sockets_closes_both_when_its_redis_cannot_start(
+    workers: int, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--listen-fd` and `--admin-fd` (as a harness that holds its ports hands them over):
+    the sockets are the gateway's from its first step, closed when a later one fails."""
+    from gateway.cli import serve
+
+    monkeypatch.setattr(embedded, "wait_ready", _no_answer)
+    before = held()
+    listening, admin = socket.socket(), socket.socket()
+    for sock in (listening, admin):
+        sock.bind(("127.0.0.1", 0))
+    admin_address = {"host": "127.0.0.1", "port": admin.getsockname()[1]}
+    settings = _embedded_settings(state_dir, "http://127.0.0.1:9", admin=admin_address)
+    listen_fd, admin_fd = listening.detach(), admin.detach()
+    with pytest.raises(ConfigError):
+        if workers == 1:
+            serve(settings, listen_fd=listen_fd, admin_fd=admin_fd)
+        else:
+            supervise(settings, None, workers, listen_fd, admin_fd)
+    _nothing_left_after_a_command(before)
+
+
 def _nothing_left_after_a_command(before: dict[str, Any]) -> None:
     """Its event loop is closed, its redis-server stopped (and reaped), its threads ended."""
     assert _differences(before, held()) == {}
