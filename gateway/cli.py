@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import importlib
 import logging
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn
 
-from gateway import build
+from gateway import build, closing
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.schema import schema_text
 from gateway.config.server_tls import ServerTls
@@ -27,7 +28,7 @@ from gateway.http.server.certificates import attach_tls
 from gateway.ops import keyscli, sizing, upgradecli
 from gateway.ops.admin import attach_admin
 from gateway.ops.collector import tune_collector
-from gateway.ops.listener import ListenError, bind
+from gateway.ops.listener import ListenError, bind, inherited
 from gateway.ops.reload import reload_on_sighup
 from gateway.ops.supervisor.admin_hub import MAX_WORKERS
 from gateway.ops.supervisor.parent import supervise
@@ -64,75 +65,97 @@ def serve(
     ready_fd: int | None = None,
     admin_channel: str | None = None,
     first_tls: ServerTls | None = None,
+    *,
+    worker: bool = False,
+    admin_fd: int | None = None,
 ) -> None:
-    """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`.
+    """Run the gateway until SIGINT/SIGTERM; start a local Redis for `url: embedded`. What
+    it opens is closed in reverse whichever step fails (`gateway.closing`).
 
-    SIGHUP reloads `config_path`. A worker (`--workers N`) serves the socket its parent
-    bound (`listen_fd`), uses the Redis its parent resolved, starts with the copies of the
-    listener's files its parent keeps (`first_tls`) and serves its admin application to its
-    parent only, on the unix socket `admin_channel`.
+    SIGHUP reloads `config_path`. It serves the socket `listen_fd` (and its admin listener
+    the socket `admin_fd`) where whatever started it bound them, else it binds their
+    addresses itself. A `worker` (`--workers N`) serves the socket its parent bound, uses
+    the Redis its parent resolved, starts with the copies of the listener's files its
+    parent keeps (`first_tls`) and serves its admin application to its parent only, on the
+    unix socket `admin_channel`.
     """
     listen = settings.listen
-    worker = listen_fd is not None
-    if listen_fd is not None:
-        sock = socket.socket(fileno=listen_fd)
-    else:
-        sock = bind(listen.host, listen.port, listen.reuse_port)
-    embedded: EmbeddedRedis | None = None
-    url = redis_url or settings.redis.url
-    if redis_url is None and settings.redis.topology == "embedded":
-        embedded = EmbeddedRedis(Path(settings.state_dir))
-        embedded.start()
-        url = embedded.url
-        log.info(
-            "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
-        )
-    try:
-        host, port = sock.getsockname()[:2]
-        routes = len(settings.routes)
-
-        def listening(_: str) -> None:  # run_app calls it once the server accepts
-            START_LINES.release()
-            if ready_fd is not None:  # the --workers parent waits for it to start the rest
-                os.write(ready_fd, b"1")
-                os.close(ready_fd)
+    with contextlib.ExitStack() as opened:
+        if listen_fd is not None:
+            sock = inherited(listen_fd, "--listen-fd")
+        else:
+            sock = bind(listen.host, listen.port, listen.reuse_port)
+        opened.callback(closing.close, "the listening socket", sock.close)
+        admin = inherited(admin_fd, "--admin-fd") if admin_fd is not None else None
+        if admin is not None:  # taken with the other one: closed whichever step fails next
+            opened.callback(closing.close, "the admin socket", admin.close)
+        url = redis_url or settings.redis.url
+        if redis_url is None and settings.redis.topology == "embedded":
+            embedded = EmbeddedRedis(Path(settings.state_dir))
+            opened.callback(closing.close, "the embedded redis-server", embedded.close)
+            embedded.start()
+            url = embedded.url
             log.info(
-                "idem-gateway listening on %s://%s:%d (%d route%s, %s loop, %s)",
-                scheme,
-                host,
-                port,
-                routes,
-                "" if routes == 1 else "s",
-                settings.loop,
-                build.describe(),
+                "embedded redis-server started (%s, from the %s)", embedded.binary, embedded.source
             )
+        _run(settings, sock, url, config_path, worker, ready_fd, admin_channel, admin, first_tls)
 
-        app = create_app(settings, url)
-        tls = None
-        if listen.tls is not None:
-            tls = attach_tls(app, "listen", listen.tls, app[METRICS], first_tls).context
-        scheme = "http" if tls is None else "https"
-        if settings.admin is not None:
-            attach_admin(app, settings.admin, admin_channel, public_address=(host, port))
-        if config_path:
-            reload_on_sighup(app, config_path)
-        if worker:
-            count_requests(app)
-        app.on_startup.append(tune_collector)  # last: after the resources are up
-        try:
-            loop = new_loop(settings.loop)
-            build.contain_compiled_tasks(loop)
-            site.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
-        except OSError as exc:
-            # Two gateways started in the same instant can both bind (SO_REUSEADDR); the
-            # one that listens second is refused here, before it has said "listening".
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            raise ListenError(f"cannot listen on {host}:{port}: the address is in use") from None
-    finally:
-        sock.close()
-        if embedded is not None:
-            embedded.close()
+
+def _run(
+    settings: Settings,
+    sock: socket.socket,
+    redis_url: str,
+    config_path: str | None,
+    worker: bool,
+    ready_fd: int | None,
+    admin_channel: str | None,
+    admin_sock: socket.socket | None,
+    first_tls: ServerTls | None,
+) -> None:
+    """Serve the application on the bound `sock` until told to stop."""
+    listen = settings.listen
+    host, port = sock.getsockname()[:2]
+    routes = len(settings.routes)
+
+    def listening(_: str) -> None:  # run_app calls it once the server accepts
+        START_LINES.release()
+        if ready_fd is not None:  # the --workers parent waits for it to start the rest
+            os.write(ready_fd, b"1")
+            os.close(ready_fd)
+        log.info(
+            "idem-gateway listening on %s://%s:%d (%d route%s, %s loop, %s)",
+            scheme,
+            host,
+            port,
+            routes,
+            "" if routes == 1 else "s",
+            settings.loop,
+            build.describe(),
+        )
+
+    app = create_app(settings, redis_url)
+    tls = None
+    if listen.tls is not None:
+        tls = attach_tls(app, "listen", listen.tls, app[METRICS], first_tls).context
+    scheme = "http" if tls is None else "https"
+    if settings.admin is not None:
+        public = (host, port)
+        attach_admin(app, settings.admin, admin_channel, public_address=public, sock=admin_sock)
+    if config_path:
+        reload_on_sighup(app, config_path)
+    if worker:
+        count_requests(app)
+    app.on_startup.append(tune_collector)  # last: after the resources are up
+    try:
+        loop = new_loop(settings.loop)
+        build.contain_compiled_tasks(loop)
+        site.run(app, sock, listen.backlog, DRAIN_SECONDS, listening, loop, tls)
+    except OSError as exc:
+        # Two gateways started in the same instant can both bind (SO_REUSEADDR); the one
+        # that listens second is refused here, before it has said "listening".
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ListenError(f"cannot listen on {host}:{port}: the address is in use") from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,10 +200,12 @@ def _parser() -> _Parser:
         default=default_workers(),
         help="gateway processes sharing the port (default: one per core, here %(default)s)",
     )
-    # Set by the --workers parent for its children.
+    # Set by the --workers parent for its children; the sockets (--listen-fd, --admin-fd)
+    # also by whatever bound them for the gateway (the tests' harness holds its ports).
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--admin-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--admin-socket", help=argparse.SUPPRESS)
     parser.add_argument("--serving", help=argparse.SUPPRESS)
@@ -248,7 +273,7 @@ def _main(argv: Sequence[str] | None) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the reload handler is in place
     try:
         if args.workers > 1 and not args.worker:
-            return supervise(settings, args.config, args.workers)
+            return supervise(settings, args.config, args.workers, args.listen_fd, args.admin_fd)
         serve(
             settings,
             path,
@@ -257,6 +282,8 @@ def _main(argv: Sequence[str] | None) -> int:
             args.ready_fd,
             args.admin_socket,
             first_tls,
+            worker=args.worker,
+            admin_fd=args.admin_fd,
         )
     except ListenError as refused:
         print(f"idem-gateway: {refused}", file=sys.stderr)

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from testkit.ports import free_port
+from testkit.ports import kept_port
 
 from .drive import SCENARIOS, cpu_per_request, ensure_wrk, gateway_config
 from .procs import Child, pin, spare_last_core, start_redis, start_upstream
@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> int:
         upstream = start_upstream(stack, workdir)
         sink: Child | None = None
         if traced:
-            port = free_port()
+            port = kept_port()
             sink = Child("otlp-sink", "loadtest.otlp_sink", port, ["--port", str(port)], workdir)
             stack.callback(sink.stop)
         gateways: dict[str, Child] = {}
         for name, path in trees.items():
-            port = free_port()
+            port = kept_port()
             config = workdir / f"gateway-{name}.yaml"
-            raw = gateway_config(port, upstream.url, redis.url, "uvloop", True, free_port())
+            raw = gateway_config(port, upstream.url, redis.url, "uvloop", True, kept_port())
             if name in traced and sink is not None:
                 endpoint = f"{sink.url}/v1/traces"
                 raw["tracing"] = {

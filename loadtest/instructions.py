@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import kept_port, wait_for_port
 
 from . import instructions_gate as gate
 from .drive import gateway_config
@@ -131,9 +131,9 @@ def measure(
     records written in `record_format` (None: its default, for a tree of before the
     setting). It runs in `workdir`: `python -m` puts that folder first on the path, so no
     checkout is imported unless `env` names it."""
-    port = free_port()
+    port = kept_port()
     config = workdir / f"gateway-{name}.yaml"
-    raw = gateway_config(port, upstream_url, redis_url, "uvloop", True, free_port())
+    raw = gateway_config(port, upstream_url, redis_url, "uvloop", True, kept_port())
     raw["redis"].update(SLOW_REDIS)
     if record_format is not None:
         raw["redis"]["record_format"] = record_format

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli import new_loop
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import kept_port, wait_for_port
 from testkit.redis_server import RedisServer
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -106,7 +106,8 @@ def pin(pid: int, core: list[int] | None) -> None:
 
 
 def start_redis(stack: ExitStack) -> RedisServer:
-    """A redis-server of the run's own on a free loopback port, stopped when `stack` closes."""
+    """A redis-server of the run's own on a loopback port it holds, stopped when `stack`
+    closes."""
     server = RedisServer()
     server.start()
     stack.callback(server.close)
@@ -115,7 +116,7 @@ def start_redis(stack: ExitStack) -> RedisServer:
 
 def start_upstream(stack: ExitStack, workdir: Path) -> Child:
     """The counting upstream (`loadtest.upstream`) of the run, stopped when `stack` closes."""
-    port = free_port()
+    port = kept_port()
     upstream = Child("upstream", "loadtest.upstream", port, ["--port", str(port)], workdir)
     stack.callback(upstream.stop)
     return upstream

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from gateway import build
-from testkit.ports import free_port
+from testkit.ports import kept_port
 
 from . import https_rows
 from .drive import (
@@ -147,7 +147,7 @@ class Targets:
         self.upstream = self.child("upstream", "loadtest.upstream", ["--port", "{port}"])
 
     def child(self, name: str, module: str, args: list[str]) -> Child:
-        port = free_port()
+        port = kept_port()
         started = Child(
             name, module, port, [a.replace("{port}", str(port)) for a in args], self.workdir
         )
@@ -164,7 +164,7 @@ class Targets:
     def gateway(
         self, name: str, loop: str, pipeline: bool, tls: tuple[str, str] | None = None
     ) -> Child:
-        port, admin_port = free_port(), free_port()
+        port, admin_port = kept_port(), kept_port()
         config = self.workdir / f"{name}.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -191,7 +191,7 @@ class Targets:
         )  # fmt: skip
 
     def nginx(self, nginx: str, name: str, tls: tuple[str, str] | None = None) -> Nginx:
-        started = Nginx(nginx, name, free_port(), self.upstream.url, self.workdir, tls)
+        started = Nginx(nginx, name, kept_port(), self.upstream.url, self.workdir, tls)
         self.stack.callback(started.stop)
         return started
 

@@ -95,7 +95,8 @@ if state == 'P' then
     end
     return {'CLAIMED', at}
   end
-  -- Without 'l' (claims of releases whose lease was the key's TTL), the TTL is the lease.
+  -- A claim with no 'l' holds its lease in its TTL alone: the TTL left is the lease left,
+  -- so that such a key is in flight until it ends, never taken from a live owner.
   local ends = tonumber(v[6])  -- strtod's: 'nan' and 'inf' are numbers to it
   if v[6] and not (ends and ends == ends and math.abs(ends) ~= math.huge) then
     return {'RECORD', at, '', redis.call('PTTL', key)}  -- damaged: never a free key

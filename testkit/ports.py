@@ -1,61 +1,103 @@
-"""Loopback ports: picking a free one, and waiting until a child process listens on one."""
+"""Loopback ports for the servers the tests start, held from the moment they are chosen, and
+waiting until a child process listens on one.
+
+A port picked free and let go before its server binds it can be taken meanwhile (another
+server's bind(0), a connection's own end: a gateway then talked to another test's upstream
+on its port). So every port here is bound first, by the kernel's choice (port 0), and kept:
+
+- a server that takes a socket is handed one (`Port.socket`): the gateway inherits it
+  (`--listen-fd`, `--admin-fd`), an in-process aiohttp server binds port 0 itself;
+- a server that binds by itself (redis-server, nginx, moto, a harness's child) binds the
+  held port beside this process's hold: the hold is a bound socket that never listens, with
+  SO_REUSEADDR, which such servers set too. Linux gives a port bound so to no other bind(0)
+  and to no connection's own end, and lets a socket with SO_REUSEADDR bind it as long as
+  none listens there: the server's bind never fails for want of a free port, and a server
+  stopped and started again finds its port still its own.
+
+While nothing listens on a held port, a connection to it is refused: it is also a port
+where nothing answers (`Port` of a server that is down).
+"""
 
 from __future__ import annotations
 
-import itertools
-import os
-import secrets
 import socket
 import subprocess
 import time
-from pathlib import Path
+import weakref
+from types import TracebackType
 
-# Ports are picked below the kernel's ephemeral range: a port a test picked and has not yet
-# bound is never handed out meanwhile to another server's bind(0) or a client connection's
-# own end (a floor started on a port that an upstream of another xdist worker had taken by
-# then answered as that upstream). Under xdist each worker picks in a slice of its own.
-FIRST = 10_000
+LOOPBACK = "127.0.0.1"
 
 
-def _ephemeral_start() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768  # Linux's default
+class Port:
+    """A loopback port this process holds until `close` (or until the Port is dropped):
+    `number` is it. `number=0` (the default) lets the kernel choose one; a number asks for
+    that one, refused (OSError) when anything holds it, a server or another hold."""
+
+    def __init__(self, number: int = 0, host: str = LOOPBACK) -> None:
+        self.host = host
+        hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            hold.bind((host, number))  # without SO_REUSEADDR: refused if anything holds it
+            # From now on a server with SO_REUSEADDR may bind it too, while none listens.
+            hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        except BaseException:  # OverflowError too: a number past the last port
+            hold.close()
+            raise
+        self.number: int = hold.getsockname()[1]
+        self._release = weakref.finalize(self, hold.close)
+
+    def socket(self) -> socket.socket:
+        """A socket bound to this port (not listening yet), for a server to be handed: it
+        listens once it serves, and connections until then are refused."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.number))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.number}"
+
+    def close(self) -> None:
+        """Let the port go (closing again does nothing)."""
+        self._release()
+
+    def __enter__(self) -> Port:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
-def _slice() -> tuple[int, int]:
-    """This process's ports: the first and how many (the xdist worker's share)."""
-    span = _ephemeral_start() - FIRST
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    index = int(worker) % count if worker.isdigit() and count > 0 else 0
-    size = span // max(count, 1)
-    return FIRST + index * size, size
+_KEPT: list[Port] = []
 
 
-_FIRST_OF_SLICE, _SLICE = _slice()
-# A process starts at a random place in its slice: another process of the same worker (a
-# harness a test runs) then rarely walks the same ports, and a port it holds is skipped.
-_NEXT = itertools.count(secrets.randbelow(max(_SLICE, 1)))
+def kept_port() -> int:
+    """A port held for the rest of this process's life, for a harness (a load run, a
+    verification run) whose servers bind it themselves: its number."""
+    port = Port()
+    _KEPT.append(port)
+    return port.number
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now, that nothing else takes before the caller binds it but
-    another picker of the same slice (see FIRST)."""
-    if _SLICE < 100:  # an ephemeral range that starts low: no room below it
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
-    for _ in range(_SLICE):
-        port = _FIRST_OF_SLICE + next(_NEXT) % _SLICE
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:  # in use, or its connections still closing
-                continue
-        return port
-    raise OSError(f"no free port in {_FIRST_OF_SLICE}-{_FIRST_OF_SLICE + _SLICE - 1}")
+def port_pair(offset: int) -> tuple[Port, Port]:
+    """Two held ports `offset` apart (a Redis Cluster node's port and its bus port, +10000)."""
+    while True:
+        first = Port()
+        try:
+            return first, Port(first.number + offset)
+        except (OSError, OverflowError):  # held, or past the last port: another pair
+            first.close()
 
 
 def wait_for_port(
@@ -68,7 +110,7 @@ def wait_for_port(
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((LOOPBACK, port), timeout=0.2):
                 return
         except OSError:
             if time.monotonic() > deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from typing import Any, Final
 import yaml
 
 from testkit.polling import wait_until
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 
 # How long a gateway process may take from its launch until each of its workers serves. A
 # start is about a second of CPU (Python's imports, then the application's start), and a
@@ -27,10 +28,14 @@ LISTENING: Final = "idem-gateway listening on"
 
 
 class GatewayProcess:
-    """`python -m gateway --config FILE` in a child process, on a free port.
+    """`python -m gateway --config FILE` in a child process, on a port of its own.
 
-    `config` is the YAML tree; its listen port is filled in. Output goes to a log file in
-    `workdir`, which `log()` reads back.
+    `config` is the YAML tree. Where it names no `listen.port` (nor an `admin.port`, for an
+    `admin` it has), this process holds one (`testkit.ports.Port`), fills it in, and hands
+    the child a socket bound to it at each start (`--listen-fd`, `--admin-fd`), so that a
+    gateway started again serves on the same port, which nothing took meanwhile; `close`
+    lets them go. A port the config names, the gateway binds itself (a test of that bind).
+    Output goes to a log file in `workdir`, which `log()` reads back.
     """
 
     def __init__(
@@ -45,9 +50,15 @@ class GatewayProcess:
         """`env`: added to this process's environment; `cwd`: where it runs (`python -m`
         puts that folder first on the path, before PYTHONPATH: a gateway of another tree
         must not run in this one)."""
-        self.port = config.setdefault("listen", {}).setdefault("port", free_port())
+        config = {**config, "listen": {"host": "127.0.0.1", **config.get("listen", {})}}
+        self._held: dict[str, Port] = {}  # the ports handed to the child: listen, admin
+        for part in ("listen", "admin"):
+            if part in config and config[part].get("port") is None:
+                self._held[part] = Port()
+                config[part] = {**config[part], "port": self._held[part].number}
+        self.port: int = config["listen"]["port"]
+        self._admin_port: int | None = config["admin"]["port"] if "admin" in config else None
         self._says_when_it_serves = config.get("log_level", "info") in ("debug", "info")
-        config["listen"].setdefault("host", "127.0.0.1")
         self.workdir = workdir
         self.config_path = workdir / f"gateway-{self.port}.yaml"
         self.config_path.write_text(yaml.safe_dump(config))
@@ -62,6 +73,12 @@ class GatewayProcess:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_port(self) -> int:
+        """Its admin listener's port (its config has an `admin` section)."""
+        assert self._admin_port is not None, "this gateway has no admin listener"
+        return self._admin_port
 
     def start(self, timeout: float = STARTS_WITHIN) -> GatewayProcess:
         """Launch it and return once it serves. Its socket is bound, and takes connections
@@ -93,12 +110,22 @@ class GatewayProcess:
         return self.process.wait(timeout=timeout)
 
     def _launch(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, *self.entry, "--config", str(self.config_path), *self.args],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, cwd=self.cwd,
-            )  # fmt: skip
+        handed: dict[str, socket.socket] = {}
+        try:
+            for part, port in self._held.items():
+                handed[part] = port.socket()
+            inherited = [f"--{part}-fd={sock.fileno()}" for part, sock in handed.items()]
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, *self.entry, "--config", str(self.config_path),
+                     *inherited, *self.args],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env}, cwd=self.cwd,
+                    pass_fds=[sock.fileno() for sock in handed.values()],
+                )  # fmt: skip
+        finally:
+            for sock in handed.values():  # the child's now
+                sock.close()
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.process is not None
@@ -110,8 +137,14 @@ class GatewayProcess:
         self.process.kill()
         self.process.wait(timeout=10)
 
+    def close(self) -> None:
+        """Stop it if it runs, and let its ports go."""
+        self.stop()
+        for port in self._held.values():
+            port.close()
+
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; the exit code."""
+        """SIGTERM and wait; the exit code (its ports stay held: it may start again)."""
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else 0
         self.process.terminate()

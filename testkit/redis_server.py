@@ -1,5 +1,12 @@
-"""A real redis-server for tests and load runs: on a free loopback port (or a unix socket),
-with extra options or a config file, that a test can stop, kill and start again."""
+"""A real redis-server for tests and load runs: on a loopback port this process holds (or a
+unix socket), with extra options or a config file, that a test can stop, kill and start
+again.
+
+redis-server cannot be handed a socket: it binds its port itself, beside this process's
+hold on it (`testkit.ports.Port`, a bound socket that never listens; redis-server sets
+SO_REUSEADDR, as the hold does). No other bind(0) and no connection's own end is given a
+held port, so the server's bind finds it free, at its first start and at each start
+again, and nothing else answers there while it is down."""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from gateway.store.embedded import find_redis_server, stop, wait_ready
-from testkit.ports import free_port
+from testkit.ports import Port, port_pair
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +38,24 @@ class RedisServer:
     """A redis-server child process on a loopback port or a unix socket in its own temp dir.
 
     It can be stopped, killed and started again on the same address with the same data dir.
+    `cluster_bus`: a Cluster node's, whose bus port (its port + 10000) is held as well.
     """
 
     def __init__(
         self,
-        port: int | None = None,
         unix_socket: bool = False,
         extra: list[str] | None = None,
         config: str | None = None,
+        cluster_bus: bool = False,
     ) -> None:
         self.binary, self.source = server_binary()
         self._dir = tempfile.TemporaryDirectory(prefix="idem-redis-")
         self.dir = Path(self._dir.name)
         self.unix_socket = str(self.dir / "redis.sock") if unix_socket else None
-        self.port = 0 if unix_socket else (port or free_port())
+        self.held: list[Port] = []  # its port (and a Cluster node's bus port), until `close`
+        if not unix_socket:
+            self.held = list(port_pair(10_000)) if cluster_bus else [Port()]
+        self.port = self.held[0].number if self.held else 0
         self.extra = extra or []
         # A config file (Sentinel needs one it can rewrite); command-line options override it.
         self.config_file = self.dir / "redis.conf" if config is not None else None
@@ -92,3 +103,5 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         self._dir.cleanup()
+        for port in self.held:
+            port.close()

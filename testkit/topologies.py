@@ -5,9 +5,6 @@ Servers start in parallel; every wait polls a condition against a deadline.
 
 from __future__ import annotations
 
-import os
-import random
-import socket
 from collections.abc import Iterable
 
 import redis
@@ -27,35 +24,6 @@ def start_all(servers: Iterable[RedisServer], timeout: float = 10.0) -> None:
         server.launch()
     for server in started:
         server.wait_ready(timeout)
-
-
-def _cluster_ports() -> range:
-    """This process's share of the ports below the ephemeral range: pytest-xdist's workers
-    (`PYTEST_XDIST_WORKER` gw0, gw1, ...) each draw from a slice of their own, so that two
-    of them never pick the same port between its check and redis-server's bind."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    slot = int(worker) % 8 if worker.isdigit() else 0
-    return range(15000 + slot * 875, 15000 + (slot + 1) * 875)
-
-
-_HANDED_OUT: set[int] = set()  # never the same port twice in one process
-
-
-def cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too, both below the ephemeral range."""
-    ports = _cluster_ports()
-    while True:
-        port = random.choice(ports)
-        if port in _HANDED_OUT:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-        _HANDED_OUT.add(port)
-        return port
 
 
 def client(server: RedisServer) -> redis.Redis:
@@ -81,10 +49,10 @@ class ClusterServers:
             str(node_timeout_ms),
             *(extra or []),
         ]
-        self.servers = [RedisServer(port=cluster_port(), extra=extra) for _ in range(masters)]
+        self.servers = [RedisServer(extra=extra, cluster_bus=True) for _ in range(masters)]
         # With `replicated`, one replica per master (not in `servers`, which are the masters).
         count = masters if replicated else 0
-        self.replicas = [RedisServer(port=cluster_port(), extra=extra) for _ in range(count)]
+        self.replicas = [RedisServer(extra=extra, cluster_bus=True) for _ in range(count)]
 
     @property
     def nodes(self) -> list[str]:

@@ -25,6 +25,7 @@ from gateway.http.app import create_app
 from gateway.ops.admin import AdminState, create_admin_app
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
+from testkit.ports import Port
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
@@ -115,7 +116,8 @@ def state_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def running_redis() -> Iterator[RedisServer]:
-    """A real redis-server on a free loopback port, closed (and its data dir removed) after."""
+    """A real redis-server on a loopback port it holds, closed (and its data dir removed)
+    after."""
     server = RedisServer()
     server.start()
     yield server
@@ -160,6 +162,21 @@ async def upstream() -> AsyncIterator[tuple[CountingUpstream, str]]:
     async with serving_app(counting.app()) as origin:
         yield counting, origin
         counting.release.set()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[Port]:
+    """A loopback port this test holds and nothing listens on: a connection is refused."""
+    with Port() as port:
+        yield port
+
+
+@pytest.fixture
+def held_port() -> Iterator[Port]:
+    """A loopback port this test holds, for a server it starts that binds it by itself
+    (beside the hold: `testkit.ports`)."""
+    with Port() as port:
+        yield port
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ import pytest
 from aiohttp import web
 
 from testkit.polling import until
-from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .upstream import serving_app
@@ -106,10 +105,9 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
 
         async def start(workers: int, redis: str | None = None) -> Gateway:
             """`redis`: a Redis of the test's own, to stop (the session's by default)."""
-            admin_port = free_port()
             config = {
                 "redis": {"url": redis or redis_url, "breaker": {"failures": 1000}},
-                "admin": {"port": admin_port, "token": TOKEN},
+                "admin": {"token": TOKEN},  # on a port the GatewayProcess holds
                 "routes": [
                     {"name": "payments", "path_prefix": "/pay", "upstream": origin},
                     {"name": "pages", "path_prefix": "/xss", "upstream": origin},
@@ -136,7 +134,7 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
             gateway = GatewayProcess(config, tmp_path, args=["--workers", str(workers)])
             running.append(gateway)
             await asyncio.to_thread(gateway.start)
-            admin = f"http://127.0.0.1:{admin_port}"
+            admin = f"http://127.0.0.1:{gateway.admin_port}"
             await _until_ready(admin)
             return gateway, admin, upstream
 

@@ -120,7 +120,7 @@ def start_gateway(
     workdir: Path,
     limits: dict[str, Any],
     loop: str = "uvloop",
-    admin_port: int | None = None,
+    admin: bool = False,
     wire: Wire = PLAIN,
     redis: dict[str, Any] | None = None,
     **route: Any,
@@ -133,8 +133,8 @@ def start_gateway(
         "limits": limits,
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
-    if admin_port is not None:
-        config["admin"] = {"host": "127.0.0.1", "port": admin_port}
+    if admin:  # on a port the GatewayProcess holds (its `admin_port`)
+        config["admin"] = {"host": "127.0.0.1"}
     if wire.listen_tls is not None:
         config["listen"] = {"tls": wire.listen_tls}
     return GatewayProcess(config, workdir).start()

@@ -18,9 +18,9 @@ Relay = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[No
 async def loopback_server(
     handle: Handle, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[asyncio.Server]:
-    """asyncio's server for `handle` on a free loopback port, its connections closed as it
-    stops: since Python 3.12.1 `wait_closed` waits for them, and a gateway still running (it
-    is torn down after) keeps its idle ones open."""
+    """asyncio's server for `handle` on a loopback port it binds (port 0), its connections
+    closed as it stops: since Python 3.12.1 `wait_closed` waits for them, and a gateway
+    still running (it is torn down after) keeps its idle ones open."""
     connections: set[asyncio.StreamWriter] = set()
 
     async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -13,7 +13,7 @@ import boto3
 import orjson
 from botocore.config import Config
 
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 
 REGION = "us-east-1"
 ALLOW_S3 = {
@@ -23,11 +23,13 @@ ALLOW_S3 = {
 
 
 class MotoServer:
-    """`python -m moto.server` on a free port; `start` returns once it answers and signed
-    requests are enforced, with `access_key_id`/`secret_access_key` the keys it accepts."""
+    """`python -m moto.server` on a port this process holds (it binds it beside the hold,
+    `testkit.ports`); `start` returns once it answers and signed requests are enforced,
+    with `access_key_id`/`secret_access_key` the keys it accepts."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.held = Port()
+        self.port = self.held.number
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.access_key_id = ""
@@ -93,3 +95,4 @@ class MotoServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self.held.close()

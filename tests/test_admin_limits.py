@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from testkit.polling import until
-from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .gateways import ADMIN_TOKEN
@@ -60,8 +59,7 @@ async def closed_in_time(sock: socket.socket, what: str) -> float:
 async def test_the_admin_listener_closes_idle_and_half_sent_connections(
     redis_url: str, tmp_path: Path, wire: Wire, workers: int
 ) -> None:
-    admin_port = free_port()
-    admin: dict[str, Any] = {"host": "127.0.0.1", "port": admin_port, "token": ADMIN_TOKEN}
+    admin: dict[str, Any] = {"host": "127.0.0.1", "token": ADMIN_TOKEN}
     config: dict[str, Any] = {
         "redis": {"url": redis_url},
         "blob": {"url": f"file://{tmp_path}/blobs"},
@@ -75,6 +73,7 @@ async def test_the_admin_listener_closes_idle_and_half_sent_connections(
     async with serving_app(counting.app()) as origin:
         config["routes"] = [{"name": "api", "path_prefix": "/", "upstream": origin}]
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
+        admin_port = gateway.admin_port
         await asyncio.to_thread(gateway.start)
         try:
             await every_worker_serving(gateway, admin_port, workers)
@@ -122,8 +121,7 @@ async def test_the_admin_listener_closes_idle_and_half_sent_connections(
 async def test_the_admin_listener_answers_503_past_max_connections(
     redis_url: str, tmp_path: Path, wire: Wire, workers: int
 ) -> None:
-    admin_port = free_port()
-    admin: dict[str, Any] = {"host": "127.0.0.1", "port": admin_port}
+    admin: dict[str, Any] = {"host": "127.0.0.1"}
     if wire.listen_tls is not None:
         admin["tls"] = wire.listen_tls
     counting = CountingUpstream()
@@ -137,6 +135,7 @@ async def test_the_admin_listener_answers_503_past_max_connections(
             "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
         }
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
+        admin_port = gateway.admin_port
         await asyncio.to_thread(gateway.start)
         try:
             await every_worker_serving(gateway, admin_port, workers)

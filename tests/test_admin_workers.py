@@ -19,7 +19,7 @@ import pytest
 from cryptography import x509
 
 from testkit.polling import until
-from testkit.ports import free_port
+from testkit.ports import Port
 from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .gateways import ADMIN_TOKEN
@@ -54,15 +54,14 @@ async def two_workers(
     upstream: tuple[CountingUpstream, str], redis_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[GatewayProcess, str]]:
     _, origin = upstream
-    admin_port = free_port()
     config = {
         "redis": {"url": redis_url},
-        "admin": {"port": admin_port, "token": ADMIN_TOKEN},
+        "admin": {"token": ADMIN_TOKEN},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
     gateway = GatewayProcess(config, tmp_path, args=["--workers", "2"])
     await asyncio.to_thread(gateway.start)
-    admin = f"http://127.0.0.1:{admin_port}"
+    admin = f"http://127.0.0.1:{gateway.admin_port}"
     try:
         async with aiohttp.ClientSession() as http:
 
@@ -220,18 +219,17 @@ async def test_a_multi_worker_gateway_refuses_an_unusable_admin_port_in_one_line
     clash: str, upstream: tuple[CountingUpstream, str], redis_url: str, tmp_path: Path
 ) -> None:
     _, origin = upstream
-    port = free_port()
-    with socket.socket() as taken:
+    with Port() as public, socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         # "public": the public address under another name, which only the bind can see.
         admin = (
-            {"host": "localhost", "port": port}
+            {"host": "localhost", "port": public.number}
             if clash == "public"
             else {"port": taken.getsockname()[1]}
         )
         config = {
-            "listen": {"port": port},
+            "listen": {"port": public.number},  # bound by the gateway, beside the hold
             "redis": {"url": redis_url},
             "admin": admin,
             "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
@@ -249,13 +247,13 @@ async def test_the_one_admin_address_shows_admin_tls_and_rotates_it_with_sighup(
     ca = private_ca(tmp_path / "ca")
     cert, key = ca.leaf_files("admin")
     context = ssl.create_default_context(cafile=ca.ca_file)
-    admin_port = free_port()
     config = {
         "redis": {"url": redis_url},
-        "admin": {"port": admin_port, "tls": {"cert": cert, "key": key}},
+        "admin": {"tls": {"cert": cert, "key": key}},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
     gateway = GatewayProcess(config, tmp_path, args=["--workers", "2"])
+    admin_port = gateway.admin_port
     await asyncio.to_thread(gateway.start)
     try:
         assert await presented(admin_port, context) == der(cert)

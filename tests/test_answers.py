@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from gateway.core.keys import digest, hashed_record_key, tenant_id
-from testkit.ports import free_port
+from testkit.ports import Port
 
 from .gateways import GatewayFactory, gateway_settings
 from .upstream import CountingUpstream
@@ -235,9 +235,11 @@ async def test_body_over_limit_without_length_is_413(
     assert redis_keys(redis_url) == []
 
 
-async def test_redis_unreachable_fails_closed_with_503(upstream, make_gateway) -> None:
+async def test_redis_unreachable_fails_closed_with_503(
+    upstream, make_gateway, refused_port: Port
+) -> None:
     counting, _origin = upstream
-    dead = f"redis://127.0.0.1:{free_port()}/0"
+    dead = f"redis://127.0.0.1:{refused_port.number}/0"
     client = await make_gateway(url=dead)
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 503
@@ -246,9 +248,11 @@ async def test_redis_unreachable_fails_closed_with_503(upstream, make_gateway) -
     assert counting.count("/pay") == 0
 
 
-async def test_redis_unreachable_fail_open_proxies_and_marks(upstream, make_gateway) -> None:
+async def test_redis_unreachable_fail_open_proxies_and_marks(
+    upstream, make_gateway, refused_port: Port
+) -> None:
     counting, _origin = upstream
-    dead = f"redis://127.0.0.1:{free_port()}/0"
+    dead = f"redis://127.0.0.1:{refused_port.number}/0"
     client = await make_gateway(url=dead, fail_mode="open")
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 201
@@ -256,10 +260,12 @@ async def test_redis_unreachable_fail_open_proxies_and_marks(upstream, make_gate
     assert counting.count("/pay") == 1
 
 
-async def test_a_failed_call_made_failing_open_is_marked_too(make_gateway: GatewayFactory) -> None:
+async def test_a_failed_call_made_failing_open_is_marked_too(
+    make_gateway: GatewayFactory, refused_port: Port
+) -> None:
     """Its 502 answers a call sent without idempotency: a client must know, as for a 2xx."""
-    dead = f"redis://127.0.0.1:{free_port()}/0"
-    settings = gateway_settings(f"http://127.0.0.1:{free_port()}", fail_mode="open")
+    dead = f"redis://127.0.0.1:{refused_port.number}/0"  # Redis and the upstream both
+    settings = gateway_settings(refused_port.url, fail_mode="open")
     client = await make_gateway(settings, url=dead)
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 502
@@ -334,9 +340,9 @@ async def test_configured_record_policy(make_gateway: GatewayFactory, upstream) 
 
 
 async def test_upstream_unreachable_releases_the_key(
-    make_gateway: GatewayFactory, upstream, redis_url: str
+    make_gateway: GatewayFactory, upstream, redis_url: str, refused_port: Port
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = refused_port.url
     client = await make_gateway(settings=gateway_settings(dead))
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 502

@@ -26,10 +26,11 @@ LAYERS: dict[str, set[str]] = {
     "blobs": {"core", "config", "errors"},
     "upstream": {"core", "config", "errors"},
     "telemetry": {"core", "config", "errors", "store"},
-    "http": _IO,
-    "ops": _IO | {"http", "lifeline", "build"},
-    "cli": _IO | {"http", "ops", "build"},
+    "http": _IO | {"closing"},
+    "ops": _IO | {"http", "lifeline", "build", "closing"},
+    "cli": _IO | {"http", "ops", "build", "closing"},
     "lifeline": set(),
+    "closing": set(),  # closing what a start opened, in the layers that start things
     "build": set(),  # which build runs: imported first, by the package itself
     "lua": set(),  # the Redis scripts' package (lua/ in the checkout, gateway/lua installed)
     "demo_upstream": set(),

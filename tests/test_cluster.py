@@ -25,14 +25,12 @@ from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.prefixes import other_prefixes
 from gateway.store.store import Store
-from testkit import topologies
 from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.stores import make_store
 from testkit.topologies import (
     ClusterServers,
     client,
-    cluster_port,
     connections_received,
     finish_migration,
     hold_migrating,
@@ -61,20 +59,6 @@ def cluster_config(origin: str, nodes: list[str]) -> dict[str, Any]:
         "log_level": "warning",
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
-
-
-def test_cluster_ports_are_never_handed_out_twice_nor_shared_between_test_workers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Two servers given one port fail to start ("Address already in use"): a port picked
-    again before redis-server bound it, in this process or in another pytest-xdist worker."""
-    picked = [cluster_port() for _ in range(200)]
-    assert len(set(picked)) == len(picked)
-    slices = []
-    for worker in ("gw0", "gw1", "gw2", "gw3"):
-        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-        slices.append(set(topologies._cluster_ports()))
-    assert all(a.isdisjoint(b) for a, b in itertools.combinations(slices, 2))
 
 
 async def test_exactly_once_over_three_masters_through_two_gateways(

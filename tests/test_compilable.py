@@ -141,12 +141,6 @@ NOT_FINAL = {
     "gateway/upstream/httptools_client.py": {
         "KEEPALIVE_SECONDS": "tests shorten it (test_upstream_client)"
     },
-    "gateway/http/flow/claiming.py": {
-        "WAIT_BACKOFF": _FLOAT_TUPLE,
-        "GIVE_BACK_BACKOFF": _FLOAT_TUPLE,
-    },
-    "gateway/http/flow/settle.py": {"STORE_BACKOFF": _FLOAT_TUPLE},
-    "gateway/http/flow/takeover.py": {"LATE_ANSWER_POLL": _FLOAT_TUPLE},
     "gateway/telemetry/metrics.py": {"OVERHEAD_BUCKETS": _FLOAT_TUPLE},
 }
 _CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")

@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 
 from gateway.config.loading import load_settings
 from gateway.config.settings import Settings
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 
 from .tls_certs import private_ca
 
@@ -260,14 +260,16 @@ async def test_entrypoint_and_healthcheck_run_as_plain_processes(
     repository's file, in front of the compose file's upstream command."""
     services = compose()["services"]
     demo = services["upstream"]["entrypoint"]
-    demo_port = free_port()
+    # Held by this test until it ends: each process binds its port beside the hold.
+    demo_hold, public, admin = Port(), Port(), Port()
+    demo_port = demo_hold.number
     demo[demo.index("--port") + 1] = str(demo_port)
     demo[demo.index("--host") + 1] = "127.0.0.1"
     command = json.loads(final("ENTRYPOINT")) + services["gateway"]["command"]
     assert command[0] == "idem-gateway"
     command = [sys.executable, "-m", "gateway", *command[1:]]  # the console script's target
     command[command.index("--config") + 1] = str(ROOT / "config" / "docker.yaml")
-    port, admin_port = free_port(), free_port()
+    port, admin_port = public.number, admin.number
     env = {
         **os.environ, "IDEM_PORT": str(port), "IDEM_ADMIN_PORT": str(admin_port),
         "IDEM_REDIS_URL": redis_url, "DEMO_UPSTREAM": f"http://127.0.0.1:{demo_port}",

@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 import redis
 
-from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 
@@ -30,7 +29,7 @@ def config(origin: str, url: str, **redis_settings: object) -> dict[str, object]
     return {
         "loop": "asyncio",
         "redis": {"url": url, **redis_settings},
-        "admin": {"port": free_port()},
+        "admin": {},  # on a port the GatewayProcess holds
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
 
@@ -51,7 +50,7 @@ async def test_an_accepted_evicting_redis_runs_and_says_so(
     cfg = config(upstream[1], evicting.url, accept_eviction=True)
     gateway = GatewayProcess(cfg, tmp_path)
     await asyncio.to_thread(gateway.start)
-    admin = f"http://127.0.0.1:{cfg['admin']['port']}"  # type: ignore[index]
+    admin = f"http://127.0.0.1:{gateway.admin_port}"
     try:
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{admin}/readyz") as resp:
@@ -69,7 +68,7 @@ async def test_a_policy_turned_evicting_at_run_time_fails_readiness(
     cfg = config(upstream[1], own_redis.url)
     gateway = GatewayProcess(cfg, tmp_path)
     await asyncio.to_thread(gateway.start)
-    admin = f"http://127.0.0.1:{cfg['admin']['port']}"  # type: ignore[index]
+    admin = f"http://127.0.0.1:{gateway.admin_port}"
     try:
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{admin}/readyz") as resp:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from testkit.ports import free_port
+from testkit.ports import Port
 
 from .faultkit import metrics_of, redis_keys, state, value
 from .gateways import GatewayFactory, gateway_settings
@@ -101,9 +101,9 @@ async def test_reset_mid_answer(
 
 @pytest.mark.parametrize("mode", ["release", "keep", "record"])
 async def test_connect_failure_always_releases(
-    make_gateway: GatewayFactory, redis_url: str, mode: str
+    make_gateway: GatewayFactory, redis_url: str, mode: str, refused_port: Port
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = refused_port.url
     client = await make_gateway(settings=gateway_settings(dead, on_unknown_outcome=mode))
     resp = await client.post("/pay", data=b"x", headers=KEY)
     assert resp.status == 502
@@ -189,13 +189,13 @@ def _frames_holding_a_body(size: int) -> list[str]:
 
 
 async def test_a_failed_upstream_call_lets_go_of_its_body_at_once(
-    make_gateway: GatewayFactory, redis_url: str
+    make_gateway: GatewayFactory, redis_url: str, refused_port: Port
 ) -> None:
     """A connect failure's exception sits in a reference cycle (asyncio's connection
     attempts), whose frames hold the request body: with an upstream down, retries with large
     bodies would pile up until the collector runs. The gateway clears those frames."""
     size = (1 << 19) + 7  # under aiohttp's warning for large raw bodies
-    dead = f"http://127.0.0.1:{free_port()}"
+    dead = refused_port.url
     client = await make_gateway(settings=gateway_settings(dead))
     gc.collect()
     gc.disable()  # nothing but the gateway itself may free what the failures keep

@@ -21,7 +21,7 @@ from cryptography import x509
 from gateway.config.server_tls import ServerTls
 from gateway.http.server.certificates import Certificates
 from testkit.polling import until
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import wait_for_port
 from testkit.procs import GatewayProcess
 
 from .scrape import sample
@@ -147,14 +147,14 @@ async def test_files_that_do_not_load_keep_the_certificate_in_use_and_the_metric
     now = datetime.now(UTC).replace(microsecond=0)
     cert, key = ca.leaf_files("gateway", not_after=now + timedelta(days=30))
     context = ssl.create_default_context(cafile=ca.ca_file)
-    admin = free_port()
     counting = CountingUpstream()
     async with serving_app(counting.app()) as origin:
         config = config_for(
             tmp_path, redis_url, origin, {"cert": cert, "key": key},
-            admin={"host": "127.0.0.1", "port": admin},
+            admin={"host": "127.0.0.1"},
         )  # fmt: skip
         gateway = GatewayProcess(config, tmp_path).start()
+        admin = gateway.admin_port
         try:
             assert gateway.process is not None
             wait_for_port(admin, gateway.process)
@@ -202,15 +202,15 @@ async def test_the_admin_listener_certificate_is_rotated_with_the_public_one(
     cert, key = ca.leaf_files("gateway")
     admin_cert, admin_key = ca.leaf_files("admin")
     context = ssl.create_default_context(cafile=ca.ca_file)
-    admin = free_port()
     counting = CountingUpstream()
     async with serving_app(counting.app()) as origin:
         tls = {"cert": admin_cert, "key": admin_key}
         config = config_for(
             tmp_path, redis_url, origin, {"cert": cert, "key": key},
-            admin={"host": "127.0.0.1", "port": admin, "tls": tls},
+            admin={"host": "127.0.0.1", "tls": tls},
         )  # fmt: skip
         gateway = GatewayProcess(config, tmp_path).start()
+        admin = gateway.admin_port
         try:
             assert gateway.process is not None
             wait_for_port(admin, gateway.process)

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
 from gateway.http.server.client_cert import subject_of
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 from testkit.procs import GatewayProcess
 
 from .gateways import ADMIN_TOKEN
@@ -70,7 +70,8 @@ def demo_over_https(tmp_path: Path, server_ca: PrivateCa) -> Iterator[int]:
     config["listen"]["tls"] = {"cert": cert, "key": key}
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
-    demo_port, port = free_port(), free_port()
+    demo_hold, public = Port(), Port()  # each process binds its port beside the hold
+    demo_port, port = demo_hold.number, public.number
     env = {**os.environ, "IDEM_PORT": str(port), "DEMO_UPSTREAM": f"http://127.0.0.1:{demo_port}"}
     env.pop("IDEM_REDIS_URL", None)
     with open(tmp_path / "out.log", "wb") as log:
@@ -220,13 +221,13 @@ async def mtls_admin(redis_url: str, tmp_path: Path, server_ca: PrivateCa) -> An
     clients = private_ca(tmp_path / "client-ca")
     cert, key = server_ca.leaf_files("admin")
     counting = CountingUpstream()
-    admin_port = free_port()
     tls = {"cert": cert, "key": key, "client_ca": clients.ca_file}
     async with serving_app(counting.app()) as origin:
         gateway = start(
             tmp_path, redis_url, origin,
-            admin={"host": "127.0.0.1", "port": admin_port, "token": ADMIN_TOKEN, "tls": tls},
+            admin={"host": "127.0.0.1", "token": ADMIN_TOKEN, "tls": tls},
         )  # fmt: skip
+        admin_port = gateway.admin_port
         try:
             wait_for_port(admin_port, gateway.process)
             yield admin_port, clients

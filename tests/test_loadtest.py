@@ -17,7 +17,7 @@ from loadtest import floors
 from loadtest.drive import find_duplicates
 from loadtest.instructions import drive, payment, total_instructions
 from loadtest.probes.__main__ import PROBES
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 
 from .upstream import CountingUpstream
 
@@ -171,7 +171,8 @@ async def test_each_floor_answers_and_does_only_its_named_work(
     """A floor of `loadtest.run` is a cost read against the gateway's: it must answer every
     request, call the upstream only when it is a hop, and Redis only when it says so."""
     counting, origin = upstream
-    port = free_port()
+    held = Port()  # the floor binds it beside the hold
+    port = held.number
     process = subprocess.Popen(
         [
             sys.executable, "-m", "loadtest.floors", "--kind", kind, "--port", str(port),
@@ -192,6 +193,7 @@ async def test_each_floor_answers_and_does_only_its_named_work(
     finally:
         process.terminate()
         process.wait(timeout=15)
+        held.close()
     assert counting.count("/pay", "k") == (2 if kind.startswith("hop") else 0)
     stored = redis.Redis.from_url(redis_url)
     try:

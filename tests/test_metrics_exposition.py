@@ -12,7 +12,6 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .hostile import every_worker_serving
@@ -71,10 +70,9 @@ def test_the_check_finds_a_family_said_twice() -> None:
 async def test_metrics_is_one_valid_exposition(
     redis_url: str, tmp_path: Path, workers: int, tls: bool
 ) -> None:
-    admin_port = free_port()
     context: ssl.SSLContext | None = None
     config: dict[str, object] = {"redis": {"url": redis_url}}
-    admin: dict[str, object] = {"host": "127.0.0.1", "port": admin_port}
+    admin: dict[str, object] = {"host": "127.0.0.1"}
     if tls:
         ca = private_ca(tmp_path / "ca")
         cert, key = ca.leaf_files("gateway")
@@ -90,6 +88,7 @@ async def test_metrics_is_one_valid_exposition(
             "routes": [{"name": "api", "path_prefix": "/pay", "upstream": origin}],
         }
         gateway = GatewayProcess(config, tmp_path, ["--workers", str(workers)])
+        admin_port = gateway.admin_port
         await asyncio.to_thread(gateway.start)
         try:
             await every_worker_serving(gateway, admin_port, workers)

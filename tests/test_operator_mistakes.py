@@ -18,7 +18,7 @@ import yaml
 
 from gateway.cli import main
 from testkit.polling import wait_until
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 from testkit.procs import STARTS_WITHIN, GatewayProcess
 
 from .tls_certs import private_ca
@@ -266,10 +266,12 @@ def test_tls_files_swapped_are_named_not_an_openssl_source_line(
         assert "_ssl.c" not in result.stderr
 
 
-def test_a_sighup_while_the_gateway_starts_does_not_end_it(redis_url: str, tmp_path: Path) -> None:
+def test_a_sighup_while_the_gateway_starts_does_not_end_it(
+    redis_url: str, tmp_path: Path, held_port: Port
+) -> None:
     """A reload sent right after a start (before the reload handler is in place) used to
     end the gateway without a word, as SIGHUP's default action does."""
-    port = free_port()
+    port = held_port.number
     path = tmp_path / "gateway.yaml"
     path.write_text(f"listen: {{port: {port}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE)
     process = subprocess.Popen(
@@ -308,11 +310,11 @@ def _ignores_sighup(pid: int) -> bool:
 
 
 def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_start(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, held_port: Port
 ) -> None:
     """`localhost` is `127.0.0.1`: the admin listener took the public address and the
     gateway said it listened while every request reached the admin app (404)."""
-    port = free_port()
+    port = held_port.number
     path = tmp_path / "gateway.yaml"
     path.write_text(
         f"listen: {{host: 127.0.0.1, port: {port}}}\nadmin: {{host: localhost, port: {port}}}\n"
@@ -320,6 +322,24 @@ def test_an_admin_listener_on_the_public_address_under_another_name_stops_the_st
     )
     result = gateway("--config", str(path), "--workers", "1")
     assert_one_line(result, f"admin.port: localhost:{port} is the public listener's address")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("option", ["--listen-fd", "--admin-fd"])
+def test_a_socket_to_serve_that_is_none_is_one_line(
+    tmp_path: Path, workers: str, option: str, held_port: Port
+) -> None:
+    """What started the gateway passes its sockets by number: one that is no socket (here
+    its standard input, /dev/null) is said in one line, exit 3, as a port it cannot bind."""
+    path = tmp_path / "gateway.yaml"
+    path.write_text(GOOD + f"listen: {{port: {held_port.number}}}\nadmin: {{port: 0}}\n")
+    result = gateway("--config", str(path), "--workers", workers, option, "0")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines() == [
+        f"idem-gateway: {option} 0: not a socket this gateway was given (Socket operation on"
+        " non-socket)"
+    ]
 
 
 def test_check_says_tracing_needs_its_extra_as_the_start_does(
@@ -359,14 +379,14 @@ def test_keys_resolve_refuses_an_answer_no_replay_could_send(
 
 
 def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, held_port: Port
 ) -> None:
     """`--workers N` is the default on a machine of N cores: each worker said the same line,
     was restarted three times, and the parent exited 1 among its own log lines."""
     (tmp_path / "a-file").write_bytes(b"")
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\n"
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: '{redis_url}'}}\n"
         f"blob: {{url: 'file://{tmp_path}/a-file/blobs'}}\nroutes:\n" + ROUTE
     )
     result = gateway("--config", str(path), "--workers", "2")
@@ -375,13 +395,15 @@ def test_workers_that_cannot_start_say_it_once_with_the_exit_code_of_one(
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_a_refused_start_with_the_embedded_redis_is_one_line(tmp_path: Path, workers: str) -> None:
+def test_a_refused_start_with_the_embedded_redis_is_one_line(
+    tmp_path: Path, workers: str, held_port: Port
+) -> None:
     """The default Redis: its start was logged (twice) before the line saying why the
     gateway could not start."""
     (tmp_path / "a-file").write_bytes(b"")
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: embedded}}\n"
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: embedded}}\n"
         f"state_dir: {tmp_path}/state\nblob: {{url: 'file://{tmp_path}/a-file/blobs'}}\n"
         "routes:\n" + ROUTE
     )
@@ -405,12 +427,14 @@ def test_output_that_cannot_be_written_is_one_line(tmp_path: Path, args: list[st
     assert result.stderr == "idem-gateway: cannot write the output: No space left on device\n"
 
 
-def test_ctrl_c_while_the_gateway_starts_is_one_line(redis_url: str, tmp_path: Path) -> None:
+def test_ctrl_c_while_the_gateway_starts_is_one_line(
+    redis_url: str, tmp_path: Path, held_port: Port
+) -> None:
     """Before it serves (aiohttp then drains on SIGINT), a Ctrl-C was a KeyboardInterrupt
     traceback from wherever the start was."""
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        f"listen: {{port: {free_port()}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
+        f"listen: {{port: {held_port.number}}}\nredis: {{url: '{redis_url}'}}\nroutes:\n" + ROUTE
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--config", str(path), "--workers", "1"],

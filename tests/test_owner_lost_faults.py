@@ -23,10 +23,10 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from gateway.core.backoff import STORE_AGAIN
 from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
-from gateway.http.flow import settle
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.store import Store
 from testkit.polling import until
@@ -462,7 +462,7 @@ async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_jo
     meanwhile: B must answer A's 201 once A stores it, not 502 unknown to a payload a client
     was told ran (the Sentinel run of record's violation), and nothing runs twice. B may
     lose Redis for a moment while it waits (the same failover): it asks again."""
-    monkeypatch.setattr(settle, "STORE_BACKOFF", (0.01, 0.05))  # A stores soon after its link
+    monkeypatch.setattr(STORE_AGAIN, "longest", 0.05)  # A stores soon after its link
     counting, _ = upstream
     async with proxied(redis_url) as link_a, proxied(redis_url) as link_b:
         gw_a = await make_gateway(url=link_a.url, on_owner_lost="record", lease="1s")

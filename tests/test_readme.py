@@ -19,7 +19,7 @@ import pytest
 from gateway.config.loading import load_settings, protects_nothing
 from gateway.config.policy import Policy
 from testkit.polling import until
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import Port, wait_for_port
 
 from .walkthrough import README, ROOT, blocks, walk_through
 
@@ -27,8 +27,10 @@ from .walkthrough import README, ROOT, blocks, walk_through
 @pytest.fixture
 def demo_and_gateway(tmp_path: Path) -> Iterator[int]:
     """The demo upstream and `idem-gateway --config config/gateway.example.yaml`, as README
-    says, on free ports; the gateway runs on the embedded default Redis."""
-    demo_port, port = free_port(), free_port()
+    says, on ports this test holds (each binds its own beside the hold); the gateway runs on
+    the embedded default Redis."""
+    demo_hold, public = Port(), Port()
+    demo_port, port = demo_hold.number, public.number
     env = {**os.environ, "IDEM_PORT": str(port), "DEMO_UPSTREAM": f"http://127.0.0.1:{demo_port}"}
     env.pop("IDEM_REDIS_URL", None)
     log = open(tmp_path / "out.log", "wb")  # noqa: SIM115 - closed below
@@ -49,6 +51,8 @@ def demo_and_gateway(tmp_path: Path) -> Iterator[int]:
             process.terminate()
             process.wait(timeout=30)
         log.close()
+        demo_hold.close()
+        public.close()
         text = (tmp_path / "out.log").read_text()
         assert "embedded redis-server started" in text
 
@@ -102,7 +106,7 @@ def front_your_own_api_commands() -> list[str]:
 
 async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> None:
     """`--check` prints what README says; the gateway starts on the embedded Redis with the
-    README's environment (ports moved to free ones); /readyz answers as shown; a key is
+    README's environment (ports moved to ones this test holds); /readyz answers as shown; a key is
     replayed per tenant and a request without the tenant header is refused."""
     check, start, ready = front_your_own_api_commands()
     command, _, said = check.partition("#")
@@ -117,7 +121,8 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
     assigned = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
     gateway_args = [w for w in words if "=" not in w or w.startswith("-")]
     assert gateway_args[0] == "idem-gateway" and set(assigned) == {"LEGACY_API"}
-    demo_port, port, admin_port = free_port(), free_port(), free_port()
+    held = [Port(), Port(), Port()]  # each process binds its own beside the hold
+    demo_port, port, admin_port = (each.number for each in held)
     env = {
         **os.environ, **assigned, "IDEM_PORT": str(port), "IDEM_ADMIN_PORT": str(admin_port),
         "LEGACY_API": assigned["LEGACY_API"].replace(":9000", f":{demo_port}"),
@@ -163,6 +168,8 @@ async def test_front_your_own_api_commands_run_as_written(tmp_path: Path) -> Non
             process.terminate()
             process.wait(timeout=30)
         log.close()
+        for each in held:
+            each.close()
 
 
 def test_the_readme_names_the_default_a_dead_owners_key_is_handled_by() -> None:

@@ -14,7 +14,7 @@ from gateway.config.policy import Policy
 from gateway.config.reconcile import Reconcile
 from gateway.core.decision import Failure, Lookup, Settle, after_lookup, on_lookup
 from gateway.errors import ConfigError
-from testkit.ports import free_port
+from testkit.ports import Port
 
 from .faultkit import metrics_of, value
 from .gateways import GatewayFactory, gateway_settings
@@ -116,11 +116,11 @@ async def test_a_timed_out_call_is_looked_up_after_the_configured_wait(
 
 
 async def test_a_lookup_that_cannot_answer_falls_back_to_on_unknown_outcome(
-    make_gateway: GatewayFactory, orders: tuple[Orders, str]
+    make_gateway: GatewayFactory, orders: tuple[Orders, str], refused_port: Port
 ) -> None:
     upstream, origin = orders
     down = {
-        **reconcile_config(f"http://127.0.0.1:{free_port()}"),
+        **reconcile_config(refused_port.url),
         "timeout": "1s",
     }  # nobody listens
     settings = gateway_settings(origin, reconcile=down, on_unknown_outcome="record")

@@ -15,7 +15,6 @@ from aiohttp import web
 from gateway.http.answers.writing import recorded_response, start_response
 from gateway.http.server.access import REQUEST_INFO, add_request_id
 from gateway.telemetry.requestlog import RequestInfo
-from testkit.ports import free_port
 
 from .rawhttp import one_answer
 
@@ -102,11 +101,10 @@ async def serving(taken: dict[str, bool]) -> AsyncIterator[int]:
     app.router.add_route("*", "/{case}/{way}", answer)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = free_port()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    site = web.TCPSite(runner, "127.0.0.1", 0)  # the kernel's choice, bound at once
     await site.start()
     try:
-        yield port
+        yield runner.addresses[0][1]
     finally:
         await runner.cleanup()
 

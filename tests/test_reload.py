@@ -15,17 +15,17 @@ from gateway.config.loading import settings_from_dict
 from gateway.http.app import LIVE
 from gateway.ops.reload import apply
 from testkit.polling import until
-from testkit.ports import free_port
 from testkit.procs import GatewayProcess
 
 from .gateways import GatewayFactory
 from .upstream import CountingUpstream
 
 
-def config(origin: str, redis_url: str, admin_port: int, **route: Any) -> dict[str, Any]:
+def config(origin: str, redis_url: str, admin_port: int | None, **route: Any) -> dict[str, Any]:
+    """`admin_port` None: one the GatewayProcess holds (its `admin_port`)."""
     return {
         "redis": {"url": redis_url},
-        "admin": {"port": admin_port},
+        "admin": {} if admin_port is None else {"port": admin_port},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin, **route}],
     }
 
@@ -38,8 +38,8 @@ async def test_sighup_changes_routes_for_new_requests_and_refuses_a_broken_file(
     other_server = TestServer(other.app(), host="127.0.0.1")
     await other_server.start_server()
     other_origin = str(other_server.make_url("")).rstrip("/")
-    admin_port = free_port()
-    gateway = GatewayProcess(config(origin, redis_url, admin_port), tmp_path)
+    gateway = GatewayProcess(config(origin, redis_url, None), tmp_path)
+    admin_port = gateway.admin_port
     await asyncio.to_thread(gateway.start)
     try:
         async with aiohttp.ClientSession() as http:
@@ -95,8 +95,8 @@ async def test_a_reload_refuses_a_route_to_the_listener_it_keeps(
     the kept one: a file that moves `listen.port` and routes to the old port would forward
     every request on that route to the gateway itself."""
     _, origin = upstream
-    kept, moved = free_port(), free_port()
-    running = {**config(origin, redis_url, free_port()), "listen": {"port": kept}}
+    kept, moved = 18080, 18081  # in the settings alone: the test's gateway binds port 0
+    running = {**config(origin, redis_url, None), "listen": {"port": kept}}
     client = await make_gateway(settings=settings_from_dict(running))
     loop = {"name": "loop", "path_prefix": "/loop", "upstream": f"http://127.0.0.1:{kept}"}
     changed = {**running, "listen": {"port": moved}, "routes": [*running["routes"], loop]}
@@ -112,7 +112,7 @@ async def test_a_reload_that_moves_the_state_folder_says_it_needs_a_restart(
 ) -> None:
     """The journal and the embedded Redis live in the state folder opened at start."""
     _, origin = upstream
-    running = {**config(origin, redis_url, free_port()), "state_dir": str(tmp_path / "a")}
+    running = {**config(origin, redis_url, None), "state_dir": str(tmp_path / "a")}
     client = await make_gateway(settings=settings_from_dict(running))
     path = tmp_path / "gateway.yaml"
     path.write_text(yaml.safe_dump({**running, "state_dir": str(tmp_path / "b")}))

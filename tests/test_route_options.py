@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from testkit.ports import free_port
+from testkit.ports import Port
 
 from .gateways import GatewayFactory, gateway_settings
 from .rawhttp import exchange, status_of
@@ -197,7 +197,7 @@ async def test_a_body_key_is_found_beside_a_lone_surrogate_escape(
 
 @pytest.mark.parametrize("name", [None, "X-Protection-Skipped"])
 async def test_fail_open_answers_are_marked_degraded(
-    name: str | None, make_gateway: GatewayFactory
+    name: str | None, make_gateway: GatewayFactory, refused_port: Port
 ) -> None:
     answer = b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok"
     options: dict[str, Any] = {"fail_mode": "open"}
@@ -205,7 +205,8 @@ async def test_fail_open_answers_are_marked_degraded(
         options["degraded_header"] = name
     async with scripted(answering(answer)) as (upstream, origin):
         client = await make_gateway(
-            settings=gateway_settings(origin, **options), url=f"redis://127.0.0.1:{free_port()}/0"
+            settings=gateway_settings(origin, **options),
+            url=f"redis://127.0.0.1:{refused_port.number}/0",
         )
         reply = await exchange(client.port, post("d1"))
     assert status_of(reply) == 201 and len(upstream.requests) == 1

@@ -14,8 +14,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from testkit.ports import free_port
-
 from .hostile import (
     BigAnswers,
     Wire,
@@ -51,8 +49,8 @@ async def test_hostile_clients_are_closed_and_their_keys_complete(
 ) -> None:
     upstream = BigAnswers(8 << 20)
     async with serving(upstream) as origin:
-        admin = free_port()
-        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin, wire=wire)
+        gateway = start_gateway(origin, redis_url, tmp_path, LIMITS, loop, admin=True, wire=wire)
+        admin = gateway.admin_port
         assert gateway.process is not None
         pid = gateway.process.pid
         every: list[socket.socket] = []

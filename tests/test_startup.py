@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gateway.ops.supervisor.workers import Supervisor
-from testkit.ports import free_port
+from testkit.ports import Port
 from testkit.procs import GatewayProcess
 
 from .upstream import CountingUpstream
@@ -141,22 +141,23 @@ async def test_a_redis_not_usable_at_start_is_one_loud_line_naming_why_and_fails
     started: list[GatewayProcess],
     case: str,
     why: str,
+    refused_port: Port,
 ) -> None:
     counting, origin = upstream
-    admin = free_port()
     redis: dict[str, object] = {"connect_timeout": "200ms"}
     if case == "refused":
-        redis["url"] = f"redis://127.0.0.1:{free_port()}/0"
+        redis["url"] = f"redis://127.0.0.1:{refused_port.number}/0"
     elif case == "db index":
         redis["url"] = redis_url.rsplit("/", 1)[0] + "/99"  # the server has 16
     else:
         redis.update(url=redis_url, username="nobody", password="wrong")
     config = {
         "redis": redis,
-        "admin": {"port": admin},
+        "admin": {},
         "routes": [{"name": "api", "path_prefix": "/", "upstream": origin}],
     }
     gateway = GatewayProcess(config, tmp_path)
+    admin = gateway.admin_port
     await asyncio.to_thread(gateway.start)
     started.append(gateway)
     async with aiohttp.ClientSession() as http:

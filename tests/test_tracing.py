@@ -29,7 +29,7 @@ from gateway.http.app import SERVICES, create_app
 from gateway.http.flow.traced import TracedSpans, TracedUpstreams
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.tracing import CLAIM, RECORD, REPLAY, Tracing
-from testkit.ports import free_port
+from testkit.ports import Port
 
 from .upstream import CountingUpstream
 
@@ -271,9 +271,9 @@ async def test_no_span_holds_the_raw_key_or_the_tenants_secret(
 
 
 async def test_an_unreachable_upstream_is_a_failed_client_span_under_a_502(
-    redis_url: str, tmp_path: Path
+    redis_url: str, tmp_path: Path, refused_port: Port
 ) -> None:
-    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    closed = refused_port.url  # nothing listens there
     exporter = InMemorySpanExporter()
     settings = traced_settings(closed, tmp_path / "blobs")
     tracing = Tracing(settings.tracing, exporter)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway import closing
+from gateway.blobs.base import BlobStore
 from gateway.blobs.factory import LongestHold, open_blob_store, sweep_periodically
 from gateway.config.settings import Settings
 from gateway.config.state import private_folder
@@ -26,7 +28,7 @@ from gateway.http.server.limits import Connections
 from gateway.http.server.rejected import quiet_malformed_requests
 from gateway.http.server.site import CONNECTIONS, ENTRY
 from gateway.store.breaker import CircuitBreaker
-from gateway.store.client import make_client
+from gateway.store.client import close_client, make_client
 from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
 from gateway.store.prefixes import warn_other_prefixes
@@ -52,20 +54,62 @@ DRAIN_SECONDS = 60.0
 def _resources(
     redis_url: str, tracing: Tracing | None
 ) -> Callable[[web.Application], AsyncIterator[None]]:
-    """The gateway's clients, opened at start-up and closed after the drain."""
+    """The gateway's clients, opened at start-up and closed after the drain: each one closed
+    (in reverse) once it is open, whichever step fails after it (`gateway.closing`)."""
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         live = app[LIVE]
         settings = live.settings
-        private_folder(Path(settings.state_dir))  # before the journal and blobs go into it
-        blobs = open_blob_store(settings.blob)
-        await blobs.start()  # an unusable blob store stops the start here, not at a request
-        hold = LongestHold(settings.longest_hold(), lambda: live.settings.longest_hold())
-        sweeper = asyncio.ensure_future(
-            sweep_periodically(blobs, settings.blob.sweep_interval, hold)
-        )
-        redis = settings.redis
+        async with contextlib.AsyncExitStack() as opened:
+            private_folder(Path(settings.state_dir))  # before the journal and blobs go into it
+            blobs = open_blob_store(settings.blob)
+            opened.push_async_callback(closing.aclose, "the blob store", blobs.close)
+            await blobs.start()  # an unusable blob store stops the start here, not at a request
+            hold = LongestHold(settings.longest_hold(), lambda: live.settings.longest_hold())
+            sweeper = asyncio.ensure_future(
+                sweep_periodically(blobs, settings.blob.sweep_interval, hold)
+            )
+            opened.push_async_callback(closing.cancel, "the blob sweep", sweeper)
+            store = await _open_store(settings, redis_url)
+            opened.push_async_callback(closing.aclose, "the Redis store", store.close)
+            try:  # its files were loaded when the config was validated; they may have gone since
+                tls = settings.upstream_tls.context()
+            except ValueError as exc:
+                raise ConfigError(f"upstream_tls: {exc}") from None
+            new_upstreams, spans = _traced(tracing)
+            limit = settings.limits.upstream_connections
+            upstreams = new_upstreams(settings.upstreams(), limit, tls)
+            opened.push_async_callback(closing.aclose, "the upstream clients", upstreams.close)
+            journal = Journal(Path(settings.state_dir) / "journal")
+            opened.callback(closing.close, "the journal", journal.close)
+            services = _services(app, store, upstreams, blobs, journal, spans)
+            watching = asyncio.ensure_future(services.fleet.watch())  # its first look: below
+            opened.push_async_callback(closing.cancel, "the fleet watch", watching)
+            store.stalls.start()
+            opened.callback(closing.close, "the stall detector", store.stalls.stop)
+            # The first to run: the requests in flight finish before their clients close.
+            drain = partial(app[TASKS].drain, DRAIN_SECONDS)
+            opened.push_async_callback(closing.aclose, "the requests in flight", drain)
+            await refuse_evicting(services)
+            await warn_unfenced(services)
+            await services.fleet.check()
+            routes = [route.name for route in settings.routes]
+            await warn_other_prefixes(store.client, settings.redis.key_prefix, routes)
+            await store.trained.load([route.name for route in settings.routes])
+            await replay_journal(services)  # before the first request is served
+            yield
+
+    return resources
+
+
+async def _open_store(settings: Settings, redis_url: str) -> Store:
+    """The Store on its Redis client and sender; those are closed again if it cannot be made
+    (once made, it closes them)."""
+    redis = settings.redis
+    async with contextlib.AsyncExitStack() as opened:
         client = make_client(redis, redis_url)
+        closes_client = partial(close_client, client)
+        opened.push_async_callback(closing.aclose, "the Redis client", closes_client)
         if isinstance(client, SentinelMaster):
             client.follow()  # drops the old master's connections the moment it is replaced
         sender = sender_for(
@@ -75,6 +119,7 @@ def _resources(
             pipeline_client=redis.pipeline_client,
             timeout=redis.socket_timeout,
         )
+        opened.push_async_callback(closing.aclose, "the Redis sender", sender.close)
         store = Store(
             client,
             sender,
@@ -82,47 +127,33 @@ def _resources(
             replicas_timeout=redis.claim_replicas_timeout,
             prefix=redis.key_prefix,
         )
-        try:  # its files were loaded when the config was validated; they may have gone since
-            tls = settings.upstream_tls.context()
-        except ValueError as exc:
-            raise ConfigError(f"upstream_tls: {exc}") from None
-        new_upstreams, spans = _traced(tracing)
-        upstreams = new_upstreams(settings.upstreams(), settings.limits.upstream_connections, tls)
-        journal = Journal(Path(settings.state_dir) / "journal")
-        # Held at format 1 until its first look (below) finds no gateway of an earlier release.
-        fleet = Fleet(store, redis.key_prefix, redis.record_format, redis.topology != "embedded")
-        app[METRICS].watch_circuit(store.circuit)
-        app[METRICS].watch_record_format(lambda: store.record_format)
-        app[METRICS].watch_journal(lambda: journal.depth)
-        app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
-        services = Services(
-            live, store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet, spans=spans
-        )
-        app[SERVICES] = services
-        app[GATEWAY] = Gateway(services)
-        watching = asyncio.ensure_future(fleet.watch())  # its first look is the one below
-        store.stalls.start()
-        try:
-            await refuse_evicting(services)
-            await warn_unfenced(services)
-            await fleet.check()
-            await warn_other_prefixes(client, redis.key_prefix, [r.name for r in settings.routes])
-            await store.trained.load([route.name for route in settings.routes])
-            await replay_journal(services)  # before the first request is served
-            yield
-        finally:
-            await app[TASKS].drain(DRAIN_SECONDS)
-            store.stalls.stop()
-            journal.close()
-            for task in (sweeper, watching):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await upstreams.close()
-            await store.close()
-            await blobs.close()
+        opened.pop_all()  # the store's now
+    return store
 
-    return resources
+
+def _services(
+    app: web.Application,
+    store: Store,
+    upstreams: Upstreams,
+    blobs: BlobStore,
+    journal: Journal,
+    spans: Spans,
+) -> Services:
+    """The request path's shared clients, set on `app` with its handler, and watched by its
+    metrics."""
+    redis = app[LIVE].settings.redis
+    # Held at format 1 until its first look finds no gateway of an earlier release.
+    fleet = Fleet(store, redis.key_prefix, redis.record_format, redis.topology != "embedded")
+    app[METRICS].watch_circuit(store.circuit)
+    app[METRICS].watch_record_format(lambda: store.record_format)
+    app[METRICS].watch_journal(lambda: journal.depth)
+    app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
+    services = Services(
+        app[LIVE], store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet, spans=spans
+    )
+    app[SERVICES] = services
+    app[GATEWAY] = Gateway(services)
+    return services
 
 
 def _traced(tracing: Tracing | None) -> tuple[Callable[..., Upstreams], Spans]:

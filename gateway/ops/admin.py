@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway import closing
 from gateway.config.coherence import same_address
 from gateway.config.settings import Admin
 from gateway.errors import ConfigError
@@ -115,13 +116,15 @@ def attach_admin(
     settings: Admin,
     channel: str | None = None,
     public_address: tuple[str, int] | None = None,
+    sock: socket.socket | None = None,
 ) -> AdminState:
     """Serve the admin app beside `public` for as long as it runs; call before it starts.
 
-    On `admin.host:admin.port`, or, for a worker of `--workers N`, on the unix socket
-    `channel` that its supervisor reads. The returned state shows the bound port once the
-    listener has started.
+    On `admin.host:admin.port` (the socket `sock`, when whatever started the gateway bound
+    it), or, for a worker of `--workers N`, on the unix socket `channel` that its
+    supervisor reads. The returned state shows the bound port once the listener has started.
     """
+    given = sock
     state = AdminState()
     tls = None
     if settings.tls is not None and channel is None:  # a worker's channel is a unix socket
@@ -134,39 +137,43 @@ def attach_admin(
     async def listener(app: web.Application) -> AsyncIterator[None]:
         admin = create_admin_app(app, settings.token, state, private=channel is not None)
         runner = web.AppRunner(admin, access_log=None)
-        await runner.setup()
-        try:
+        async with contextlib.AsyncExitStack() as opened:
             if channel is not None:
-                await web.SockSite(runner, bind_private(channel)).start()
+                sock = bind_private(channel)
+            else:
+                sock = admin_socket(settings, public_address, given)
+            opened.callback(closing.close, "the admin socket", sock.close)
+            opened.push_async_callback(closing.aclose, "the admin listener", runner.cleanup)
+            await runner.setup()
+            if channel is not None:
+                await web.SockSite(runner, sock).start()
                 yield
                 return
-            sock = admin_socket(settings, public_address)
             await serve(runner, sock, tls)
             state.port = int(sock.getsockname()[1])
             log.info("admin listener on %s://%s:%d", scheme, settings.host, state.port)
             registry = app[METRICS].registry
             history = asyncio.ensure_future(keep(admin[HISTORY], registry.collect))
-            try:
-                yield
-            finally:
-                history.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await history
-        finally:
-            await runner.cleanup()
+            opened.push_async_callback(closing.cancel, "the console's history", history)
+            yield
 
     public.on_shutdown.append(draining)
     public.cleanup_ctx.append(listener)
     return state
 
 
-def admin_socket(settings: Admin, public_address: tuple[str, int] | None = None) -> socket.socket:
-    """The admin listener's TCP socket, bound; a busy port, or the public listener's
-    address, is the operator's to fix."""
-    try:
-        sock = bind(settings.host, settings.port)
-    except ListenError as exc:
-        raise ConfigError(f"admin.port: {exc}") from None
+def admin_socket(
+    settings: Admin,
+    public_address: tuple[str, int] | None = None,
+    sock: socket.socket | None = None,
+) -> socket.socket:
+    """The admin listener's TCP socket, bound here unless `sock` was given bound; a busy
+    port, or the public listener's address, is the operator's to fix."""
+    if sock is None:
+        try:
+            sock = bind(settings.host, settings.port)
+        except ListenError as exc:
+            raise ConfigError(f"admin.port: {exc}") from None
     if public_address is not None and _same_address(sock, public_address):
         sock.close()
         raise ConfigError(

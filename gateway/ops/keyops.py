@@ -155,7 +155,7 @@ def describe(stored: Stored) -> dict[str, Any]:
 def _lease(fields: dict[bytes, bytes], pttl_ms: int, now: float) -> dict[str, Any]:
     """A PENDING key's lease: the time left, or how long ago it ended unrenewed (its owner
     lost: the next claim settles it by the route's `on_owner_lost`)."""
-    if b"l" not in fields:  # claimed by an earlier version: its TTL is its lease
+    if b"l" not in fields:  # a claim with no lease end of its own: its TTL is its lease
         return {"lease_seconds_left": pttl_ms / 1000 if pttl_ms >= 0 else None}
     left = round(int(fields[b"l"]) / 1000 - now, 3)
     sent = b"u" not in fields  # routes with mark_sent: not yet marked means never sent

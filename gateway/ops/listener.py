@@ -36,6 +36,21 @@ def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     return sock
 
 
+def inherited(fd: int, option: str) -> socket.socket:
+    """The TCP socket that whatever started this gateway bound for it and passed as file
+    descriptor `fd` (a `--workers` parent to its workers; a test's harness, which holds its
+    ports: `option` names the flag): one line when `fd` is no such socket."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        why = exc.strerror
+        raise ListenError(f"{option} {fd}: not a socket this gateway was given ({why})") from None
+    if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        sock.detach()  # not ours to close
+        raise ListenError(f"{option} {fd}: not a TCP socket")
+    return sock
+
+
 def start_listening(sock: socket.socket, backlog: int) -> None:
     """Listen on a socket `bind` gave. Two gateways started in the same instant can both bind
     (SO_REUSEADDR) but only one can listen: the other is refused here, in one line."""

@@ -32,6 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.core.backoff import CLUSTER_TRY_AGAIN, Pauses
 from gateway.store.breaker import CircuitBreaker, NodeBreakers
 from gateway.store.scripts import Script
 
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 
 # Redirects one call follows before it gives up (a slot moves once; a failover once more).
 REDIRECTS: Final = 5
-# TRYAGAIN to a single-key call (a key moving as the call came): wait this long.
-TRY_AGAIN_PAUSE: Final = 0.05
 
 
 class SlotMoving(Exception):
@@ -96,6 +95,7 @@ class ClusterScripts:
             raise ClusterError("no node holds the key's slot")
         node: ClusterNode = owner
         asking = False
+        pauses: Pauses | None = None  # drawn only for a TRYAGAIN
         for _ in range(REDIRECTS):
             commands = [PipelineCommand(0, "ASKING")] if asking else []
             commands.append(
@@ -119,9 +119,10 @@ class ClusterScripts:
                 node, asking = await self._node(reply.host, reply.port, refreshes), True
                 continue
             if isinstance(reply, TryAgainError):
-                if len({key, *args[: script.keys - 1]}) > 1:
+                if len({key, *args[: script.keys - 1]}) > 1:  # refused until the slot has moved
                     raise SlotMoving(str(reply))
-                await asyncio.sleep(TRY_AGAIN_PAUSE)
+                pauses = pauses or CLUSTER_TRY_AGAIN.pauses()  # a key moving as the call came
+                await asyncio.sleep(pauses.next())
                 continue
             if isinstance(reply, RedisConnectionError | RedisTimeoutError):
                 await self._refresh(refreshes)

@@ -20,6 +20,7 @@ from typing import IO
 import redis
 
 from gateway.config.state import private_folder
+from gateway.core.backoff import EMBEDDED_START
 from gateway.errors import ConfigError
 from gateway.lifeline import die_with_parent
 
@@ -52,13 +53,21 @@ class EmbeddedRedis:
     refuses a second one, which would otherwise write the same append-only file."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.binary, self.source = find_redis_server()
+        try:
+            self.binary, self.source = find_redis_server()
+        except FileNotFoundError as exc:
+            raise ConfigError(f"redis.url embedded: {exc}") from None
         self.dir = private_folder(state_dir / "redis")
         self._lock = _lock(self.dir / "lock", state_dir)
-        self.socket = self._socket_path()
+        try:
+            self.socket = self._socket_path()
+        except OSError:
+            self._lock.close()
+            raise
         self.process: subprocess.Popen[bytes] | None = None
         self._guard = threading.Lock()
-        self._closing = False
+        self._closing = threading.Event()  # set once: the watching thread restarts nothing
+        self._watcher: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -91,7 +100,8 @@ class EmbeddedRedis:
             self.url,
             self.dir,
         )
-        threading.Thread(target=self._watch, name="embedded-redis", daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, name="embedded-redis", daemon=True)
+        self._watcher.start()
 
     def _launch(self, timeout: float) -> None:
         args = [
@@ -134,9 +144,10 @@ class EmbeddedRedis:
         while True:
             assert self.process is not None
             code = self.process.wait()
+            pauses = EMBEDDED_START.pauses()
             while True:
                 with self._guard:
-                    if self._closing:
+                    if self._closing.is_set():
                         return
                     log.error("the embedded redis-server exited (code %s); starting it again", code)
                     try:
@@ -144,14 +155,18 @@ class EmbeddedRedis:
                         break
                     except (RuntimeError, TimeoutError) as exc:
                         log.error("the embedded redis-server did not start again: %s", exc)
-                time.sleep(_RESTART_PAUSE)
+                if self._closing.wait(pauses.next()):
+                    return
 
     def close(self) -> None:
-        """Stop the server (its data stays for the next start) and let go of the folder."""
-        with self._guard:
-            self._closing = True  # the watching thread starts no other server
+        """Stop the server (its data stays for the next start), and its watching thread, and
+        let go of the folder; closing again does no harm."""
+        with self._guard:  # not while the watching thread starts a server
+            self._closing.set()
         if self.process is not None:
             stop(self.process)
+        if self._watcher is not None:
+            self._watcher.join(timeout=_RESTART_WAIT)  # it ends once its server has exited
         if not self.socket.startswith(str(self.dir)):
             shutil.rmtree(Path(self.socket).parent, ignore_errors=True)
             (self.dir / "socket-dir").unlink(missing_ok=True)
@@ -169,10 +184,9 @@ def running_url(state_dir: Path) -> str | None:
 
 # A unix socket's path must fit sun_path (108 bytes on Linux, with its NUL).
 _SOCKET_PATH_MAX = 100
-# A server that died under the gateway: how long its next start may take, and the pause
-# between failed starts.
+# A server that died under the gateway: how long its next start may take (the pauses
+# between failed starts are `core.backoff.EMBEDDED_START`'s).
 _RESTART_WAIT = 10.0
-_RESTART_PAUSE = 1.0
 # How long a start waits for the lock of a state folder whose last owner is stopping.
 _LOCK_WAIT = 2.0
 

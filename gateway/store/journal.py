@@ -72,7 +72,11 @@ class Journal:
         self.path = folder / f"{os.getpid()}-{os.urandom(4).hex()}.jsonl"
         # Unbuffered: a write that fails leaves no bytes pending to reach the file later.
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise
         self._ids = itertools.count(1)
         self.depth = 0  # entries being written or written, and not yet marked stored
         # `add` and `stored` run in worker threads, one at a time: the file is emptied only

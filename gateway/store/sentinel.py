@@ -47,6 +47,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.core.backoff import SENTINEL_LISTEN
+
 log = logging.getLogger(__name__)
 
 # The channels that say the master moves: the replica about to be promoted, its promotion,
@@ -57,7 +59,6 @@ PIN_SECONDS: Final = 10.0  # how long an announced master is held to against the
 # How long no master is used once a promotion starts, unless it is announced done before: a
 # promotion that times out is followed by another, maybe of another replica.
 HOLD_SECONDS: Final = 10.0
-LISTEN_RETRY: Final = 0.5  # seconds before a lost pub/sub connection is opened again
 PING_EVERY: Final = 5.0  # seconds: a silent Sentinel connection is checked this often
 
 Address = tuple[str, int]
@@ -229,6 +230,7 @@ async def listen(pool: SentinelBlockingPool, sentinel: Redis) -> None:
     kwargs.pop("connection_pool", None)
     own = ConnectionPool(connection_class=sentinel.connection_pool.connection_class, **kwargs)
     client = Redis(connection_pool=own)
+    pauses = SENTINEL_LISTEN.pauses()
     try:
         while True:
             pubsub = client.pubsub(ignore_subscribe_messages=True)
@@ -240,7 +242,7 @@ async def listen(pool: SentinelBlockingPool, sentinel: Redis) -> None:
             finally:
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()  # type: ignore[no-untyped-call,unused-ignore]
-            await asyncio.sleep(LISTEN_RETRY)
+            await asyncio.sleep(pauses.next())
     finally:
         await client.aclose()
 

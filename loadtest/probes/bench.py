@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from testkit.ports import free_port
+from testkit.ports import kept_port
 
 from ..drive import Scenario, find_duplicates, run_wrk, settle
 from ..procs import Child, cpu_seconds
@@ -67,7 +67,7 @@ class Gateway(Child):
         extra: dict[str, Any] | None = None,
         listen: dict[str, Any] | None = None,
     ) -> None:
-        port = free_port()
+        port = kept_port()
         config = {
             "listen": {"host": "127.0.0.1", "port": port, **(listen or {})},
             "log_level": "warning",

@@ -35,7 +35,7 @@ import aiohttp
 import yaml
 
 from gateway.config.units import parse_size
-from testkit.ports import free_port
+from testkit.ports import kept_port
 from testkit.redis_server import RedisServer
 
 from ..procs import Child, cpu_seconds
@@ -210,11 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         redis.start()
         children: list[Child] = []
         try:
-            port = free_port()
+            port = kept_port()
             upstream_args = ["--port", str(port), "--big-mib", str(args.size_mib)]
             children.append(Child("upstream", "loadtest.upstream", port, upstream_args, work))
             config = {
-                "listen": {"host": "127.0.0.1", "port": free_port()},
+                "listen": {"host": "127.0.0.1", "port": kept_port()},
                 "redis": {"url": redis.url},
                 "loop": args.loop,
                 "log_level": "warning",

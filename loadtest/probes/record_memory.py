@@ -47,7 +47,7 @@ from aiohttp import web
 from gateway.config.units import parse_size
 from gateway.store.trained import SAMPLES, dictionary_key
 from testkit.polling import wait_until
-from testkit.ports import free_port
+from testkit.ports import kept_port
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
 
@@ -187,7 +187,7 @@ def _phase(
     api = TypicalApi(size, kind, seed=size)
     app = web.Application(client_max_size=1 << 30)
     app.router.add_post("/{route}", api.handle)
-    upstream_port = free_port()
+    upstream_port = kept_port()
     client = redis.Redis.from_url(server.url)
     gateway: GatewayProcess | None = None
     routes = _cold_routes(args.cold_routes) if cold else [("payments", "pay")]
@@ -199,7 +199,7 @@ def _phase(
         written = {} if fmt == "unset" else {"record_format": int(fmt)}
         config = {
             "redis": {"url": server.url, **written},
-            "admin": {"port": free_port()},
+            "admin": {"port": kept_port()},
             "state_dir": str(work / f"state-{fmt}-{size}-{kind}-{'cold' if cold else 'warm'}"),
             "routes": [
                 {

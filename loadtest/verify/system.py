@@ -21,7 +21,7 @@ from loadtest.procs import Child
 from loadtest.trees import stage
 from loadtest.verify.fleet import EARLIER, Member
 from loadtest.verify.topology import Topology
-from testkit.ports import free_port, wait_for_port
+from testkit.ports import kept_port, wait_for_port
 from testkit.procs import GatewayProcess
 
 STATE_TMPFS = "16m"
@@ -80,10 +80,10 @@ class Proxy:
     target: int
     workdir: Path
     child: Child | None = None
-    control: int = field(default_factory=free_port)
+    control: int = field(default_factory=kept_port)
 
     def start(self) -> Proxy:
-        port = free_port()
+        port = kept_port()
         args = ["--listen", str(port), "--target", str(self.target)]
         self.child = Child(
             self.name, "loadtest.verify.proxy", port, [*args, "--control", str(self.control)],
@@ -130,7 +130,7 @@ class System:
     def start(self) -> None:
         self.state.mkdir(mode=0o700)
         self.tmpfs_refused = mount_tmpfs(self.state)
-        port = free_port()
+        port = kept_port()
         self.upstream = Child(
             "upstream", "loadtest.verify.upstream", port,
             ["--port", str(port), "--log", str(self.executions), "--seed", str(self.seed)],
@@ -187,7 +187,7 @@ class System:
         (it refuses unknown fields) and has an admin listener, for its readiness check."""
         config = self.gateway_config(origin, redis_port)
         if member.release == EARLIER:
-            config["admin"] = {"host": "127.0.0.1", "port": free_port()}
+            config["admin"] = {"host": "127.0.0.1", "port": kept_port()}
         elif member.record_format is not None:
             config["redis"]["record_format"] = member.record_format
         return config

@@ -4,9 +4,9 @@ fingerprint of the request, and waiting for the request in flight (`on_in_flight
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Final
 
 from gateway.config.policy import Route
+from gateway.core.backoff import GIVE_BACK, IN_FLIGHT_WAIT
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import Action, on_claim
 from gateway.core.fingerprint import Fields, earlier_fingerprint, fingerprint
@@ -15,11 +15,6 @@ from gateway.http.flow.context import Services
 from gateway.http.flow.pacing import Pacing
 from gateway.store.store import Store
 
-# How often a waiting duplicate asks again: from the first value, growing to the last.
-WAIT_BACKOFF = (0.01, 0.25)  # not Final: mypyc may read a Final float tuple as unset
-# How often a claim whose reply was lost is given back: from the first pause, doubling.
-GIVE_BACK_BACKOFF = (0.05, 1.0)  # not Final, as WAIT_BACKOFF
-GIVE_BACK_WINDOW: Final = 2.0  # seconds: a shutdown waits no longer for it
 # What the fingerprint covers: method, raw path, raw query, the configured headers, the body.
 Payload = tuple[str, str, str, Fields, bytes]
 
@@ -58,7 +53,7 @@ async def give_back(store: Store, rkey: str, token: str, lease: float) -> None:
     """Release a claim whose reply timed out, as soon as Redis answers (for a short while,
     within the lease): nothing was sent, and a key left claimed would be taken for a lost
     owner's after it. A Redis that stays away leaves it so: held, never run unasked."""
-    pacing = Pacing(GIVE_BACK_BACKOFF, min(lease, GIVE_BACK_WINDOW))
+    pacing = Pacing(GIVE_BACK, min(lease, GIVE_BACK.within))
     while True:
         try:
             await store.release(rkey, token)
@@ -96,12 +91,13 @@ async def _wait(
     token: str,
     route: Route,
 ) -> ClaimResult:
-    """Ask again with a growing pause until the first request ends or time runs out.
+    """Ask again, pausing as IN_FLIGHT_WAIT says, until the first request ends or the
+    route's `in_flight_wait` runs out.
 
     Asking is claiming: if the first one ended without a record, we hold the key, and
     `on_claim(..., waited=True)` says to give it back rather than run the call.
     """
-    pacing = Pacing(WAIT_BACKOFF, route.in_flight_wait)
+    pacing = Pacing(IN_FLIGHT_WAIT, route.in_flight_wait)
     while await pacing.pause():
         result = await claim(s, route, names, fp, token)
         if on_claim(result, route, may_wait=True) is not Action.WAIT:

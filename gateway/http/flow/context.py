@@ -102,7 +102,7 @@ class Claimed:
     def __init__(
         self,
         received: Received,
-        key: str,
+        record_key: str,
         token: str,
         fingerprint: str,
         body: bytes,
@@ -113,7 +113,7 @@ class Claimed:
         self.request = received.request
         self.route = received.route
         self.settings = received.settings  # read once, when the request came
-        self.key = key  # the record's Redis key
+        self.record_key = record_key  # the record's name in Redis (`core.keys.record_names`)
         self.token = token
         self.fingerprint = fingerprint
         self.body = body

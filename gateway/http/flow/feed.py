@@ -1,7 +1,7 @@
 """Between the upstream's answer and the client: a bounded queue, so that recording an answer
 runs at the upstream's pace whatever the client does.
 
-The task that reads the upstream (`forward._call`) hands the head and the body to a
+The task that reads the upstream (`forward._Call`) hands the head and the body to a
 `ClientFeed`; the request's own task writes them to the client (`ClientFeed.serve`). A
 client that falls more than `bound` bytes behind gets nothing more from the queue: once the
 answer is stored, the rest of the body is read back from the record (`Rest`). A client that

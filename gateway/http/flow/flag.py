@@ -20,6 +20,6 @@ async def note_held(s: Services, c: Claimed) -> None:
     route = c.route
     try:
         prefix = c.settings.redis.key_prefix
-        await attention.note(s.store, prefix, route.name, c.key, route.retention)
+        await attention.note(s.store, prefix, route.name, c.record_key, route.retention)
     except StoreUnavailable as exc:
         log.warning("route %s: a key is not listed for the console: %s", route.name, exc)

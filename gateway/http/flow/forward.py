@@ -57,13 +57,13 @@ async def _mark_sent(s: Services, c: Claimed) -> web.Response | None:
     this leaves a key that runs as new, after it one that is a lost owner's. None when
     marked; else the answer, and nothing is sent."""
     try:
-        if await s.store.sent(c.key, c.token):
+        if await s.store.sent(c.record_key, c.token):
             return None
         answer = IN_FLIGHT.answer()  # the lease ended before the mark: another holds the key
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         log.error("route %s: the send could not be marked, nothing sent: %s", c.route.name, exc)
-        await release(s, c.route, c.key, c.token)
+        await release(s, c.route, c.record_key, c.token)
         answer = STORE_UNAVAILABLE.answer()
     s.metrics.request(c.route.name, c.request.method, m.ERROR)
     return answer
@@ -98,10 +98,10 @@ class _Call:
         headers = forward_headers(c.request, route.preserve_host)
         self.started = time.monotonic()
         beat = Heartbeat(
-            s.store, c.key, c.token, route.lease, route.retention, s.metrics, c.leased_at
+            s.store, c.record_key, c.token, route.lease, route.retention, s.metrics, c.leased_at
         )
         beat.start()
-        s.watch.calling(c.key, route.name)
+        s.watch.calling(c.record_key, route.name)
         outcome = m.FORWARDED
         try:
             upstream = await s.upstreams.send(
@@ -117,8 +117,8 @@ class _Call:
             )
             async with upstream:
                 settle = on_answer(upstream.status, route)
-                if settle is Settle.RELEASE:
-                    await release(s, route, c.key, c.token)  # a retry may run while it streams
+                if settle is Settle.RELEASE:  # a retry may run while it streams
+                    await release(s, route, c.record_key, c.token)
                 response = self._begin(upstream, settle)
                 if settle is Settle.RECORD:
                     recorded = await self._record(upstream)
@@ -135,7 +135,7 @@ class _Call:
             return
         finally:
             beat.stop()
-            s.watch.called(c.key)
+            s.watch.called(c.record_key)
         s.metrics.request(route.name, c.request.method, outcome)
 
     def _begin(self, upstream: Answer, settle: Settle) -> web.StreamResponse:
@@ -282,7 +282,7 @@ async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
     the key is given back if it is still this request's."""
     route = c.route
     log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
-    await release(s, route, c.key, c.token)
+    await release(s, route, c.record_key, c.token)
     s.metrics.request(route.name, c.request.method, m.ERROR)
     feed.fail(LEASE_EXPIRED.answer())
 

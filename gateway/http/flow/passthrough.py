@@ -70,9 +70,10 @@ async def pass_through(
                 extra,
             )
             limit = timeouts.read or timeouts.total
-            # The head leaves with the first body bytes anyway (`answers.start_response`):
-            # prepared after them, a body that fails at once (a transfer coding the gateway
-            # cannot undo) is answered 502, as for a keyed request, not by a bare close.
+            # The head leaves with the first body bytes anyway
+            # (`answers.writing.start_response`): prepared after them, a body that fails at once
+            # (a transfer coding the gateway cannot undo) is answered 502, as for a keyed
+            # request, not by a bare close.
             chunk = await upstream.read_chunk(limit)
             await response.prepare(request)
             while chunk:

@@ -23,6 +23,7 @@ from aiohttp import web
 from gateway.blobs.recorder import BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.config.reconcile import Reconcile
+from gateway.core.backoff import STORE_AGAIN
 from gateway.core.decision import (
     Failure,
     Settle,
@@ -60,8 +61,6 @@ class Kept(Enum):
     IN_MEMORY = "in_memory"
 
 
-# How often an outcome Redis did not take is tried again: from the first pause, doubling.
-STORE_BACKOFF = (0.01, 0.5)  # not Final: mypyc may read a Final float tuple as unset
 REPLAY_LEASE: Final = 30.0  # renewed for an outcome replayed from a journal: its route may be gone
 
 
@@ -98,7 +97,9 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
     route = c.route
     try:
         stored = await s.spans.record(
-            s.store.complete(c.key, c.token, c.fingerprint, record, body, route.retention, c.lost)
+            s.store.complete(
+                c.record_key, c.token, c.fingerprint, record, body, route.retention, c.lost
+            )
         )
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
@@ -109,7 +110,7 @@ async def store_outcome(s: Services, c: Claimed, record: Record, body: bytes) ->
             await _fenced(s, route.name, record)
             return Kept.FENCED
         return Kept.STORED
-    outcome = Unstored(c.key, c.token, c.fingerprint, record, body, route.retention, c.lost)
+    outcome = Unstored(c.record_key, c.token, c.fingerprint, record, body, route.retention, c.lost)
     entry = await _journal(s, outcome)
     s.tasks.spawn(keep_storing(s, c.route.name, c.route.lease, outcome, entry))
     return Kept.IN_MEMORY if entry is None else Kept.JOURNALED
@@ -141,7 +142,7 @@ async def keep_storing(
     s: Services, route: str, lease: float, outcome: Unstored, entry: int | None
 ) -> None:
     """Complete `outcome` as soon as Redis takes it; renew its lease while it cannot."""
-    pacing = Pacing(STORE_BACKOFF)
+    pacing = Pacing(STORE_AGAIN)
     while True:
         try:
             stored = await _complete(s, outcome)
@@ -196,9 +197,9 @@ async def replay_journal(s: Services) -> None:
         log.warning("journal %s replayed: %d outcomes", path.name, len(outcomes))
 
 
-async def release(s: Services, route: Route, key: str, token: str) -> None:
+async def release(s: Services, route: Route, record_key: str, token: str) -> None:
     try:
-        if not await s.store.release(key, token):
+        if not await s.store.release(record_key, token):
             s.metrics.lease_lost.labels(route.name).inc()
             log.warning("release on route %s: the key has another owner now", route.name)
     except StoreUnavailable as exc:
@@ -228,7 +229,7 @@ async def settle_failure(
             if settle is Settle.RECORD:
                 return await record_found(s, c, route.reconcile, found)
     if settle is Settle.RELEASE:
-        await release(s, route, c.key, c.token)
+        await release(s, route, c.record_key, c.token)
     elif settle is Settle.KEEP:
         await _keep(s, c)
     elif settle is Settle.RECORD_UNKNOWN:
@@ -260,7 +261,7 @@ async def _keep(s: Services, c: Claimed) -> None:
     """`keep`: retries get 409 for one more lease, then the key is free (it ends with the
     lease rather than outliving it: this owner lives, and chose to let a retry run then)."""
     try:
-        await s.store.extend(c.key, c.token, c.route.lease, 0.0)
+        await s.store.extend(c.record_key, c.token, c.route.lease, 0.0)
     except StoreUnavailable as exc:
         s.metrics.redis_errors.inc()
         log.error("route %s: the kept key could not be renewed: %s", c.route.name, exc)

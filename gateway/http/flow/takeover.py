@@ -18,6 +18,7 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway.core.backoff import LATE_ANSWER
 from gateway.core.claims import Claim, ClaimResult
 from gateway.core.decision import LostStep, on_lookup, owner_lost_step
 from gateway.errors import RecordCorrupt, StoreUnavailable
@@ -35,7 +36,7 @@ from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
-from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
+from gateway.http.flow.settle import Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.requestlog import note_owner_lost
 
@@ -43,11 +44,10 @@ log = logging.getLogger(__name__)
 
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-# How long a request that took a lost owner's key over waits for that owner's own answer:
-# an owner that kept its answer in the journal tries to store it every STORE_BACKOFF[1] s
-# at most, so three of its tries. A dead owner's key is settled this much later.
-LATE_ANSWER_WAIT: Final = 3 * STORE_BACKOFF[1]
-LATE_ANSWER_POLL = (0.05, 0.25)  # not Final, as STORE_BACKOFF: from the first, growing
+# How long a request that took a lost owner's key over waits for that owner's own answer
+# (1.5 s: three of the owner's tries to store it, `core.backoff.LATE_ANSWER`). A dead
+# owner's key is settled this much later.
+LATE_ANSWER_WAIT: Final = LATE_ANSWER.within
 
 
 def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
@@ -66,11 +66,12 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     Asking again is claiming again with this request's token, which renews its lease. A
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
-    pacing = Pacing(LATE_ANSWER_POLL, LATE_ANSWER_WAIT)
+    names = (c.record_key, c.record_key)  # asked under the one name that holds it
+    pacing = Pacing(LATE_ANSWER, LATE_ANSWER_WAIT)
     while await pacing.pause():
         asked = time.monotonic()
         try:
-            result = await claim(s, c.route, (c.key, c.key), c.fingerprint, c.token)
+            result = await claim(s, c.route, names, c.fingerprint, c.token)
         except StoreUnavailable:
             s.metrics.redis_errors.inc()
             continue
@@ -107,7 +108,7 @@ def lost_conflict() -> web.Response:
 async def let_go(s: Services, c: Claimed) -> None:
     """Give the key back as a lost owner's: its lease over, kept for the retention."""
     try:
-        await s.store.extend(c.key, c.token, 0.0, c.route.retention)
+        await s.store.extend(c.record_key, c.token, 0.0, c.route.retention)
     except StoreUnavailable as exc:  # its lease ends by itself, a lost owner's all the same
         s.metrics.redis_errors.inc()
         log.error("route %s: a taken-over key could not be let go: %s", c.route.name, exc)
@@ -161,7 +162,7 @@ async def _look_up(s: Services, c: Claimed) -> Found:
     """Ask the route's lookup, the lease renewed meanwhile (a lookup may wait `after`)."""
     route = c.route
     assert route.reconcile is not None
-    beat = Heartbeat(s.store, c.key, c.token, route.lease, route.retention, s.metrics)
+    beat = Heartbeat(s.store, c.record_key, c.token, route.lease, route.retention, s.metrics)
     beat.start()
     try:
         return await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
@@ -174,7 +175,7 @@ async def _still_owned(s: Services, c: Claimed) -> bool:
     the key is another's now (or Redis cannot say), so that nothing is sent."""
     c.leased_at = time.monotonic()
     try:
-        return await s.store.extend(c.key, c.token, c.route.lease, c.route.retention)
+        return await s.store.extend(c.record_key, c.token, c.route.lease, c.route.retention)
     except StoreUnavailable:
         s.metrics.redis_errors.inc()
         return False

@@ -25,6 +25,7 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_urldispatcher import _default_expect_handler
 
+from gateway import closing
 from gateway.http.answers.problems import INTERNAL_ERROR, MALFORMED_REQUEST
 from gateway.http.server.access import request_id
 from gateway.http.server.limits import Connections, fit_open_files
@@ -205,15 +206,15 @@ async def _serve(
     runner = web.AppRunner(
         app, handle_signals=True, access_log=None, shutdown_timeout=shutdown_timeout
     )
-    await runner.setup()
-    try:
+    async with contextlib.AsyncExitStack() as opened:
+        opened.callback(closing.close, "the client connections", app[CONNECTIONS].close)
+        # Before the start: a start that fails exits what it entered of the cleanup contexts.
+        opened.push_async_callback(closing.aclose, "the application", runner.cleanup)
+        await runner.setup()
         site = await start_site(runner, sock, backlog, tls)
         listening(site.name)
         while True:
             await asyncio.sleep(3600)
-    finally:
-        await runner.cleanup()
-        app[CONNECTIONS].close()
 
 
 def run(

@@ -94,13 +94,12 @@ class Hub:
             raise self._failure
 
     def stop(self) -> None:
-        if (
-            self._admin_thread is not None
-            and self._admin_thread.is_alive()
-            and self._stop is not None
-        ):
+        thread = self._admin_thread
+        if thread is not None and thread.is_alive() and self._stop is not None:
             self.loop.call_soon_threadsafe(self._stop.set)
-            self._admin_thread.join(timeout=10)
+            thread.join(timeout=10)
+        if thread is None or not thread.is_alive():
+            self.loop.close()  # its thread's runner closed it, unless it never ran
         shutil.rmtree(self.set.folder, ignore_errors=True)
 
     def _run(self, sock: socket.socket) -> None:

@@ -4,9 +4,10 @@ The children serve the listening socket the parent bound, so the kernel spreads 
 connections over them. It starts the embedded redis-server once (children share it),
 forwards SIGTERM/SIGINT (children drain, then exit) and SIGHUP, and starts a new child when
 one dies, with what the others serve with (`serving`). A child that dies at its start is
-started again after a pause that doubles each time: the others serve on meanwhile, however
-often it fails. Each child has a slot (0 to N-1) that the child replacing it takes over: its
-`worker` label on the one admin address (`admin_hub`), which the parent serves.
+started again after a pause that grows (`core.backoff.WORKER_START`): the others serve on
+meanwhile, however often it fails. Each child has a slot (0 to N-1) that the child
+replacing it takes over: its `worker` label on the one admin address (`admin_hub`), which
+the parent serves.
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway.core.backoff import WORKER_START, Pauses
 from gateway.lifeline import die_with_parent
 from gateway.ops.supervisor.admin_hub import Hub
 from gateway.ops.supervisor.serving import Serving
 
 log = logging.getLogger("gateway.ops.supervisor.workers")
 
-# The pause before a failed start is tried again, doubled at each failure in a row, up to
-# BACKOFF_MOST.
-BACKOFF_FIRST: Final = 1.0
-BACKOFF_MOST: Final = 60.0
 # How often the supervisor looks for an exited worker.
 REAP_TICK: Final = 0.1
 
@@ -95,6 +93,7 @@ class Supervisor:
         self.children: dict[int, _Child] = {}
         self.stopping = False
         self.failures: dict[int, int] = {}  # slot -> failed starts in a row
+        self.pauses: dict[int, Pauses] = {}  # slot -> the pauses between them
         self.due: dict[int, float] = {}  # slot -> when its next start is tried
 
     def _spawn(self, slot: int, said: bool = True) -> _Child:
@@ -136,6 +135,7 @@ class Supervisor:
         child.ready = None
         if child.serves:
             self.failures.pop(child.slot, None)
+            self.pauses.pop(child.slot, None)
 
     def _first_serves(self) -> int | None:
         """Start one worker alone and wait until it serves: None. A config it refuses at
@@ -213,13 +213,13 @@ class Supervisor:
     def _failed_start(self, slot: int) -> None:
         """A worker that died before it served: tried again later, the others serving on."""
         failures = self.failures[slot] = self.failures.get(slot, 0) + 1
-        pause = min(BACKOFF_MOST, BACKOFF_FIRST * 2 ** (failures - 1))
+        pause = self.pauses.setdefault(slot, WORKER_START.pauses()).next()
         self.due[slot] = time.monotonic() + pause
         if self.hub is not None:
             self.hub.failed_start()
         serving = sum(1 for child in self.children.values() if child.serves)
         log.error(
-            "worker %d failed at its start (%d time%s in a row); starting it again in %.0f s, "
+            "worker %d failed at its start (%d time%s in a row); starting it again in %.1f s, "
             "%d other worker%s serving",
             slot,
             failures,
