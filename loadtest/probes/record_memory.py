@@ -140,6 +140,9 @@ def _upstreams(head: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return [(name, value) for name, value in head if name.lower() not in _GATEWAYS]
 
 
+RETRIES_503: Final = 20  # tries of a key answered 503
+
+
 async def _send(
     url: str, keys: list[str], concurrency: int, path: str = "/pay"
 ) -> tuple[bytes, bytes]:
@@ -151,10 +154,18 @@ async def _send(
         async def one_at_a_time() -> None:
             for key in pending:
                 headers = {"Idempotency-Key": key, "X-Tenant-Id": "tenant-1"}
-                async with session.post(f"{url}{path}", data=b'{"a":1}', headers=headers) as answer:
-                    await answer.read()
-                    if answer.status != 201:
-                        raise RuntimeError(f"key {key}: {answer.status}")
+                for _ in range(
+                    RETRIES_503
+                ):  # Redis slow on a loaded host: retried, as a client would
+                    async with session.post(
+                        f"{url}{path}", data=b'{"a":1}', headers=headers
+                    ) as answer:
+                        await answer.read()
+                    if answer.status != 503:
+                        break
+                    await asyncio.sleep(0.1)
+                if answer.status != 201:
+                    raise RuntimeError(f"key {key}: {answer.status}")
 
         await asyncio.gather(*(one_at_a_time() for _ in range(concurrency)))
         seen = []
