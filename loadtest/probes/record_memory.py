@@ -10,9 +10,12 @@ one worker) with `record_format` unset (what a new deployment writes: format 2 o
 its own) or set, and per row sends, through one gateway and Redis, the first keys of
 `--cold-routes` routes, a route's first SAMPLES less eleven each (measured as "first":
 compressed with the shipped dictionary, as a route's are until it has its own), then,
-through another, once a route writes with its own dictionary, `--warm` keys and `--keys`
-more (measured as "warm"): each stretch about as long, from nearly no key, so that Redis's
-tables grow over both alike. Keys are 32 random hex characters, one tenant. The upstream's
+through another, once a route writes with its own dictionary, `--warm` keys and P
+more (measured as "warm"). Each measured stretch takes Redis from P keys (a power of two, at
+least half of `--keys`, reached by keys not measured) to 2P, over which its key tables double
+once: a record bears their growth as on a Redis growing from any size, wherever the stretch
+starts (one that crossed a doubling or none counted up to 16 bytes more or less).
+Keys are 32 random hex characters, one tenant. The upstream's
 answer: `201 Created` with Content-Type, Content-Length, Date, Server, Cache-Control,
 Location, ETag, X-Request-Id and Strict-Transport-Security (about 330 bytes of headers), and
 a body unique per call: JSON of the asked size (ids, amounts, times and line items, as a
@@ -202,6 +205,7 @@ def _phase(
     client = redis.Redis.from_url(server.url)
     gateway: GatewayProcess | None = None
     routes = _cold_routes(args.cold_routes) if cold else [("payments", "pay")]
+    padding = [("pad", "pad")] if cold else []
     try:
         runner = web.AppRunner(app, access_log=None)
         asyncio.get_event_loop().run_until_complete(runner.setup())
@@ -220,7 +224,7 @@ def _phase(
                     "scope": ["X-Tenant-Id"],
                     "retention": "24h",
                 }
-                for name, prefix in routes
+                for name, prefix in [*routes, *padding]
             ],
         }
         gateway = GatewayProcess(config, work).start()
@@ -232,12 +236,18 @@ def _phase(
             # compressed with the shipped one (each route trains its own on its first
             # SAMPLES: gateway/store/trained.py), of many routes, for a stretch as long as
             # the warm one.
-            batches = [(f"/{prefix}", _keys(SAMPLES - 11)) for _, prefix in routes]
+            count = _pad(loop, client, gateway.url, args, "/pad")
+            batches = []
+            for _, prefix in routes:
+                take = min(SAMPLES - 11, count - sum(len(each) for _, each in batches))
+                batches.append((f"/{prefix}", _keys(take)))
+            if sum(len(each) for _, each in batches) < count:
+                raise SystemExit(f"record_memory: {count} first records need more --cold-routes")
             before = int(client.info("memory")["used_memory"])
             for each_path, each in batches:
                 loop.run_until_complete(_send(gateway.url, each, args.concurrency, each_path))
             grown = int(client.info("memory")["used_memory"]) - before
-            return grown / sum(len(each) for _, each in batches), _NO_ROW
+            return grown / count, _NO_ROW
         loop.run_until_complete(_send(gateway.url, _keys(SAMPLES), args.concurrency, path))
         compact = any(True for _ in client.scan_iter(match="idem:payments:*", count=1000))
         if compact:
@@ -245,7 +255,7 @@ def _phase(
             wait_until(lambda: client.exists(pointer), 30, "the route's own dictionary")
         # Past its training: the records measured are those of a route in its steady state.
         loop.run_until_complete(_send(gateway.url, _keys(args.warm), args.concurrency, path))
-        keys = _keys(args.keys)
+        keys = _keys(_pad(loop, client, gateway.url, args, path))
         before = int(client.info("memory")["used_memory"])
         replayed, again = loop.run_until_complete(_send(gateway.url, keys, args.concurrency))
         after = int(client.info("memory")["used_memory"])
@@ -279,6 +289,25 @@ def _phase(
 
 
 _NO_ROW: Final = Row("", "", 0.0, 0, "", 0.0, 0, 0, "")
+
+
+def _pad(
+    loop: asyncio.AbstractEventLoop,
+    client: redis.Redis,
+    url: str,
+    args: argparse.Namespace,
+    path: str,
+) -> int:
+    """Keys sent on `path` (unmeasured) until Redis holds a power of two of them, P, at least
+    half of `--keys`: P, the keys to measure next. From P keys to 2P Redis's key tables
+    double once, so each record measured bears their growth as a Redis growing from any size
+    does on average, wherever the stretch starts."""
+    held = int(client.dbsize())
+    count = 1 << (max(held, int(args.keys) // 2) - 1).bit_length()
+    loop.run_until_complete(_send(url, _keys(count - held), args.concurrency, path))
+    if int(client.dbsize()) != count:
+        raise RuntimeError(f"Redis holds {client.dbsize()} keys, not {count}")
+    return count
 
 
 def _keys(count: int) -> list[str]:
