@@ -62,12 +62,16 @@ async def _sample(client: Redis | RedisCluster, node: Any) -> list[Any]:
     names: list[Any] = []
     cursor: Any = 0
     for _ in range(BATCHES):
+        # Any: a Cluster client's cursor is a dict (per node, one node here), not the int
+        # the stubs say, and compiled code checks the stubs' types as it unpacks.
+        reply: Any
         if node is None:
-            cursor, keys = await client.scan(cursor, match=MATCH, count=COUNT)
+            reply = await client.scan(cursor, match=MATCH, count=COUNT)
         else:
-            cursor, keys = await client.scan(cursor, match=MATCH, count=COUNT, target_nodes=node)
-            if isinstance(cursor, dict):  # a Cluster client's: per node, one node here
-                cursor = next(iter(cursor.values()), 0)
+            reply = await client.scan(cursor, match=MATCH, count=COUNT, target_nodes=node)
+        cursor, keys = reply
+        if isinstance(cursor, dict):
+            cursor = next(iter(cursor.values()), 0)
         names += keys
         if int(cursor) == 0:
             break
