@@ -240,7 +240,8 @@ def _phase(
             batches = []
             for _, prefix in routes:
                 take = min(SAMPLES - 11, count - sum(len(each) for _, each in batches))
-                batches.append((f"/{prefix}", _keys(take)))
+                if take > 0:
+                    batches.append((f"/{prefix}", _keys(take)))
             if sum(len(each) for _, each in batches) < count:
                 raise SystemExit(f"record_memory: {count} first records need more --cold-routes")
             before = int(client.info("memory")["used_memory"])
