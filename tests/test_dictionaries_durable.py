@@ -287,6 +287,33 @@ async def test_a_deleted_dictionary_is_put_back_by_a_gateway_that_knows_it(
     assert await replays(fresh, answers) == {}
 
 
+async def test_a_stopping_gateway_puts_back_a_dictionary_gone_since_its_last_round(
+    make_gateway: GatewayFactory, payments: tuple[Payments, str], redis_url: str
+) -> None:
+    """The dictionary taken (evicted, say) after its gateway's last round of keeping, and that
+    gateway, the only one to know it, stopped: it puts the dictionary back as it stops, and
+    another gateway replays the records."""
+    _, origin = payments
+    gateway = await make_gateway(settings(origin))
+    answers: Answers = {}
+    await pay(gateway, SAMPLES, answers)
+    key = await trained(gateway)
+    own = store_of(gateway).trained.writer("api", RETENTION)
+    assert own is not None
+    named: Answers = {}
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        await pay_named(gateway, plain, own.number, 20, named)
+        await store_of(gateway).trained.close()  # no round of its own from here on
+        assert plain.delete(key) == 1
+        await gateway.close()
+        assert plain.exists(key)
+    finally:
+        plain.close()
+    fresh = await make_gateway(settings(origin))
+    assert await replays(fresh, named) == {}
+
+
 async def test_records_written_after_redis_came_back_empty_replay_after_a_restart(
     make_gateway: GatewayFactory, payments: tuple[Payments, str]
 ) -> None:

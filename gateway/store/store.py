@@ -490,7 +490,7 @@ class Store:
         the sender waits for); no reload starts after, and the sender refuses new calls."""
         async with self._reload_lock:
             self._closed = True
-            await self.trained.close()
+            await self.trained.close(last_round=True)
             await self.sender.close()
             await close_client(self.client)
 

@@ -59,6 +59,7 @@ SIZE: Final = 4096  # bytes of a trained dictionary (larger gained nothing on 20
 REFRESH: Final = 10.0  # seconds between two sightings of a dictionary in Redis
 MARGIN: Final = 3600.0  # seconds a dictionary outlives the last record that may name it
 LIFETIME: Final = 86400.0  # seconds a dictionary is written with before the route trains anew
+LAST_ROUND: Final = 2.0  # seconds a stopping gateway gives its last round of keeping
 TOUCH_EVERY: Final = 1.0  # seconds between two uses counted in Redis while records use it
 _STORED: Final = 1  # the first byte of a stored dictionary: its layout
 # A stored dictionary: layout, when it was trained (ms, 6 bytes), the CRC-32 of its data.
@@ -399,13 +400,20 @@ class Trained:
         if not task.cancelled() and task.exception() is not None:
             log.error("a route's dictionary could not be kept", exc_info=task.exception())
 
-    async def close(self) -> None:
-        """Stop keeping and training (`start` keeps again)."""
+    async def close(self, last_round: bool = False) -> None:
+        """Stop keeping and training (`start` keeps again); with `last_round`, a gateway
+        stopping, after one more round of keeping (within LAST_ROUND seconds): a dictionary
+        gone since the last one (evicted, say) is put back before this gateway, which may be
+        the last to know it, goes."""
         tasks = [*self._tasks, *([self._keeper] if self._keeper is not None else [])]
         self._keeper = None
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if last_round:
+            with contextlib.suppress(TimeoutError, *FAILURES):
+                async with asyncio.timeout(LAST_ROUND):
+                    await self._keep_round()
 
 
 def _trained(samples: list[bytes]) -> bytes:
