@@ -64,11 +64,11 @@ async def _sample(client: Redis | RedisCluster, node: Any) -> list[Any]:
     for _ in range(BATCHES):
         # Any: a Cluster client's cursor is a dict (per node, one node here), not the int
         # the stubs say, and compiled code checks the stubs' types as it unpacks.
-        reply: Any
+        scanner: Any = client  # its scan's reply unchecked, by the compiled build too
         if node is None:
-            reply = await client.scan(cursor, match=MATCH, count=COUNT)
+            reply = await scanner.scan(cursor, match=MATCH, count=COUNT)
         else:
-            reply = await client.scan(cursor, match=MATCH, count=COUNT, target_nodes=node)
+            reply = await scanner.scan(cursor, match=MATCH, count=COUNT, target_nodes=node)
         cursor, keys = reply
         if isinstance(cursor, dict):
             cursor = next(iter(cursor.values()), 0)
