@@ -13,16 +13,15 @@ a process group of its own), and it stops only what it started.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testkit.procs import stop_group
 
 DEFAULT_COMMAND = [sys.executable, "-m", "pytest"]
 
@@ -61,10 +60,10 @@ def run_beside_busy_loops(
                 returncode = run.wait(timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                returncode = _stop_group(run)
+                returncode = stop_group(run)
             finally:
                 if run.poll() is None:  # interrupted: stop what the run started
-                    _stop_group(run)
+                    stop_group(run)
     finally:
         for loop in loops:
             loop.kill()
@@ -81,29 +80,6 @@ def run_beside_busy_loops(
 # pytest's short summary: "FAILED tests/test_x.py::test_y[a b] - why", "ERROR tests/test_x.py"
 # (a captured log line reads "ERROR    logger:file.py:12 ...": not one of them).
 FAILED = re.compile(r"(?:FAILED|ERROR) (\S+\.py(?:::.+?)?)(?: - .*)?$")
-GRACE = 10.0  # seconds a stopped run's processes have to end before they are killed
-
-
-def _stop_group(run: subprocess.Popen[bytes]) -> int:
-    """SIGTERM to the run's process group, SIGKILL to what is left of it after GRACE; the
-    run's exit status."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(run.pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE
-    while time.monotonic() < deadline and _group_left(run):
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(run.pid, signal.SIGKILL)
-    return run.wait()
-
-
-def _group_left(run: subprocess.Popen[bytes]) -> bool:
-    run.poll()  # the leader reaped once it ends: a zombie still counts in its group
-    try:
-        os.killpg(run.pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

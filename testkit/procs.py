@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -164,3 +165,28 @@ class GatewayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+GRACE = 10.0  # seconds a stopped run's processes have to end before they are killed
+
+
+def stop_group(run: subprocess.Popen[Any]) -> int:
+    """SIGTERM to the process group of `run` (started with `start_new_session`), SIGKILL to
+    what is left of it after GRACE: all it started stopped; its exit status."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE
+    while time.monotonic() < deadline and _group_left(run):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(run.pid, signal.SIGKILL)
+    return run.wait()
+
+
+def _group_left(run: subprocess.Popen[Any]) -> bool:
+    run.poll()  # the leader reaped once it ends: a zombie still counts in its group
+    try:
+        os.killpg(run.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

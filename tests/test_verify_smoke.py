@@ -3,8 +3,6 @@ while every fault of the nemesis is made once; any violation of the checker fail
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from loadtest.verify.nemesis import default_kinds
+from testkit.procs import stop_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(130)  # the run's 110 s, and stop_group's grace
 def test_every_fault_once_and_no_violation(tmp_path: Path) -> None:
     # In a session of its own: a run past its time is stopped whole, its gateways, Redis and
     # clients with it, not left running beside the suite.
@@ -29,7 +28,7 @@ def test_every_fault_once_and_no_violation(tmp_path: Path) -> None:
     try:
         stdout, stderr = run.communicate(timeout=110)
     except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)
+        stop_group(run)
         stdout, stderr = run.communicate()
         pytest.fail(f"loadtest.verify ran past 110 s\n{stdout}{stderr}")
     out = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
