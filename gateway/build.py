@@ -117,7 +117,7 @@ def contain_compiled_tasks(loop: asyncio.AbstractEventLoop) -> None:
     no pure frame's exception state set up on the way (CPython issue 108668).
     """
     if kind() == "compiled":
-        loop.set_task_factory(_contained_task)
+        loop.set_task_factory(contained_task)
 
 
 async def contained(awaitable: Awaitable[T]) -> T:
@@ -149,5 +149,30 @@ def _driven(awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
             sent, thrown = None, exc
 
 
-def _contained_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
-    return asyncio.Task(contained(coro), loop=loop, **options)
+def contained_task(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> Any:
+    """The task factory of `contain_compiled_tasks`: a task of `coro`, `contained`.
+
+    The task is given its coroutine once that waits at its first await, short of `coro`'s
+    first step: a task cancelled (or collected) before it ever ran throws into a frame of its
+    own, which closes `coro`. Thrown into a coroutine not yet started, the cancellation would
+    end it there, and `coro` would be left never awaited (a warning on stderr, under a start
+    that failed one line long)."""
+    driving = _handed_over(coro)
+    driving.send(None)
+    return asyncio.Task(driving, loop=loop, **options)
+
+
+async def _handed_over(coro: Awaitable[T]) -> T:
+    try:
+        await _first_await()
+    except BaseException:  # the task ended before its first step: `coro` never will run
+        close = getattr(coro, "close", None)
+        if close is not None:
+            close()
+        raise
+    return await _driven(coro)
+
+
+@types.coroutine
+def _first_await() -> Generator[None, Any, None]:
+    yield  # to `contained_task`'s send: the task's first step resumes here
