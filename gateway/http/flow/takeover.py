@@ -37,6 +37,7 @@ from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
+from gateway.telemetry.events import Event, event_fields
 from gateway.telemetry.requestlog import note_owner_lost
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,10 @@ def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
     route = c.route.name
     s.metrics.owner_lost.labels(route, resolution).inc()
     note_owner_lost(resolution)
-    log.warning("route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution)
+    log.warning(
+        "route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution,
+        extra=event_fields(Event.OWNER_LOST, route, settled=resolution.value),
+    )  # fmt: skip
 
 
 async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
