@@ -23,6 +23,7 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from gateway.config.policy import Policy
 from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
@@ -485,6 +486,22 @@ async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_jo
     assert (answer[0], answer[2]) == (201, b"gated #1"), answer
     assert answer[1]["Idempotent-Replayed"] == "true"
     assert counting.count("/gate") == 1
+
+
+async def test_the_retry_waits_its_routes_late_answer_wait_before_it_settles_the_key(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """The request that took a lost owner's key over waits the route's `late_answer_wait`
+    for that owner's own answer before it settles the key; by default three of a journaled
+    answer's tries to store it."""
+    assert Policy().late_answer_wait == 3 * settle.STORE_BACKOFF[1]
+    gw = await make_gateway(on_owner_lost="record", late_answer_wait="3s")
+    await claim_as_dead_owner(redis_url, gw)
+    await until(lambda: settled_is_due(redis_url), timeout=5)
+    began = time.monotonic()
+    answer = await post(gw)
+    assert answer[0] == 502 and code(answer) == "owner-lost"
+    assert time.monotonic() - began >= 3.0
 
 
 # A frozen owner that resumes: its answer is the record, or it sends nothing.

@@ -17,7 +17,6 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.http.flow.takeover import LATE_ANSWER_WAIT
 from loadtest.verify.clients import Knobs, head_digest
 from loadtest.verify.history import escaped, read_executions
 from loadtest.verify.nemesis import pause_length
@@ -144,14 +143,15 @@ def test_every_other_pause_outlives_a_retrys_wait_for_the_owners_late_answer() -
     the owner's answer) in the first pause of a run and every other one since: the owner's
     lease check is all that keeps it from sending too. The others end within that wait.
     All outlive the lease and the client's timeout, and differ by the seed."""
-    past = max(2.0, Knobs.timeout)
+    past, wait = max(2.0, Knobs.timeout), 1.5
     rng = random.Random(7)
-    lengths = [pause_length(2.0, n % 2 == 0, rng) for n in range(40)]
+    lengths = [pause_length(2.0, wait, n % 2 == 0, rng) for n in range(40)]
     long, short = lengths[0::2], lengths[1::2]
-    assert past + LATE_ANSWER_WAIT + 1.0 <= min(long) and max(long) <= past + LATE_ANSWER_WAIT + 2.5
-    assert past < min(short) and max(short) <= past + LATE_ANSWER_WAIT
+    assert past + wait + 1.0 <= min(long) and max(long) <= past + wait + 2.5
+    assert past < min(short) and max(short) <= past + wait
     assert len(set(lengths)) == len(lengths)
-    assert pause_length(2.0, True, random.Random(7)) == lengths[0]
+    assert pause_length(2.0, wait, True, random.Random(7)) == lengths[0]
+    assert min(pause_length(2.0, 4.0, True, rng) for _ in range(5)) >= past + 4.0 + 1.0
 
 
 @contextlib.asynccontextmanager

@@ -146,6 +146,10 @@ class Policy(_Model):
     # When a key's owner stopped renewing its lease after it may have sent the request (a
     # gateway killed or frozen mid-call): the same choices; unset, on_unknown_outcome's.
     on_owner_lost: Literal["release", "keep", "record"] | None = None
+    # How long a request that took a lost owner's key over waits for that owner's own answer
+    # before settling the key: an owner cut off from Redis that answered from its journal
+    # tries to store the answer every 0.5 s at most (`http.flow.settle`), so three tries.
+    late_answer_wait: Duration = 1.5
     # Mark a claim as sent (one more Redis round trip) just before forwarding, so that a key
     # whose owner died before sending runs as new rather than as a lost owner's.
     mark_sent: bool = False

@@ -18,7 +18,6 @@ from pathlib import Path
 import aiohttp
 import redis
 
-from gateway.http.flow.takeover import LATE_ANSWER_WAIT
 from loadtest.verify.clients import Knobs
 from loadtest.verify.history import Fault
 from loadtest.verify.system import System
@@ -155,9 +154,11 @@ class Nemesis:
             await asyncio.sleep(GATEWAY_KINDS[kind])
             await asyncio.to_thread(victim.start)
         else:  # longer than the lease: another gateway finds its keys' leases ended
+            policy = self.system.policy
             lasts = pause_length(
-                seconds_of(self.system.policy.lease), self.stops % 2 == 0, self.pauses
-            )
+                seconds_of(policy.lease), seconds_of(policy.late_answer_wait),
+                self.stops % 2 == 0, self.pauses,
+            )  # fmt: skip
             self.stops += 1
             victim.signal(signal.SIGSTOP)
             await asyncio.sleep(lasts)
@@ -229,22 +230,22 @@ def fill_disk(path: Path) -> None:
                 continue
 
 
-def pause_length(lease: float, long: bool, rng: random.Random) -> float:
+def pause_length(lease: float, late_answer_wait: float, long: bool, rng: random.Random) -> float:
     """How long a gateway-stop lasts. Always past the lease and a client's timeout: every
     key the gateway claimed may be taken over, and its own clients have given up before it
     wakes (none gets the late answer of a call another claim ran since).
 
-    A short one (drawn within the late-answer wait) ends while a retry that took a key over
-    waits for its owner's answer: the owner's answer is the key's. A long one outlives that
-    wait after the latest first retry (its client's timeout on the stopped gateway), by 1 to
-    2.5 s: the retry has settled the key (a lookup that truly says "not happened" runs it,
-    a `release` route runs it again) when the owner wakes, and only the owner's own check
-    of its lease (`may_still_send`) keeps a call it claimed and had not sent from running
-    as well."""
+    A short one (drawn within the late-answer wait: the routes' `late_answer_wait`, as the
+    harness configures them) ends while a retry that took a key over waits for its owner's
+    answer: the owner's answer is the key's. A long one outlives that wait after the latest
+    first retry (its client's timeout on the stopped gateway), by 1 to 2.5 s: the retry has
+    settled the key (a lookup that truly says "not happened" runs it, a `release` route runs
+    it again) when the owner wakes, and only the owner's own check of its lease
+    (`may_still_send`) keeps a call it claimed and had not sent from running as well."""
     past = max(lease, Knobs.timeout)
     if long:
-        return past + LATE_ANSWER_WAIT + rng.uniform(1.0, 2.5)
-    return past + rng.uniform(0.5, LATE_ANSWER_WAIT)
+        return past + late_answer_wait + rng.uniform(1.0, 2.5)
+    return past + rng.uniform(0.5, late_answer_wait)
 
 
 def seconds_of(duration: str) -> float:

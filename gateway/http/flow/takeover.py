@@ -35,7 +35,7 @@ from gateway.http.flow.forward import forward
 from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
-from gateway.http.flow.settle import STORE_BACKOFF, Kept, record_found, record_unknown
+from gateway.http.flow.settle import Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
 from gateway.telemetry.events import Event, event_fields
 from gateway.telemetry.requestlog import note_owner_lost
@@ -44,10 +44,8 @@ log = logging.getLogger(__name__)
 
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-# How long a request that took a lost owner's key over waits for that owner's own answer:
-# an owner that kept its answer in the journal tries to store it every STORE_BACKOFF[1] s
-# at most, so three of its tries. A dead owner's key is settled this much later.
-LATE_ANSWER_WAIT: Final = 3 * STORE_BACKOFF[1]
+# How often a request that took a lost owner's key over asks for that owner's own answer,
+# for the route's `late_answer_wait`: a dead owner's key is settled that much later.
 LATE_ANSWER_POLL = (0.05, 0.25)  # not Final, as STORE_BACKOFF: from the first, growing
 
 
@@ -63,14 +61,14 @@ def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
 
 
 async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
-    """The key as another left it while this request waited up to LATE_ANSWER_WAIT for its
+    """The key as another left it while this request waited up to `late_answer_wait` for its
     lost owner's answer: DONE (that answer, as a rule), or IN_FLIGHT or MISMATCH (another
     request's now); None when the key is still this request's to settle as a lost owner's.
 
     Asking again is claiming again with this request's token, which renews its lease. A
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
-    pacing = Pacing(LATE_ANSWER_POLL, LATE_ANSWER_WAIT)
+    pacing = Pacing(LATE_ANSWER_POLL, c.route.late_answer_wait)
     while await pacing.pause():
         asked = time.monotonic()
         try:
