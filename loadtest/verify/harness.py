@@ -21,10 +21,12 @@ from loadtest.verify.fleet import EARLIER, Member, parse_fleet
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis, seconds_of
 from loadtest.verify.system import EXECUTIONS, OPEN, Policy, System
+from testkit.polling import wait_until
 
 GATEWAYS = "gateways.json"  # each gateway's port, by index
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
+CLIENTS_START = 60.0  # seconds a client process may take to begin sending
 
 
 @dataclass
@@ -83,15 +85,19 @@ async def run(plan: Plan, workdir: Path) -> Run:
         if system.tmpfs_refused:
             print(f"journal-full fault skipped: {system.tmpfs_refused}", flush=True)
         urls = ",".join(gateway.url for gateway in system.gateways)
-        began = time.time()
         for i, out in enumerate(histories):
             args = [
                 "--gateways", urls, "--routes", ",".join(plan.routes),
                 "--seconds", str(plan.seconds), "--concurrency", str(plan.concurrency),
                 "--seed", str(plan.seed * 100 + i), "--out", str(out),
+                "--ready", str(ready(out)),
             ]  # fmt: skip
             command = [sys.executable, "-m", "loadtest.verify.clients", *args]
             clients.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
+        # The faults' clock starts once every client sends: on a loaded host a client takes
+        # seconds to start, and the first faults came before it did.
+        await asyncio.to_thread(wait_until, lambda: sending(histories, clients), CLIENTS_START)
+        began = time.time()
         end = max(WARM_UP, plan.seconds - COOL_DOWN)
         schedule = nemesis.plan(plan.each, WARM_UP, end, plan.tracks)
         await nemesis.run(began, schedule)
@@ -209,3 +215,15 @@ def stalls(path: Path, ports: dict[int, int]) -> list[Fault]:
 
 def history(workdir: Path, client: int) -> Path:
     return workdir / f"attempts-{client}.tsv"
+
+
+def ready(history: Path) -> Path:
+    """The file a client makes once it begins to send (`clients --ready`)."""
+    return history.with_suffix(".ready")
+
+
+def sending(histories: list[Path], clients: list[subprocess.Popen[bytes]]) -> bool:
+    """Whether every client sends; a client that exited before it did ends the wait."""
+    if any(client.poll() is not None for client in clients):
+        return True  # its exit code fails the run (rule 9)
+    return all(ready(path).exists() for path in histories)
