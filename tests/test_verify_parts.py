@@ -1,14 +1,21 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
 before it answers and its lookup agrees with the log; its answers' heads differ per
 execution, and a client's digest of a head sees all of it but the gateway's own headers;
-the nemesis's pauses outlive a retry's wait for a late answer every other time; the fault
-proxy passes, swallows and resets as told."""
+the nemesis's pauses outlive a retry's wait for a late answer every other time, and it
+stops a process at its next write; the fault proxy passes, swallows, resets and holds back
+as told."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,11 +25,11 @@ import pytest
 from aiohttp import web
 
 from loadtest.verify.clients import Knobs, head_digest
-from loadtest.verify.history import escaped, read_executions
-from loadtest.verify.nemesis import pause_length
+from loadtest.verify.history import Fault, escaped, read_executions
+from loadtest.verify.nemesis import pause_length, stop_in_burst, writes
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
-from testkit.polling import until
+from testkit.polling import until, wait_until
 
 
 @contextlib.asynccontextmanager
@@ -194,3 +201,64 @@ async def test_the_proxy_passes_swallows_then_resets_when_the_link_heals() -> No
             await asyncio.wait_for(reader.readexactly(1), 2)
         writer.close()
         await until(lambda: not proxy.open)
+
+
+async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
+    """`hold` passes what the client sends and keeps the answers back; `release` lets what
+    was kept go and keeps back what comes after; another mode lets it all go first."""
+    async with proxied_echo() as (proxy, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        proxy.set_mode("hold")
+        writer.write(b"one")
+        await until(lambda: proxy.kept)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(3), 0.2)
+        proxy.set_mode("release")
+        assert await reader.readexactly(3) == b"one"
+        writer.write(b"two")
+        await until(lambda: proxy.kept)
+        proxy.set_mode("pass")
+        writer.write(b"three")
+        assert await reader.readexactly(8) == b"twothree"
+        writer.close()
+        await until(lambda: not proxy.open)
+
+
+def test_a_process_is_stopped_at_its_next_write() -> None:
+    """`stop_in_burst` stops a process at its first write call past the count it is given
+    (the process's own progress), and at the deadline if it writes nothing more."""
+    script = "import os, sys, time; sys.stdin.readline(); os.write(1, b'x'); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            wait_until(lambda: state(child.pid) == "S", timeout=10)  # waits for its line
+            since = writes(child.pid)
+            stopper = threading.Thread(target=stop_in_burst, args=(child.pid, since, 30.0))
+            stopper.start()
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+            stopper.join(timeout=20)
+            assert not stopper.is_alive()
+            wait_until(lambda: state(child.pid) == "T", timeout=5)  # a signal takes a moment
+            assert writes(child.pid) == since + 1 and child.stdout.read(1) == b"x"
+            os.kill(child.pid, signal.SIGCONT)
+            began = time.monotonic()
+            stop_in_burst(child.pid, writes(child.pid), 0.3)  # it writes nothing more
+            assert time.monotonic() - began >= 0.3
+            wait_until(lambda: state(child.pid) == "T", timeout=5)
+        finally:
+            child.kill()
+
+
+def state(pid: int) -> str:
+    """A process's state letter (S sleeping, T stopped, ...) from /proc/PID/stat."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
+    fault = Fault("gateway-stop", "gateway 0", 10.0, 15.0, 10.2, 14.9)
+    assert (fault.made, fault.ending) == (10.2, 14.9)
+    kept_before = Fault("gateway-stop", "gateway 0", 10.0, 15.0)  # a folder kept before
+    assert (kept_before.made, kept_before.ending) == (10.0, 15.0)

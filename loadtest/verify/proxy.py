@@ -8,7 +8,10 @@ It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?
   them open, as a dead link does; when the link heals they are reset (a real TCP stream
   never loses bytes and goes on: its retransmissions time out and it dies);
 - `reset`: abort every open connection with a TCP RST and every new one as it comes;
-- `latency&ms=N`: hold each chunk N ms before passing it on.
+- `latency&ms=N`: hold each chunk N ms before passing it on;
+- `hold`: pass what the client sends, and keep back what the target answers until told
+  `release` (what was kept back goes out, and what comes after is kept back) or another
+  mode (what was kept back goes out first).
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ class FaultProxy:
         self.latency = 0.0
         self.open: set[asyncio.StreamWriter] = set()
         self.doomed: set[asyncio.StreamWriter] = set()  # held by a black hole
+        self.kept: list[tuple[asyncio.StreamWriter, bytes]] = []  # answers held back, in order
 
     def set_mode(self, mode: str, latency_ms: float = 0.0) -> None:
+        for writer, chunk in self.kept:  # before anything that comes after them
+            if not writer.is_closing():
+                writer.write(chunk)
+        self.kept = []
+        if mode == "release":
+            mode = "hold"
         self.mode, self.latency = mode, latency_ms / 1000
         if mode == "blackhole":
             self.doomed.update(self.open)
@@ -57,7 +67,8 @@ class FaultProxy:
             self.doomed.update((client_w, server_w))
         try:
             await asyncio.gather(
-                self.pipe(client_r, server_w, client_w), self.pipe(server_r, client_w, server_w)
+                self.pipe(client_r, server_w, client_w),
+                self.pipe(server_r, client_w, server_w, answers=True),
             )
         finally:
             for writer in (client_w, server_w):
@@ -70,6 +81,7 @@ class FaultProxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         other: asyncio.StreamWriter,
+        answers: bool = False,
     ) -> None:
         try:
             while chunk := await reader.read(CHUNK):
@@ -77,6 +89,9 @@ class FaultProxy:
                     continue  # swallowed; the connection is reset when the link heals
                 if self.mode == "latency" and self.latency:
                     await asyncio.sleep(self.latency)
+                if answers and self.mode == "hold":
+                    self.kept.append((writer, chunk))
+                    continue
                 writer.write(chunk)
                 await writer.drain()
         except (ConnectionError, OSError):
