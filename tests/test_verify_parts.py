@@ -205,7 +205,8 @@ async def test_the_proxy_passes_swallows_then_resets_when_the_link_heals() -> No
 
 async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
     """`hold` passes what the client sends and keeps the answers back; `release` lets what
-    was kept go and keeps back what comes after; another mode lets it all go first."""
+    was kept go and keeps back what comes after, `release-half` the first half of its bytes;
+    another mode lets it all go first."""
     async with proxied_echo() as (proxy, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         proxy.set_mode("hold")
@@ -215,11 +216,17 @@ async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
             await asyncio.wait_for(reader.read(3), 0.2)
         proxy.set_mode("release")
         assert await reader.readexactly(3) == b"one"
-        writer.write(b"two")
+        writer.write(b"twotwo")
         await until(lambda: proxy.kept)
+        writer.write(b"tw")
+        await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 8)
+        proxy.set_mode("release-half")
+        assert await reader.readexactly(4) == b"twot"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readexactly(1), 0.2)
         proxy.set_mode("pass")
         writer.write(b"three")
-        assert await reader.readexactly(8) == b"twothree"
+        assert await reader.readexactly(9) == b"wotwthree"
         writer.close()
         await until(lambda: not proxy.open)
 

@@ -48,6 +48,7 @@ LATENCY_MS = 200
 # Redis's replies held back as a gateway stop lands (no kind of its own: every stop makes
 # it): on the gateway's link, or Redis paused.
 LEAD_IN = "redis-held"
+QUIET = 0.02  # seconds without a write: a gateway whose calls all wait on Redis
 
 
 class Making:
@@ -211,19 +212,22 @@ class Nemesis:
 
     async def stop_awaiting_redis(self, index: int, making: Making) -> None:
         """SIGSTOP the gateway as it takes in a burst of claim replies: many of its claims
-        answered and not sent yet, others sent to Redis and unanswered (`stop_in_burst`).
+        answered and not sent yet (when it wakes, the stalled-owner guard refuses them),
+        others sent to Redis and unanswered (they time out across the stall, which the
+        stall detector sees).
 
         Where the gateway reaches Redis through a fault proxy, Redis's replies to it are
         held back there: its calls wait, at most two batches out, the rest queued. Then the
         replies go out, the queued calls leave as one batch (many claims), whose replies are
-        held back in turn while the next calls queue; then those go out too (and what comes
-        after is held back), and the gateway is stopped as it takes them in and sends the
-        calls that queued meanwhile. Otherwise Redis itself is paused (every
-        gateway's calls wait) and the gateway stopped as Redis answers: its queued calls
-        leave as it reads the first replies, and it is stopped then. Each wait is a fifth
-        of the gateway's socket timeout: no call times out before the stop. Where another
-        fault holds Redis already, the gateway is stopped as it is (its calls wait on that
-        fault)."""
+        held back in turn until the gateway is `quiet` (what the first replies let it do is
+        done); then the first half of those bytes goes out (the rest of the batch
+        unanswered), and the gateway is stopped at its next write as it takes them in
+        (`stop_in_burst`): the send of the first claim answered. Otherwise Redis itself is
+        paused (every gateway's calls wait) and the gateway stopped at its next write as
+        Redis answers (chancier: what it has answered and sent by then is Redis's pace).
+        Each wait is a fifth of the gateway's socket timeout: no call times out before the
+        stop. Where another fault holds Redis already, the gateway is stopped as it is (its
+        calls wait on that fault)."""
         victim = self.system.gateways[index]
         assert victim.process is not None
         if self.part("redis").locked():
@@ -234,6 +238,7 @@ class Nemesis:
         wait = seconds_of(config["redis"]["socket_timeout"]) / 5
         proxy = self.system.redis_proxy if index == 0 else None
         pid = victim.process.pid
+        topology = self.system.topology
         async with self.part("redis"):
             start = time.time()
             if proxy is not None:
@@ -242,22 +247,23 @@ class Nemesis:
                 on = time.time()
                 await asyncio.sleep(wait)
                 await self.post(f"{control}?m=release")
-                await asyncio.sleep(wait)
+                await asyncio.to_thread(quiet, pid, QUIET, 2 * wait)
                 await asyncio.gather(
                     asyncio.to_thread(stop_in_burst, pid, writes(pid), 5 * wait),
-                    self.post(f"{control}?m=release"),
+                    self.post(f"{control}?m=release-half"),
                 )
+                making.made()
                 await self.post(f"{control}?m=pass")
                 target = "gateway 0 <-> redis"
             else:
-                target = await asyncio.to_thread(self.system.topology.pause, signal.SIGSTOP)
+                target = await asyncio.to_thread(topology.pause, signal.SIGSTOP)
                 on = time.time()
                 await asyncio.sleep(wait)
                 await asyncio.gather(
                     asyncio.to_thread(stop_in_burst, pid, writes(pid), 5 * wait),
-                    asyncio.to_thread(self.system.topology.pause, signal.SIGCONT),
+                    asyncio.to_thread(topology.pause, signal.SIGCONT),
                 )
-            making.made()
+                making.made()
             self.done.append(Fault(LEAD_IN, target, start, time.time(), on, making.on))
 
     async def redis_full(self, seconds: float, making: Making) -> str:
@@ -333,6 +339,17 @@ def stop_in_burst(pid: int, since: int, within: float) -> None:
     while writes(pid) == since and time.monotonic() < deadline:
         pass
     os.kill(pid, signal.SIGSTOP)
+
+
+def quiet(pid: int, still: float, within: float) -> None:
+    """Return once the process has made no write call for `still` seconds, or `within`
+    seconds have passed: a gateway whose calls all wait on Redis, its other work done."""
+    deadline = time.monotonic() + within
+    last, since = writes(pid), time.monotonic()
+    while time.monotonic() - since < still and time.monotonic() < deadline:
+        time.sleep(0.001)
+        if (now := writes(pid)) != last:
+            last, since = now, time.monotonic()
 
 
 def writes(pid: int) -> int:

@@ -10,8 +10,9 @@ It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?
 - `reset`: abort every open connection with a TCP RST and every new one as it comes;
 - `latency&ms=N`: hold each chunk N ms before passing it on;
 - `hold`: pass what the client sends, and keep back what the target answers until told
-  `release` (what was kept back goes out, and what comes after is kept back) or another
-  mode (what was kept back goes out first).
+  `release` (what was kept back goes out, and what comes after is kept back),
+  `release-half` (the first half of the bytes kept back goes out, cut anywhere) or
+  another mode (what was kept back goes out first).
 """
 
 from __future__ import annotations
@@ -39,11 +40,9 @@ class FaultProxy:
         self.kept: list[tuple[asyncio.StreamWriter, bytes]] = []  # answers held back, in order
 
     def set_mode(self, mode: str, latency_ms: float = 0.0) -> None:
-        for writer, chunk in self.kept:  # before anything that comes after them
-            if not writer.is_closing():
-                writer.write(chunk)
-        self.kept = []
-        if mode == "release":
+        kept = sum(len(chunk) for _, chunk in self.kept)
+        self.let_go(kept // 2 if mode == "release-half" else kept)
+        if mode in ("release", "release-half"):
             mode = "hold"
         self.mode, self.latency = mode, latency_ms / 1000
         if mode == "blackhole":
@@ -52,6 +51,18 @@ class FaultProxy:
             for writer in list(self.doomed if mode != "reset" else self.open):
                 abort(writer)
             self.doomed.clear()
+
+    def let_go(self, size: int) -> None:
+        """Write the first `size` bytes kept back, in the order they came (before anything
+        that comes after them); keep the rest."""
+        while self.kept and size > 0:
+            writer, chunk = self.kept.pop(0)
+            if size < len(chunk):
+                self.kept.insert(0, (writer, chunk[size:]))
+                chunk = chunk[:size]
+            size -= len(chunk)
+            if not writer.is_closing():
+                writer.write(chunk)
 
     async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         if self.mode == "reset":
