@@ -27,6 +27,9 @@ class Event(StrEnum):
     AFTER_STALL = "after-stall"
     # A lost owner's key settled; `settled` says how (`core.decision.LostStep`).
     OWNER_LOST = "owner-lost"
+    # A call sent upstream got no whole answer (a timeout, a reset): its outcome is unknown,
+    # settled as the route's `on_unknown_outcome` says (`failure` says which).
+    UNKNOWN_OUTCOME = "unknown-outcome"
     # The stalled-owner guard: a claim half a lease old before its first byte; not sent.
     NOT_SENT_LATE = "not-sent-late"
 
