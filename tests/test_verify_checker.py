@@ -272,6 +272,23 @@ def test_an_unknown_outcome_released_is_counted_on_a_release_route() -> None:
     ]
 
 
+def test_a_key_run_again_after_its_gateway_logged_its_outcome_unknown_is_counted() -> None:
+    """The owner's call timed out after it was sent (its client gone meanwhile, so no 504
+    reached it) and its gateway released the key, as a `release` route says: the gateway's
+    `unknown-outcome` event for the earlier call explains the run after it; not an event
+    for another request, nor on a route that records unknown outcomes."""
+    history = [attempt(1, TIMED_OUT, route="release", end=13.0), rerun_on_release()[1]]
+    for request, explained in (("a1", True), ("a9", False)):
+        gateways = Gateways(said((0, 12.0, Event.UNKNOWN_OUTCOME, request), route="release"))
+        verdict = check(history, RERUN, [], ROUTES, gateways)
+        assert (verdict.explained == {Cause.UNKNOWN_OUTCOME_LOGGED: 1}) is explained
+        assert (verdict.violations == []) is explained
+    record = [a._replace(route="record") for a in history]
+    gateways = Gateways(said((0, 12.0, Event.UNKNOWN_OUTCOME, "a1"), route="record"))
+    verdict = check(record, [e._replace(route="record") for e in RERUN], [], ROUTES, gateways)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+
+
 def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
     history = [attempt(1, 503, route="release"), rerun_on_release()[1]]
     failover = [Fault("redis-kill", "master :7000 (failover)", 11.0, 12.0)]

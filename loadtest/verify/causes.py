@@ -207,6 +207,8 @@ def explain(extra: Execution, k: KeyHistory, ctx: Context) -> Cause:
     earlier = [e for e in k.ran if e.time < extra.time]
     if any(e.fault for e in earlier):
         return Cause.UPSTREAM_FAILED_AFTER
+    if any(ctx.gateways.of(e.attempt, Event.UNKNOWN_OUTCOME) for e in earlier):
+        return Cause.UNKNOWN_OUTCOME_LOGGED
     # Before a failover's cause: an earlier call of the key cut upstream, answered 502 or
     # 504 and released (not held unknown), is what a `release` route runs again after.
     ran_before = {e.attempt for e in earlier}

@@ -65,6 +65,11 @@ class Cause(Enum):
         "unknown outcome released: the upstream reset or hung after executing",
         Accepts.UNKNOWN_RELEASED,
     )
+    UNKNOWN_OUTCOME_LOGGED = (
+        "unknown outcome released: an earlier call's gateway logged its outcome unknown (a "
+        "timeout or reset after sending), its client told so or gone",
+        Accepts.UNKNOWN_RELEASED,
+    )
     ANSWERED_502_504 = (
         "unknown outcome released: the gateway answered 502 or 504",
         Accepts.UNKNOWN_RELEASED,

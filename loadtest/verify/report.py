@@ -117,6 +117,7 @@ def said_rows(v: Verdict) -> list[tuple[str, str]]:
             "Redis unreachable: failed open, failed closed",
             f"{said[Event.FAILED_OPEN]:,}, {said[Event.FAILED_CLOSED]:,}",
         ),
+        ("calls sent with no whole answer (`unknown-outcome`)", f"{said[Event.UNKNOWN_OUTCOME]:,}"),
     ]
 
 
