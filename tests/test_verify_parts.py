@@ -26,7 +26,7 @@ from aiohttp import web
 
 from loadtest.verify.clients import Knobs, head_digest
 from loadtest.verify.history import Fault, escaped, read_executions
-from loadtest.verify.nemesis import pause_length, stop_in_burst, writes
+from loadtest.verify.nemesis import pause_length, state, stop_in_burst, writes
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until, wait_until
@@ -259,13 +259,30 @@ def test_a_process_is_stopped_at_its_next_write() -> None:
             child.kill()
 
 
-def state(pid: int) -> str:
-    """A process's state letter (S sleeping, T stopped, ...) from /proc/PID/stat."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
 def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
     fault = Fault("gateway-stop", "gateway 0", 10.0, 15.0, 10.2, 14.9)
     assert (fault.made, fault.ending) == (10.2, 14.9)
     kept_before = Fault("gateway-stop", "gateway 0", 10.0, 15.0)  # a folder kept before
     assert (kept_before.made, kept_before.ending) == (10.0, 15.0)
+
+
+async def test_the_proxy_stops_a_process_at_the_next_bytes_a_client_sends() -> None:
+    """Armed with a pid, the proxy SIGSTOPs it as the next bytes from a client come through
+    (and passes them on), once; disarmed, it stops nothing."""
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+        try:
+            async with proxied_echo() as (proxy, port):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                proxy.stop_pid = child.pid
+                writer.write(b"ping")
+                assert await reader.readexactly(4) == b"ping"
+                await until(lambda: state(child.pid) == "T", timeout=5)
+                assert proxy.stop_pid == 0
+                os.kill(child.pid, signal.SIGCONT)
+                writer.write(b"pong")
+                assert await reader.readexactly(4) == b"pong"
+                assert state(child.pid) != "T"
+                writer.close()
+                await until(lambda: not proxy.open)
+        finally:
+            child.kill()

@@ -221,13 +221,13 @@ class Nemesis:
         replies go out, the queued calls leave as one batch (many claims), whose replies are
         held back in turn until the gateway is `quiet` (what the first replies let it do is
         done); then the first half of those bytes goes out (the rest of the batch
-        unanswered), and the gateway is stopped at its next write as it takes them in
-        (`stop_in_burst`): the send of the first claim answered. Otherwise Redis itself is
-        paused (every gateway's calls wait) and the gateway stopped at its next write as
-        Redis answers (chancier: what it has answered and sent by then is Redis's pace).
-        Each wait is a fifth of the gateway's socket timeout: no call times out before the
-        stop. Where another fault holds Redis already, the gateway is stopped as it is (its
-        calls wait on that fault)."""
+        unanswered), and the gateway is stopped by the upstream's fault proxy at the send of
+        the first claim answered (`stop_at_next_send`), the others answered and not sent.
+        Otherwise Redis itself is paused (every gateway's calls wait) and the gateway
+        stopped at its next write as Redis answers (chancier: what it has answered and sent
+        by then is Redis's pace). Each wait is a fifth of the gateway's socket timeout: no
+        call times out before the stop. Where another fault holds Redis already, the
+        gateway is stopped as it is (its calls wait on that fault)."""
         victim = self.system.gateways[index]
         assert victim.process is not None
         if self.part("redis").locked():
@@ -248,10 +248,7 @@ class Nemesis:
                 await asyncio.sleep(wait)
                 await self.post(f"{control}?m=release")
                 await asyncio.to_thread(quiet, pid, QUIET, 2 * wait)
-                await asyncio.gather(
-                    asyncio.to_thread(stop_in_burst, pid, writes(pid), 5 * wait),
-                    self.post(f"{control}?m=release-half"),
-                )
+                await self.stop_at_next_send(pid, f"{control}?m=release-half", 5 * wait)
                 making.made()
                 await self.post(f"{control}?m=pass")
                 target = "gateway 0 <-> redis"
@@ -265,6 +262,19 @@ class Nemesis:
                 )
                 making.made()
             self.done.append(Fault(LEAD_IN, target, start, time.time(), on, making.on))
+
+    async def stop_at_next_send(self, pid: int, then: str, within: float) -> None:
+        """Have the upstream's fault proxy SIGSTOP the gateway at its next call to the
+        upstream, post `then`, and wait for the stop (or make it, after `within` seconds)."""
+        assert self.system.upstream_proxy is not None
+        arm = f"http://127.0.0.1:{self.system.upstream_proxy.control}/stop"
+        await self.post(f"{arm}?pid={pid}")
+        await self.post(then)
+        deadline = time.monotonic() + within
+        while state(pid) != "T" and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        await self.post(f"{arm}?pid=0")
+        os.kill(pid, signal.SIGSTOP)  # stopped already, or stopped now
 
     async def redis_full(self, seconds: float, making: Making) -> str:
         def lower() -> list[redis.Redis]:
@@ -350,6 +360,11 @@ def quiet(pid: int, still: float, within: float) -> None:
         time.sleep(0.001)
         if (now := writes(pid)) != last:
             last, since = now, time.monotonic()
+
+
+def state(pid: int) -> str:
+    """A process's state letter (R running, S sleeping, T stopped, ...), /proc/PID/stat."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def writes(pid: int) -> int:

@@ -13,6 +13,10 @@ It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?
   `release` (what was kept back goes out, and what comes after is kept back),
   `release-half` (the first half of the bytes kept back goes out, cut anywhere) or
   another mode (what was kept back goes out first).
+
+`POST http://127.0.0.1:C/stop?pid=P` has the proxy SIGSTOP process P as the next bytes a
+client sends come through (they are passed on): the harness stops a gateway at its next
+call to the upstream, wherever the gateway is in its work. `pid=0` takes it back.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import struct
 
@@ -38,6 +44,7 @@ class FaultProxy:
         self.open: set[asyncio.StreamWriter] = set()
         self.doomed: set[asyncio.StreamWriter] = set()  # held by a black hole
         self.kept: list[tuple[asyncio.StreamWriter, bytes]] = []  # answers held back, in order
+        self.stop_pid = 0  # a process to SIGSTOP as the next bytes of a client come
 
     def set_mode(self, mode: str, latency_ms: float = 0.0) -> None:
         kept = sum(len(chunk) for _, chunk in self.kept)
@@ -103,6 +110,10 @@ class FaultProxy:
                 if answers and self.mode == "hold":
                     self.kept.append((writer, chunk))
                     continue
+                if not answers and self.stop_pid:
+                    with contextlib.suppress(OSError):  # it may have gone meanwhile
+                        os.kill(self.stop_pid, signal.SIGSTOP)
+                    self.stop_pid = 0
                 writer.write(chunk)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -134,8 +145,13 @@ async def serve(listen: int, target: int, control: int) -> None:
         proxy.set_mode(request.query.get("m", "pass"), float(request.query.get("ms", "0")))
         return web.Response(text=proxy.mode)
 
+    async def stop_on_send(request: web.Request) -> web.Response:
+        proxy.stop_pid = int(request.query.get("pid", "0"))
+        return web.Response(text=str(proxy.stop_pid))
+
     app = web.Application()
     app.router.add_post("/mode", set_mode)
+    app.router.add_post("/stop", stop_on_send)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", control).start()
