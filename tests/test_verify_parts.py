@@ -26,7 +26,7 @@ from aiohttp import web
 
 from loadtest.verify.clients import Knobs, head_digest
 from loadtest.verify.history import Fault, escaped, read_executions
-from loadtest.verify.nemesis import pause_length, state, stop_in_burst, writes
+from loadtest.verify.nemesis import pause_length, quiet, state, stop_in_burst, writes
 from loadtest.verify.proxy import FaultProxy
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until, wait_until
@@ -205,7 +205,7 @@ async def test_the_proxy_passes_swallows_then_resets_when_the_link_heals() -> No
 
 async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
     """`hold` passes what the client sends and keeps the answers back; `release` lets what
-    was kept go and keeps back what comes after, `release-half` the first half of its bytes;
+    was kept go and keeps back what comes after (with a `share`, only that share of its bytes);
     another mode lets it all go first."""
     async with proxied_echo() as (proxy, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -220,7 +220,7 @@ async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
         await until(lambda: proxy.kept)
         writer.write(b"tw")
         await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 8)
-        proxy.set_mode("release-half")
+        proxy.set_mode("release", share=0.5)
         assert await reader.readexactly(4) == b"twot"
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(reader.readexactly(1), 0.2)
@@ -259,6 +259,31 @@ def test_a_process_is_stopped_at_its_next_write() -> None:
             child.kill()
 
 
+def test_a_woken_process_is_quiet_once_it_has_written_and_then_not() -> None:
+    """`quiet` waits for a write past the count it is given (a process stopped, then woken,
+    that has run), then for a stretch with none; at the deadline if it never writes."""
+    script = "import os, sys, time; sys.stdin.readline(); os.write(1, b'x'); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            wait_until(lambda: state(child.pid) == "S", timeout=10)  # waits for its line
+            since = writes(child.pid)
+            began = time.monotonic()
+            quiet(child.pid, since, 0.02, 0.3)  # no write: not quiet before the deadline
+            assert time.monotonic() - began >= 0.3
+            waiter = threading.Thread(target=quiet, args=(child.pid, since, 0.02, 30.0))
+            waiter.start()
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+            waiter.join(timeout=20)
+            assert not waiter.is_alive()
+            assert writes(child.pid) == since + 1 and child.stdout.read(1) == b"x"
+        finally:
+            child.kill()
+
+
 def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
     fault = Fault("gateway-stop", "gateway 0", 10.0, 15.0, 10.2, 14.9)
     assert (fault.made, fault.ending) == (10.2, 14.9)
@@ -266,22 +291,25 @@ def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
     assert (kept_before.made, kept_before.ending) == (10.0, 15.0)
 
 
-async def test_the_proxy_stops_a_process_at_the_next_bytes_a_client_sends() -> None:
-    """Armed with a pid, the proxy SIGSTOPs it as the next bytes from a client come through
-    (and passes them on), once; disarmed, it stops nothing."""
+async def test_the_proxy_stops_a_process_as_it_lets_answers_go() -> None:
+    """`release` with `stop` SIGSTOPs the process once the bytes let go are written, and
+    leaves the proxy and the process on the cores they were allowed before."""
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
         try:
             async with proxied_echo() as (proxy, port):
+                mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(child.pid)
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                proxy.stop_pid = child.pid
+                proxy.set_mode("hold")
                 writer.write(b"ping")
-                assert await reader.readexactly(4) == b"ping"
-                await until(lambda: state(child.pid) == "T", timeout=5)
-                assert proxy.stop_pid == 0
-                os.kill(child.pid, signal.SIGCONT)
-                writer.write(b"pong")
-                assert await reader.readexactly(4) == b"pong"
+                await until(lambda: proxy.kept)
                 assert state(child.pid) != "T"
+                proxy.set_mode("release", share=0.5, stop=child.pid)
+                assert await reader.readexactly(2) == b"pi"
+                await until(lambda: state(child.pid) == "T", timeout=5)
+                assert os.sched_getaffinity(0) == mine
+                assert os.sched_getaffinity(child.pid) == theirs
+                assert sum(len(chunk) for _, chunk in proxy.kept) == 2
+                proxy.set_mode("pass")
                 writer.close()
                 await until(lambda: not proxy.open)
         finally:

@@ -7,23 +7,26 @@ part at once (a lock per part). Every fault is logged as knossos logs an operati
 when the harness began to make it, had made it, began to end it and had ended it (`Fault`),
 which the checker uses to explain what it finds and the report shades.
 
-A gateway stop lands as the gateway takes in a burst of claim replies (`stop_awaiting_redis`):
-Redis's replies to it are held back first (on its link, or Redis paused), so that its
-claims wait and pile up, then let go, and the gateway is stopped at its next write, by its
-own progress rather than the clock. It sleeps holding claims answered and not sent (when
-it wakes, the stalled-owner guard refuses to send them: their lease is half over) and calls
-sent and unanswered (they time out across the stall, which the stall detector sees). A
-stop at a moment drawn from the clock alone seldom found a claim between its reply and its
-send, and on a loaded machine found no Redis call outstanding at all.
+A gateway stop lands as the gateway takes in a burst of claim replies
+(`stopped_awaiting_redis`): Redis's replies to it are held back first (on its link, or
+Redis paused), so that its claims wait and pile up, then let go in part, and the gateway is
+stopped as they come (the proxy that lets them go stops it, or it is stopped at its next
+write), by its own progress rather than the clock. It sleeps holding claims answered and
+not sent (when it wakes, the stalled-owner guard refuses to send them: their lease is half
+over) and calls sent and unanswered (they time out across the stall, which the stall
+detector sees). A stop at a moment drawn from the clock alone seldom found a claim between
+its reply and its send, and on a loaded machine found no Redis call outstanding at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -48,7 +51,10 @@ LATENCY_MS = 200
 # Redis's replies held back as a gateway stop lands (no kind of its own: every stop makes
 # it): on the gateway's link, or Redis paused.
 LEAD_IN = "redis-held"
-QUIET = 0.02  # seconds without a write: a gateway whose calls all wait on Redis
+QUIET = 0.02  # seconds without a write: a woken gateway whose calls all wait on Redis
+# The share of a batch's replies let go as the proxy stops the gateway: claims answered and
+# not sent, and the rest unanswered.
+ANSWERED = 0.85
 
 
 class Making:
@@ -205,76 +211,93 @@ class Nemesis:
                 self.stops % 2 == 0, self.pauses,
             )  # fmt: skip
             self.stops += 1
-            await self.stop_awaiting_redis(index, making)
-            await asyncio.sleep(lasts)
-            making.ending()
-            victim.signal(signal.SIGCONT)
+            async with self.stopped_awaiting_redis(index, making):
+                await asyncio.sleep(lasts)
+                making.ending()
 
-    async def stop_awaiting_redis(self, index: int, making: Making) -> None:
-        """SIGSTOP the gateway as it takes in a burst of claim replies: many of its claims
-        answered and not sent yet (when it wakes, the stalled-owner guard refuses them),
-        others sent to Redis and unanswered (they time out across the stall, which the
-        stall detector sees).
+    @contextlib.asynccontextmanager
+    async def stopped_awaiting_redis(self, index: int, making: Making) -> AsyncIterator[None]:
+        """The gateway SIGSTOPped as it takes in a burst of claim replies, for the block, and
+        SIGCONTed at its end: it sleeps holding claims answered and not sent yet (when it
+        wakes, the stalled-owner guard refuses them) and calls sent to Redis and unanswered
+        (they time out across the stall, which the stall detector sees).
 
-        Where the gateway reaches Redis through a fault proxy, Redis's replies to it are
-        held back there: its calls wait, at most two batches out, the rest queued. Then the
-        replies go out, the queued calls leave as one batch (many claims), whose replies are
-        held back in turn until the gateway is `quiet` (what the first replies let it do is
-        done); then the first half of those bytes goes out (the rest of the batch
-        unanswered), and the gateway is stopped by the upstream's fault proxy at the send of
-        the first claim answered (`stop_at_next_send`), the others answered and not sent.
-        Otherwise Redis itself is paused (every gateway's calls wait) and the gateway
-        stopped at its next write as Redis answers (chancier: what it has answered and sent
-        by then is Redis's pace). Each wait is a fifth of the gateway's socket timeout: no
-        call times out before the stop. Where another fault holds Redis already, the
-        gateway is stopped as it is (its calls wait on that fault)."""
+        Behind the fault proxy (gateway 0), `stopped_at_proxy`. Otherwise Redis itself is
+        paused (every gateway's calls wait) for a fifth of the socket timeout, and the
+        gateway stopped at its next write as Redis answers (chancier: what it has answered,
+        sent and read by then is Redis's pace). No call times out before the stop. Where
+        another fault holds Redis already, the gateway is stopped as it is (its calls wait
+        on that fault)."""
         victim = self.system.gateways[index]
         assert victim.process is not None
-        if self.part("redis").locked():
-            victim.signal(signal.SIGSTOP)
-            making.made()
-            return
+        pid = victim.process.pid
         config = yaml.safe_load(victim.config_path.read_text())
         wait = seconds_of(config["redis"]["socket_timeout"]) / 5
         proxy = self.system.redis_proxy if index == 0 else None
-        pid = victim.process.pid
-        topology = self.system.topology
-        async with self.part("redis"):
-            start = time.time()
-            if proxy is not None:
-                control = f"http://127.0.0.1:{proxy.control}/mode"
-                await self.post(f"{control}?m=hold")
-                on = time.time()
+        redis_part = self.part("redis")
+        try:
+            if redis_part.locked():
+                victim.signal(signal.SIGSTOP)
+                making.made()
+                yield
+            elif proxy is not None:
+                async with redis_part, self.stopped_at_proxy(proxy.control, pid, wait, making):
+                    yield
+            else:
+                async with redis_part:
+                    await self.stop_with_redis_paused(pid, wait, making)
+                yield
+        finally:
+            victim.signal(signal.SIGCONT)
+
+    @contextlib.asynccontextmanager
+    async def stopped_at_proxy(
+        self, control_port: int, pid: int, wait: float, making: Making
+    ) -> AsyncIterator[None]:
+        """Redis's replies to the gateway held back at its fault proxy, and let go every `wait`
+        seconds, twice: its calls wait (at most two batches out, the rest queued), and
+        as the replies come the queued calls leave as one batch of many claims. Of the
+        third batch's replies the first ANSWERED share goes out, and the proxy stops the
+        gateway the moment it has written them: the gateway takes them in as it wakes,
+        before its timers fire, and the claims they answer are more than half a lease
+        old. The rest stay held until the gateway, woken at the block's end, has written
+        again and then nothing for QUIET seconds: its timers have fired, and those calls
+        timed out across the stall. The replies held back before the stop are `LEAD_IN`;
+        those held through it are the stop's own."""
+        control = f"http://127.0.0.1:{control_port}/mode"
+        start = time.time()
+        try:
+            await self.post(f"{control}?m=hold")
+            on = time.time()
+            for _ in range(2):
                 await asyncio.sleep(wait)
                 await self.post(f"{control}?m=release")
-                await asyncio.to_thread(quiet, pid, QUIET, 2 * wait)
-                await self.stop_at_next_send(pid, f"{control}?m=release-half", 5 * wait)
-                making.made()
-                await self.post(f"{control}?m=pass")
-                target = "gateway 0 <-> redis"
-            else:
-                target = await asyncio.to_thread(topology.pause, signal.SIGSTOP)
-                on = time.time()
-                await asyncio.sleep(wait)
-                await asyncio.gather(
-                    asyncio.to_thread(stop_in_burst, pid, writes(pid), 5 * wait),
-                    asyncio.to_thread(topology.pause, signal.SIGCONT),
-                )
-                making.made()
-            self.done.append(Fault(LEAD_IN, target, start, time.time(), on, making.on))
+            await asyncio.sleep(wait)
+            await self.post(f"{control}?m=release&share={ANSWERED}&stop={pid}")
+            making.made()
+            stopped = time.time()
+            self.done.append(Fault(LEAD_IN, "gateway 0 <-> redis", start, stopped, on, stopped))
+            asleep = writes(pid)
+            yield
+            os.kill(pid, signal.SIGCONT)
+            await asyncio.to_thread(quiet, pid, asleep, QUIET, 2 * wait)
+        finally:
+            await self.post(f"{control}?m=pass")
 
-    async def stop_at_next_send(self, pid: int, then: str, within: float) -> None:
-        """Have the upstream's fault proxy SIGSTOP the gateway at its next call to the
-        upstream, post `then`, and wait for the stop (or make it, after `within` seconds)."""
-        assert self.system.upstream_proxy is not None
-        arm = f"http://127.0.0.1:{self.system.upstream_proxy.control}/stop"
-        await self.post(f"{arm}?pid={pid}")
-        await self.post(then)
-        deadline = time.monotonic() + within
-        while state(pid) != "T" and time.monotonic() < deadline:
-            await asyncio.sleep(0.001)
-        await self.post(f"{arm}?pid=0")
-        os.kill(pid, signal.SIGSTOP)  # stopped already, or stopped now
+    async def stop_with_redis_paused(self, pid: int, wait: float, making: Making) -> None:
+        """Redis paused for `wait` seconds, and the gateway stopped at its first write as
+        Redis answers again (`stop_in_burst`)."""
+        topology = self.system.topology
+        start = time.time()
+        target = await asyncio.to_thread(topology.pause, signal.SIGSTOP)
+        on = time.time()
+        await asyncio.sleep(wait)
+        await asyncio.gather(
+            asyncio.to_thread(stop_in_burst, pid, writes(pid), 5 * wait),
+            asyncio.to_thread(topology.pause, signal.SIGCONT),
+        )
+        making.made()
+        self.done.append(Fault(LEAD_IN, target, start, time.time(), on, making.on))
 
     async def redis_full(self, seconds: float, making: Making) -> str:
         def lower() -> list[redis.Redis]:
@@ -351,15 +374,18 @@ def stop_in_burst(pid: int, since: int, within: float) -> None:
     os.kill(pid, signal.SIGSTOP)
 
 
-def quiet(pid: int, still: float, within: float) -> None:
-    """Return once the process has made no write call for `still` seconds, or `within`
-    seconds have passed: a gateway whose calls all wait on Redis, its other work done."""
+def quiet(pid: int, since: int, still: float, within: float) -> None:
+    """Return once the process has made a write call past `since` (its `writes`) and then
+    none for `still` seconds, or once `within` seconds have passed: a gateway woken that
+    has run (its timers fired) and whose calls all wait on Redis again."""
     deadline = time.monotonic() + within
-    last, since = writes(pid), time.monotonic()
-    while time.monotonic() - since < still and time.monotonic() < deadline:
+    last, at = since, time.monotonic()
+    while time.monotonic() < deadline:
         time.sleep(0.001)
         if (now := writes(pid)) != last:
-            last, since = now, time.monotonic()
+            last, at = now, time.monotonic()
+        elif last != since and time.monotonic() - at >= still:
+            return
 
 
 def state(pid: int) -> str:

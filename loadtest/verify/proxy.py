@@ -11,12 +11,12 @@ It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?
 - `latency&ms=N`: hold each chunk N ms before passing it on;
 - `hold`: pass what the client sends, and keep back what the target answers until told
   `release` (what was kept back goes out, and what comes after is kept back),
-  `release-half` (the first half of the bytes kept back goes out, cut anywhere) or
+  `release&share=F` (the first F of the bytes kept back goes out, cut anywhere) or
   another mode (what was kept back goes out first).
 
-`POST http://127.0.0.1:C/stop?pid=P` has the proxy SIGSTOP process P as the next bytes a
-client sends come through (they are passed on): the harness stops a gateway at its next
-call to the upstream, wherever the gateway is in its work. `pid=0` takes it back.
+With `stop=P`, a `release` SIGSTOPs process P the moment the bytes let go are written: a
+gateway waiting on those answers is stopped with them in its socket, and takes them in as
+it wakes, before its timers fire (its `epoll_wait` hands them over rather than EINTR).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import struct
+from collections.abc import Iterator
 
 from aiohttp import web
 
@@ -44,12 +45,16 @@ class FaultProxy:
         self.open: set[asyncio.StreamWriter] = set()
         self.doomed: set[asyncio.StreamWriter] = set()  # held by a black hole
         self.kept: list[tuple[asyncio.StreamWriter, bytes]] = []  # answers held back, in order
-        self.stop_pid = 0  # a process to SIGSTOP as the next bytes of a client come
 
-    def set_mode(self, mode: str, latency_ms: float = 0.0) -> None:
+    def set_mode(
+        self, mode: str, latency_ms: float = 0.0, share: float = 1.0, stop: int = 0
+    ) -> None:
         kept = sum(len(chunk) for _, chunk in self.kept)
-        self.let_go(kept // 2 if mode == "release-half" else kept)
-        if mode in ("release", "release-half"):
+        with apart(stop):
+            self.let_go(int(kept * share) if mode == "release" else kept)
+            if stop:
+                os.kill(stop, signal.SIGSTOP)
+        if mode == "release":
             mode = "hold"
         self.mode, self.latency = mode, latency_ms / 1000
         if mode == "blackhole":
@@ -110,10 +115,6 @@ class FaultProxy:
                 if answers and self.mode == "hold":
                     self.kept.append((writer, chunk))
                     continue
-                if not answers and self.stop_pid:
-                    with contextlib.suppress(OSError):  # it may have gone meanwhile
-                        os.kill(self.stop_pid, signal.SIGSTOP)
-                    self.stop_pid = 0
                 writer.write(chunk)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -124,6 +125,27 @@ class FaultProxy:
                 abort(other)
             else:
                 writer.close()
+
+
+@contextlib.contextmanager
+def apart(pid: int) -> Iterator[None]:
+    """This thread and process `pid` on two different cores for the block (where there are
+    two): woken by what this thread writes, `pid` cannot run in its stead on its core, and
+    be at the end of its work when the SIGSTOP this thread sends next comes."""
+    if not pid:
+        yield
+        return
+    mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(pid)
+    cores = sorted(mine & theirs)
+    if len(cores) > 1:
+        os.sched_setaffinity(0, {cores[0]})
+        os.sched_setaffinity(pid, {cores[1]})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+        with contextlib.suppress(OSError):  # it may have gone meanwhile
+            os.sched_setaffinity(pid, theirs)
 
 
 def abort(writer: asyncio.StreamWriter) -> None:
@@ -142,16 +164,15 @@ async def serve(listen: int, target: int, control: int) -> None:
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", listen, backlog=4096)
 
     async def set_mode(request: web.Request) -> web.Response:
-        proxy.set_mode(request.query.get("m", "pass"), float(request.query.get("ms", "0")))
+        query = request.query
+        proxy.set_mode(
+            query.get("m", "pass"), float(query.get("ms", "0")), float(query.get("share", "1")),
+            int(query.get("stop", "0")),
+        )  # fmt: skip
         return web.Response(text=proxy.mode)
-
-    async def stop_on_send(request: web.Request) -> web.Response:
-        proxy.stop_pid = int(request.query.get("pid", "0"))
-        return web.Response(text=str(proxy.stop_pid))
 
     app = web.Application()
     app.router.add_post("/mode", set_mode)
-    app.router.add_post("/stop", stop_on_send)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", control).start()
