@@ -27,7 +27,7 @@ from aiohttp import web
 from loadtest.verify.clients import Knobs, head_digest
 from loadtest.verify.history import Fault, escaped, read_executions
 from loadtest.verify.nemesis import pause_length, quiet, state, stop_in_burst, writes
-from loadtest.verify.proxy import FaultProxy
+from loadtest.verify.proxy import FaultProxy, idle, reply_ends
 from loadtest.verify.upstream import Executions, digest
 from testkit.polling import until, wait_until
 
@@ -205,8 +205,8 @@ async def test_the_proxy_passes_swallows_then_resets_when_the_link_heals() -> No
 
 async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
     """`hold` passes what the client sends and keeps the answers back; `release` lets what
-    was kept go and keeps back what comes after (with a `share`, only that share of its bytes);
-    another mode lets it all go first."""
+    was kept go and keeps back what comes after (with a `share`, only that share of the
+    whole Redis replies kept); another mode lets it all go first."""
     async with proxied_echo() as (proxy, port):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         proxy.set_mode("hold")
@@ -216,19 +216,27 @@ async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
             await asyncio.wait_for(reader.read(3), 0.2)
         proxy.set_mode("release")
         assert await reader.readexactly(3) == b"one"
-        writer.write(b"twotwo")
+        replies = [b"+OK\r\n", b":1\r\n", b"$3\r\na\r\n\r\n", b"*2\r\n$1\r\nx\r\n:2\r\n"]
+        writer.write(b"".join(replies[:2]))
         await until(lambda: proxy.kept)
-        writer.write(b"tw")
-        await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 8)
-        proxy.set_mode("release", share=0.5)
-        assert await reader.readexactly(4) == b"twot"
+        writer.write(b"".join(replies[2:]) + b"$5\r\nab")  # and a reply cut short
+        await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 39)
+        proxy.set_mode("release", share=0.6)  # 2 of the 4 whole ones
+        assert await reader.readexactly(9) == b"+OK\r\n:1\r\n"
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(reader.readexactly(1), 0.2)
         proxy.set_mode("pass")
-        writer.write(b"three")
-        assert await reader.readexactly(9) == b"wotwthree"
+        writer.write(b"cde\r\n")
+        assert await reader.readexactly(35) == b"".join(replies[2:]) + b"$5\r\nabcde\r\n"
         writer.close()
         await until(lambda: not proxy.open)
+
+
+def test_whole_redis_replies_are_told_apart_from_a_reply_cut_short() -> None:
+    data = b"+OK\r\n-ERR no\r\n:7\r\n$-1\r\n*-1\r\n$4\r\na\r\nb\r\n*2\r\n*1\r\n:1\r\n$0\r\n\r\n"
+    assert reply_ends(data) == [5, 14, 18, 23, 28, 38, 56]
+    assert reply_ends(data + b"*2\r\n:1\r\n") == reply_ends(data)  # the array's second is to come
+    assert reply_ends(data[:-1]) == reply_ends(data)[:-1]
 
 
 def test_a_process_is_stopped_at_its_next_write() -> None:
@@ -292,25 +300,49 @@ def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
 
 
 async def test_the_proxy_stops_a_process_as_it_lets_answers_go() -> None:
-    """`release` with `stop` SIGSTOPs the process once the bytes let go are written, and
+    """`release` with `stop` SIGSTOPs the process once the replies let go are written, and
     leaves the proxy and the process on the cores they were allowed before."""
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as child:
+    with subprocess.Popen([sys.executable, "-c", EPOLL_SLEEPER]) as child:
         try:
             async with proxied_echo() as (proxy, port):
                 mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(child.pid)
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
                 proxy.set_mode("hold")
-                writer.write(b"ping")
-                await until(lambda: proxy.kept)
+                writer.write(b"+A\r\n+B\r\n")
+                await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 8)
                 assert state(child.pid) != "T"
                 proxy.set_mode("release", share=0.5, stop=child.pid)
-                assert await reader.readexactly(2) == b"pi"
+                assert await reader.readexactly(4) == b"+A\r\n"
                 await until(lambda: state(child.pid) == "T", timeout=5)
                 assert os.sched_getaffinity(0) == mine
                 assert os.sched_getaffinity(child.pid) == theirs
-                assert sum(len(chunk) for _, chunk in proxy.kept) == 2
+                assert [chunk for _, chunk in proxy.kept] == [b"+B\r\n"]
                 proxy.set_mode("pass")
                 writer.close()
                 await until(lambda: not proxy.open)
         finally:
             child.kill()
+
+
+EPOLL_SLEEPER = "import select; select.epoll().poll(60)"
+
+
+def test_a_process_is_idle_once_it_sleeps_in_epoll_wait() -> None:
+    """`idle` returns at once for a process asleep in `epoll_wait`, and only at its deadline
+    for one that sleeps otherwise (or runs)."""
+    with (
+        subprocess.Popen([sys.executable, "-c", EPOLL_SLEEPER]) as polling,
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as sleeping,
+    ):
+        try:
+            wait_until(lambda: "epoll" in Path(f"/proc/{polling.pid}/wchan").read_text(), 10)
+            began = time.monotonic()
+            idle(polling.pid, 30.0)
+            assert time.monotonic() - began < 20
+            wait_until(lambda: "sleep" in Path(f"/proc/{sleeping.pid}/wchan").read_text(), 10)
+            began = time.monotonic()
+            idle(sleeping.pid, 0.3)
+            assert time.monotonic() - began >= 0.3
+        finally:
+            polling.kill()
+            sleeping.kill()

@@ -11,12 +11,12 @@ It passes bytes both ways until told otherwise by `POST http://127.0.0.1:C/mode?
 - `latency&ms=N`: hold each chunk N ms before passing it on;
 - `hold`: pass what the client sends, and keep back what the target answers until told
   `release` (what was kept back goes out, and what comes after is kept back),
-  `release&share=F` (the first F of the bytes kept back goes out, cut anywhere) or
-  another mode (what was kept back goes out first).
+  `release&share=F` (on each connection, the first F of the whole Redis replies kept
+  back goes out, rounded down) or another mode (what was kept back goes out first).
 
-With `stop=P`, a `release` SIGSTOPs process P the moment the bytes let go are written: a
-gateway waiting on those answers is stopped with them in its socket, and takes them in as
-it wakes, before its timers fire (its `epoll_wait` hands them over rather than EINTR).
+With `stop=P`, a `release` waits (briefly) for process P to sleep in `epoll_wait`, then
+SIGSTOPs it the moment the replies let go are written: a gateway waiting on them is stopped
+with them handed over, and takes them in as it wakes, before its timers fire (`idle`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,18 @@ import os
 import signal
 import socket
 import struct
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from aiohttp import web
 
 from loadtest.procs import run_server
 
 CHUNK = 1 << 16
+# How long a `stop` waits for its process to go idle (a fifth of the gateways' socket
+# timeout, as the nemesis's holds: no call it has out times out meanwhile).
+IDLE_WITHIN = 0.1
 
 
 class FaultProxy:
@@ -49,9 +54,13 @@ class FaultProxy:
     def set_mode(
         self, mode: str, latency_ms: float = 0.0, share: float = 1.0, stop: int = 0
     ) -> None:
-        kept = sum(len(chunk) for _, chunk in self.kept)
+        if stop:
+            idle(stop, IDLE_WITHIN)
         with apart(stop):
-            self.let_go(int(kept * share) if mode == "release" else kept)
+            if mode == "release" and share < 1:
+                self.let_go_replies(share)
+            else:
+                self.let_go_all()
             if stop:
                 os.kill(stop, signal.SIGSTOP)
         if mode == "release":
@@ -64,17 +73,28 @@ class FaultProxy:
                 abort(writer)
             self.doomed.clear()
 
-    def let_go(self, size: int) -> None:
-        """Write the first `size` bytes kept back, in the order they came (before anything
-        that comes after them); keep the rest."""
-        while self.kept and size > 0:
-            writer, chunk = self.kept.pop(0)
-            if size < len(chunk):
-                self.kept.insert(0, (writer, chunk[size:]))
-                chunk = chunk[:size]
-            size -= len(chunk)
+    def let_go_all(self) -> None:
+        """Write what was kept back, in the order it came (before anything after it)."""
+        kept, self.kept = self.kept, []
+        for writer, chunk in kept:
             if not writer.is_closing():
                 writer.write(chunk)
+
+    def let_go_replies(self, share: float) -> None:
+        """Write, on each connection, the first `share` of the whole Redis replies kept
+        back (rounded down); keep the rest."""
+        held: dict[asyncio.StreamWriter, bytes] = {}
+        for writer, chunk in self.kept:
+            held[writer] = held.get(writer, b"") + chunk
+        self.kept = []
+        for writer, data in held.items():
+            ends = reply_ends(data)
+            count = int(len(ends) * share)
+            cut = ends[count - 1] if count else 0
+            if cut and not writer.is_closing():
+                writer.write(data[:cut])
+            if data[cut:]:
+                self.kept.append((writer, data[cut:]))
 
     async def handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         if self.mode == "reset":
@@ -125,6 +145,51 @@ class FaultProxy:
                 abort(other)
             else:
                 writer.close()
+
+
+def reply_ends(data: bytes) -> list[int]:
+    """The offset just past each whole RESP2 reply in `data` (a Redis connection's answers,
+    in order), up to the first one cut short."""
+    ends: list[int] = []
+    at: int | None = 0
+    while at is not None and at < len(data):
+        at = _past(data, at)
+        if at is not None:
+            ends.append(at)
+    return ends
+
+
+def _past(data: bytes, at: int) -> int | None:
+    """The offset just past the RESP2 value that begins at `at`; None if it is not whole."""
+    line = data.find(b"\r\n", at)
+    if line < 0:
+        return None
+    kind, head, after = data[at : at + 1], data[at + 1 : line], line + 2
+    if kind == b"$":
+        size = int(head)
+        end = after + size + 2 if size >= 0 else after
+        return end if end <= len(data) else None
+    if kind == b"*":
+        for _ in range(max(0, int(head))):
+            if (next_at := _past(data, after)) is None:
+                return None
+            after = next_at
+    return after  # a status, an error, an integer: one line
+
+
+def idle(pid: int, within: float) -> None:
+    """Return once process `pid` sleeps in `epoll_wait` (its loop has run what it had, its
+    timers and its callbacks), or `within` seconds have passed. Answers written to it then
+    are handed over by that very `epoll_wait`, which a SIGSTOP sent next does not interrupt
+    (there are events to return): woken, it reads them before its timers fire. Busy when
+    they came, it would finish its work first, and its timers, overdue after a stop, would
+    fire first."""
+    deadline = time.monotonic() + within
+    wchan = Path(f"/proc/{pid}/wchan")
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):  # it may have gone
+            if "epoll" in wchan.read_text():
+                return
 
 
 @contextlib.contextmanager
