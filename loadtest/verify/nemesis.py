@@ -52,8 +52,8 @@ LATENCY_MS = 200
 # it): on the gateway's link, or Redis paused.
 LEAD_IN = "redis-held"
 QUIET = 0.02  # seconds without a write: a woken gateway whose calls all wait on Redis
-# The share of a batch's replies let go as the proxy stops the gateway: claims answered and
-# not sent, and the rest unanswered.
+# The share of a batch's whole replies let go as the proxy stops the gateway: claims answered
+# and not sent, and the rest unanswered.
 ANSWERED = 0.85
 
 
@@ -255,15 +255,15 @@ class Nemesis:
         self, control_port: int, pid: int, wait: float, making: Making
     ) -> AsyncIterator[None]:
         """Redis's replies to the gateway held back at its fault proxy, and let go every `wait`
-        seconds, twice: its calls wait (at most two batches out, the rest queued), and
-        as the replies come the queued calls leave as one batch of many claims. Of the
-        third batch's replies the first ANSWERED share goes out, and the proxy stops the
-        gateway the moment it has written them: the gateway takes them in as it wakes,
-        before its timers fire, and the claims they answer are more than half a lease
-        old. The rest stay held until the gateway, woken at the block's end, has written
-        again and then nothing for QUIET seconds: its timers have fired, and those calls
-        timed out across the stall. The replies held back before the stop are `LEAD_IN`;
-        those held through it are the stop's own."""
+        seconds, twice: its calls wait (at most two batches out, the rest queued), and as
+        the replies come the queued calls leave as one batch of many claims. Of the third
+        batch's replies the first ANSWERED share (whole replies) goes out once the gateway
+        sleeps in `epoll_wait`, and the proxy stops the gateway the moment it has written
+        them: the gateway takes them in as it wakes, before its timers fire, and the claims
+        they answer are more than half a lease old. The rest stay held until the gateway,
+        woken at the block's end, has written again and then nothing for QUIET seconds: its
+        timers have fired, and those calls timed out across the stall. The replies held
+        back before the stop are `LEAD_IN`; those held through it are the stop's own."""
         control = f"http://127.0.0.1:{control_port}/mode"
         start = time.time()
         try:
