@@ -107,9 +107,10 @@ async def claim_as_dead_owner(
 # A client's retries.
 
 
-async def post(gw: TestClient) -> Answer:
-    """POST /gate, body x, under KEY to an in-process gateway."""
-    resp = await gw.post("/gate", data=b"x", headers=KEY)
+async def post(gw: TestClient, request_id: str | None = None) -> Answer:
+    """POST /gate, body x, under KEY to an in-process gateway (with this X-Request-Id)."""
+    headers = KEY if request_id is None else {**KEY, "X-Request-Id": request_id}
+    resp = await gw.post("/gate", data=b"x", headers=headers)
     return resp.status, dict(resp.headers), await resp.read()
 
 
@@ -135,6 +136,6 @@ async def settle(
     return answers[-1]
 
 
-async def settled(gw: TestClient, timeout: float = 10.0) -> Answer:
+async def settled(gw: TestClient, timeout: float = 10.0, request_id: str | None = None) -> Answer:
     """`settle` POST /gate on an in-process gateway."""
-    return await settle(lambda: post(gw), timeout)
+    return await settle(lambda: post(gw, request_id), timeout)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
+from gateway.telemetry.logs import FIELDS
 from testkit.ports import Port
 
 from .faultkit import metrics_of, redis_keys, state, value
@@ -22,17 +23,28 @@ STALL = {"timeouts": {"total": "300ms"}, "lease": "30s"}
 
 
 async def test_stall_release_answers_504_and_a_retry_runs_again(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     counting, _ = upstream
     client = await make_gateway(on_unknown_outcome="release", **STALL)
-    first = await client.post("/stall", data=b"x", headers=KEY)
+    first = await client.post("/stall", data=b"x", headers={**KEY, "X-Request-Id": "r-1"})
     assert first.status == 504
     assert "Idempotency-Outcome" not in first.headers
     assert redis_keys(redis_url) == []
     assert (await client.post("/stall", data=b"x", headers=KEY)).status == 504
     assert counting.count("/stall") == 2
     assert value(metrics_of(client), "idem_unknown_outcomes_total", route="api", mode="release")
+    said = [getattr(r, FIELDS) for r in caplog.records if "event" in getattr(r, FIELDS, {})]
+    assert said[0] == {
+        "event": "unknown-outcome",
+        "route": "api",
+        "request_id": "r-1",
+        "failure": "timeout",
+    }
+    assert [fields["event"] for fields in said] == ["unknown-outcome"] * 2
 
 
 async def test_stall_keep_answers_504_and_retries_get_409(

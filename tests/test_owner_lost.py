@@ -362,6 +362,11 @@ async def test_a_lost_owner_is_counted_logged_and_shown(
     assert value(metrics, "idem_owner_lost_total", route="api", resolution="held") == 1
     lines = [getattr(r, FIELDS) for r in caplog.records if r.name == "gateway.http.server.access"]
     assert lines[-1]["owner_lost"] == "held" and lines[-1]["status"] == 502
+    said = [getattr(r, FIELDS) for r in caplog.records if "event" in getattr(r, FIELDS, {})]
+    assert said == [
+        {"event": "owner-lost", "route": "api", "request_id": lines[-1]["request_id"],
+         "settled": "held"}
+    ]  # fmt: skip
     doc = await (await admin.post("/keys/show", json=show, headers=AUTH)).json()
     assert doc["state"] == "unknown" and doc["taken_over"] == 1
     assert doc["extra"]["failure"] == "owner-lost"

@@ -23,12 +23,14 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from gateway.config.policy import Policy
 from gateway.core.backoff import STORE_AGAIN
 from gateway.core.claims import Claim
 from gateway.core.record import Record
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CircuitBreaker
 from gateway.store.store import Store
+from gateway.telemetry.logs import FIELDS
 from testkit.polling import until
 from testkit.procs import GatewayProcess
 from testkit.redis_server import RedisServer
@@ -486,6 +488,22 @@ async def test_an_owner_cut_off_from_redis_past_its_lease_gives_the_retry_its_jo
     assert counting.count("/gate") == 1
 
 
+async def test_the_retry_waits_its_routes_late_answer_wait_before_it_settles_the_key(
+    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+) -> None:
+    """The request that took a lost owner's key over waits the route's `late_answer_wait`
+    for that owner's own answer before it settles the key; by default three of a journaled
+    answer's tries to store it."""
+    assert Policy().late_answer_wait == 3 * STORE_AGAIN.longest
+    gw = await make_gateway(on_owner_lost="record", late_answer_wait="3s")
+    await claim_as_dead_owner(redis_url, gw)
+    await until(lambda: settled_is_due(redis_url), timeout=5)
+    began = time.monotonic()
+    answer = await post(gw)
+    assert answer[0] == 502 and code(answer) == "owner-lost"
+    assert time.monotonic() - began >= 3.0
+
+
 # A frozen owner that resumes: its answer is the record, or it sends nothing.
 
 
@@ -606,7 +624,10 @@ async def test_mark_sent_an_owner_frozen_before_its_mark_sends_nothing_when_it_r
 
 
 async def test_a_gateway_held_up_past_its_lease_before_sending_sends_nothing(
-    make_gateway: GatewayFactory, upstream: tuple[CountingUpstream, str], redis_url: str
+    make_gateway: GatewayFactory,
+    upstream: tuple[CountingUpstream, str],
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Gateway A's claim reply comes late (Redis slow, A stopped or starved): its lease ends
     before it can send. Meanwhile a retry on gateway B takes the key over, its lookup truly
@@ -626,14 +647,20 @@ async def test_a_gateway_held_up_past_its_lease_before_sending_sends_nothing(
         gw_a = await make_gateway(settings=slow_redis, url=slow.url)
         gw_b = await make_gateway(**route)
         slow.delay_on, slow.delay = b"CLAIMED", 2.0
-        held_up = asyncio.ensure_future(post(gw_a))
+        held_up = asyncio.ensure_future(post(gw_a, request_id="owner"))
         await until(lambda: bool(records(redis_url)), timeout=5)  # A's claim ran in Redis
         await until(lambda: settled_is_due(redis_url), timeout=5)
-        ran = await settled(gw_b)
+        ran = await settled(gw_b, request_id="retry")
         assert ran[0] == 201 and ran[1]["Idempotency-Outcome"] == "not-happened"
         late = await held_up
     assert late[0] == 503 and code(late) == "lease-expired"
     assert counting.count("/gate") == 1
+    # Each gateway's log says what it did in fields, under its request's id.
+    said = [getattr(r, FIELDS) for r in caplog.records if "event" in getattr(r, FIELDS, {})]
+    assert sorted(said, key=lambda fields: str(fields["request_id"])) == [
+        {"event": "not-sent-late", "route": "api", "request_id": "owner"},
+        {"event": "owner-lost", "route": "api", "request_id": "retry", "settled": "not_happened"},
+    ]
 
 
 async def test_an_owner_frozen_while_its_connection_comes_sends_nothing_when_it_wakes(

@@ -16,6 +16,8 @@ import pytest
 from gateway.errors import StoreUnavailable
 from gateway.store.breaker import CLOSED, CircuitBreaker
 from gateway.store.stalls import STALL, Stalls
+from gateway.telemetry.logs import FIELDS
+from testkit.polling import until
 from testkit.redis_server import RedisServer
 from testkit.stores import make_store
 
@@ -76,24 +78,47 @@ async def test_a_call_that_timed_out_while_the_process_stood_still_opens_no_brea
         await store.close()
 
 
-@pytest.mark.parametrize("stood_still", [False, True], ids=["on-time", "stood-still"])
+def unread(port: int) -> int:
+    """The bytes sent to `port` on loopback and not read yet (the hung Redis reads none)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(int(row[4].split(":")[1], 16) for row in rows if row[1].endswith(f":{port:04X}"))
+
+
+@pytest.mark.parametrize(
+    ("stall", "event"),
+    [(None, "failed-open"), ("before", "after-stall"), ("during", "held-through-stall")],
+    ids=["on-time", "come-after-a-stall", "held-through-a-stall"],
+)
 async def test_a_failing_open_route_forwards_nothing_held_through_a_stall(
     make_gateway: GatewayFactory,
     upstream: tuple[CountingUpstream, str],
     hung_redis: RedisServer,
-    stood_still: bool,
+    caplog: pytest.LogCaptureFixture,
+    stall: str | None,
+    event: str,
 ) -> None:
+    """Each answer's log line names what happened in its `event` field, with the route and
+    the request's id, whatever its message says."""
     counting, origin = upstream
     redis = {"socket_timeout": "300ms", "pipeline": False}
     settings = gateway_settings(origin, redis=redis, fail_mode="open", lease="2s")
     client = await make_gateway(settings, url=hung_redis.url)
-    if stood_still:
+    if stall == "before":
         stand_still(STALL + 0.5)
-    answer = await client.post("/pay", data=b"x", headers={"Idempotency-Key": "k"})
-    if stood_still:
+    sent_before = unread(hung_redis.port)
+    headers = {"Idempotency-Key": "k", "X-Request-Id": "r-1"}
+    asked = asyncio.ensure_future(client.post("/pay", data=b"x", headers=headers))
+    if stall == "during":  # once the claim is in Redis's socket, unanswered
+        await until(lambda: unread(hung_redis.port) > sent_before, timeout=5)
+        stand_still(STALL + 0.5)
+    answer = await asked
+    if stall is not None:
         assert answer.status == 503
         assert orjson.loads(await answer.read())["code"] == "store-unavailable"
         assert counting.count("/pay") == 0
     else:  # Redis unreachable, the gateway on time: forwarded without idempotency, marked
         assert answer.status == 201 and answer.headers["Idempotency-Degraded"] == "true"
         assert counting.count("/pay") == 1
+    said = [getattr(r, FIELDS) for r in caplog.records if hasattr(r, FIELDS)]
+    assert said == [{"event": event, "route": "api", "request_id": "r-1"}]

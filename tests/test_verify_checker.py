@@ -1,21 +1,47 @@
-"""The history checker of `loadtest.verify` on handmade histories: each kind of violation
-is reported, and what the policy allows is not."""
+"""The history checker of `loadtest.verify` on handmade histories: each rule alone, on a
+history that breaks only it; then each kind of violation reported with its reason, and what
+the policy allows counted by its cause, not reported. Verdicts are read by their `Reason`
+and `Cause` members, never by a message's words."""
 
 from __future__ import annotations
 
-from loadtest.verify.checker import (
-    DEGRADED_LOGGED,
-    Floor,
-    Gateways,
-    LogLine,
-    Verdict,
-    check,
-    log_lines,
-)
-from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
+import pytest
 
-POLICIES = {"record": "record", "reconcile": "reconcile", "release": "release", "open": "open"}
-OPEN = ["open"]  # the route with fail_mode: open (its unknown outcomes recorded)
+from gateway.telemetry.events import Event
+from loadtest.verify.causes import Context, KeyHistory, Routes, extra_runs
+from loadtest.verify.checker import Floor, Verdict, check
+from loadtest.verify.gatewaylog import Gateways, Said, read_gateways
+from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
+from loadtest.verify.reasons import Cause, Reason
+from loadtest.verify.rules import (
+    rule_1,
+    rule_2,
+    rule_3,
+    rule_4,
+    rule_6,
+    rule_7,
+    rule_8,
+    rule_9,
+    rule_10,
+)
+
+NAMES = ("record", "reconcile", "release", "open")
+
+
+def routes(
+    lost: str | None = None, leases: dict[str, float] | None = None, fails_open: bool = True
+) -> Routes:
+    """The harness's routes, each named after its policy (`open` records and fails open);
+    every route's `on_owner_lost` is `lost` where given."""
+    return Routes(
+        unknown={name: name for name in NAMES},
+        lost={name: lost or name for name in NAMES},
+        fails_open=frozenset({"open"} if fails_open else ()),
+        leases=leases or {},
+    )
+
+
+ROUTES = routes()
 
 
 def attempt(
@@ -58,199 +84,278 @@ def execution(
     return Execution(f"x{n}", route, tenant, key, payload, caused_by, at, f"b{n}", fault)
 
 
+def reasons(verdict: Verdict) -> list[Reason]:
+    return sorted((v.reason for v in verdict.violations), key=lambda r: (r.rule, r.name))
+
+
 def rules(verdict: Verdict) -> list[int]:
     return sorted(v.rule for v in verdict.violations)
 
 
+def said(
+    *events: tuple[int, float, Event, str | None], settled: str | None = None, route: str = "open"
+) -> list[Said]:
+    """Events the gateways logged: (gateway, time, event, the request it names)."""
+    return [Said(gw, at, event, route, request, settled) for gw, at, event, request in events]
+
+
+# Each rule alone: a history that breaks it and no other rule, as `check` sees it and as the
+# rule's own function does.
+
+KEY_RULES = {
+    1: (
+        [attempt(1, CUT, end=12.0), attempt(2, TIMED_OUT, start=13, end=16)],
+        [execution(1), execution(2, at=13.05, caused_by="a2")],
+        Reason.RAN_MORE_THAN_ONCE,
+    ),
+    2: ([attempt(1, body="tampered")], [execution(1)], Reason.DIFFERS_FROM_ITS_EXECUTION),
+    3: (
+        [attempt(1), attempt(2, tenant="t1", start=11, end=11.1)],  # t1 got t0's answer
+        [execution(1)],
+        Reason.ANOTHER_KEYS_ANSWER,
+    ),
+    4: (
+        [attempt(1), attempt(2, 502, start=12, end=12.1, outcome="unknown")],
+        [execution(1)],
+        Reason.OTHER_ANSWER_AFTER_A_2XX,
+    ),
+    7: ([attempt(1, 422)], [], Reason.SAME_PAYLOAD_REFUSED),
+    10: (
+        [attempt(1), attempt(2, start=11, end=11.1, head="h2")],  # the body intact, a header gone
+        [execution(1)],
+        Reason.OTHER_HEADERS,
+    ),
+}
+
+
+def key_rules(history: list[Attempt], ran: list[Execution]) -> dict[int, list[Reason]]:
+    """What each rule of a key says of the history's keys, each rule's function called on
+    each key's history itself."""
+    ctx = Context([], {e.execution: e for e in ran}, Gateways(), ROUTES)
+    found: dict[int, list[Reason]] = {rule: [] for rule in (1, 2, 3, 4, 7, 10)}
+    for key in {(a.route, a.tenant, a.key) for a in history}:
+        own = [a for a in history if (a.route, a.tenant, a.key) == key]
+        k = KeyHistory(key, [e for e in ran if (e.route, e.tenant, e.key) == key], own, ctx)
+        extras = extra_runs(k, ctx)
+        for rule, violations in (
+            (1, rule_1(k, extras, ctx)), (2, rule_2(k, ctx)), (3, rule_3(k, ctx)),
+            (4, rule_4(k, extras, ctx, Floor().grace)), (7, rule_7(k)), (10, rule_10(k)),
+        ):  # fmt: skip
+            found[rule] += [v.reason for v in violations]
+    return found
+
+
+@pytest.mark.parametrize("broken", sorted(KEY_RULES))
+def test_each_rule_of_a_key_alone_on_a_history_that_breaks_only_it(broken: int) -> None:
+    history, ran, reason = KEY_RULES[broken]
+    assert reason.rule == broken
+    assert reasons(check(history, ran, [], ROUTES)) == [reason]
+    assert {rule: found for rule, found in key_rules(history, ran).items() if found} == {
+        broken: [reason]
+    }
+
+
+def test_each_rule_of_the_run_alone() -> None:
+    """Rules 6, 8 and 9 judge the run: a traceback, an unclean exit, too few 2xx and too few
+    executions, a run the harness distrusts; each alone, on an otherwise clean history."""
+    clean = ([attempt(1)], [execution(1)], [])
+    assert reasons(check(*clean, ROUTES, Gateways(tracebacks=1))) == [Reason.TRACEBACK_LOGGED]
+    unclean = Gateways(exit_codes=[0, 1])
+    assert reasons(check(*clean, ROUTES, unclean)) == [Reason.UNCLEAN_EXIT]
+    assert [(v.reason, v.key) for v in rule_6(0, unclean)] == [(Reason.UNCLEAN_EXIT, "gateway 1")]
+    refused = [attempt(n, 503, key=f"k{n}", start=10 + n, end=10.1 + n) for n in range(20)]
+    floor = Floor(share_2xx=0.5, rate=1.0)
+    assert reasons(check(refused, [], [], ROUTES, floor=floor)) == [
+        Reason.FEW_2XX, Reason.FEW_EXECUTIONS,
+    ]  # fmt: skip
+    assert [v.reason for v in rule_8((0, 20), 0, 20.0, 0.5, 1.0)] == [
+        Reason.FEW_2XX, Reason.FEW_EXECUTIONS,
+    ]  # fmt: skip
+    assert reasons(check(*clean, ROUTES, untrusted=["client 0 exited 1"])) == [Reason.UNTRUSTED]
+    assert [v.reason for v in rule_9(["client 0 exited 1"])] == [Reason.UNTRUSTED]
+
+
 def test_a_clean_history_has_no_violation() -> None:
-    verdict = check(
-        [attempt(1), attempt(2, start=11, end=11.1)], [execution(1)], [], POLICIES, ["ok\n"], [0]
-    )
+    history = [attempt(1), attempt(2, start=11, end=11.1)]
+    verdict = check(history, [execution(1)], [], ROUTES, Gateways(exit_codes=[0]))
     assert verdict.violations == []
     assert verdict.runs_per_key == {1: 1}
     assert verdict.availability == 1.0
+
+
+# Rule 1: executions per key, and the causes a route's policy accepts.
 
 
 def test_a_double_execution_is_reported_on_a_record_route() -> None:
     history = [attempt(1, CUT, end=12.0), attempt(2, start=13, end=13.1, execution="x2", body="b2")]
     ran = [execution(1), execution(2, at=13.05, caused_by="a2")]
     killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
-    verdict = check(history, ran, killed, POLICIES)
-    assert rules(verdict) == [1]
-    assert "executed 2 times (owner lost: gateway 0 killed" in verdict.violations[0].what
+    gateways = Gateways(said((1, 13.0, Event.OWNER_LOST, "a2"), settled="held", route="record"))
+    verdict = check(history, ran, killed, ROUTES, gateways)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+    assert Cause.UNEXPLAINED.words in verdict.violations[0].what
 
 
-def test_an_explained_rerun_on_a_release_route_is_counted_not_reported() -> None:
-    history = [
+def rerun_on_release(outcome: str = "", status: int = 201, gateway: int = 1) -> list[Attempt]:
+    """The key's first call cut on gateway 0 (killed), its retry on gateway 1 run again."""
+    return [
         attempt(1, CUT, route="release", end=12.0),
-        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
-    ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
-    killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
-    verdict = check(history, ran, killed, POLICIES)
+        attempt(2, status, route="release", start=13, end=13.1, execution="x2", body="b2",
+                outcome=outcome, gateway=gateway),
+    ]  # fmt: skip
+
+
+RERUN = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a2")]
+KILLED = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
+
+
+def test_a_lost_owners_key_run_again_is_counted_where_its_gateway_logged_it_so() -> None:
+    """The retry's gateway logged that it settled the lost owner's key as `rerun` (under the
+    retry's request id): counted, whether or not its client was told so (it timed out)."""
+    for status in (201, TIMED_OUT):
+        gateways = Gateways(
+            said((1, 13.0, Event.OWNER_LOST, "a2"), settled="rerun", route="release")
+        )
+        verdict = check(rerun_on_release(status=status), RERUN, KILLED, ROUTES, gateways)
+        assert verdict.violations == [], status
+        assert verdict.explained == {Cause.OWNER_LOST_RERUN: 1}
+    verdict = check(rerun_on_release("rerun"), RERUN, KILLED, ROUTES)  # the answer says it
+    assert verdict.violations == [] and verdict.explained == {Cause.OWNER_LOST_RERUN: 1}
+
+
+def test_a_rerun_its_gateway_does_not_name_is_reported_even_with_its_owner_stopped() -> None:
+    """No event names the run (another request's does not count), no rerun answer: on this
+    release, a gateway stopped around the key's calls is no cause; only the earlier
+    release's gateway, whose log names no event, is judged by the faults' times."""
+    stopped = [Fault("gateway-stop", "gateway 0", 10.5, 14.0)]
+    for gateways in (
+        Gateways(),
+        Gateways(said((1, 13.0, Event.OWNER_LOST, "a9"), settled="rerun", route="release")),
+    ):
+        verdict = check(rerun_on_release(), RERUN, stopped, ROUTES, gateways)
+        assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+        assert Cause.UNEXPLAINED.words in verdict.violations[0].what
+    verdict = check(rerun_on_release(), RERUN, stopped, ROUTES, Gateways(earlier=[1]))
+    assert verdict.violations == [] and verdict.explained == {Cause.OWNER_STOOD_STILL: 1}
+
+
+def test_a_lost_owners_rerun_is_accepted_only_where_on_owner_lost_is_release() -> None:
+    history = [a._replace(route="record") for a in rerun_on_release("rerun")]
+    ran = [e._replace(route="record") for e in RERUN]
+    assert reasons(check(history, ran, KILLED, ROUTES)) == [Reason.RAN_MORE_THAN_ONCE]
+    verdict = check(history, ran, KILLED, routes(lost="release"))
+    assert verdict.violations == [] and verdict.explained == {Cause.OWNER_LOST_RERUN: 1}
+
+
+def test_a_key_run_again_after_its_lookup_said_it_had_not_happened_is_reported() -> None:
+    history = [a._replace(route="release") for a in rerun_on_release()]
+    gateways = Gateways(
+        said((1, 13.0, Event.OWNER_LOST, "a2"), settled="not_happened", route="release")
+    )
+    verdict = check(history, RERUN, KILLED, ROUTES, gateways)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+    assert Cause.OWNER_LOST_NOT_HAPPENED.words in verdict.violations[0].what
+
+
+def test_an_unknown_outcome_released_is_counted_on_a_release_route() -> None:
+    """The upstream reset after executing, or the gateway answered 502 and released."""
+    reset = [execution(1, route="release", fault="reset"), RERUN[1]]
+    verdict = check(rerun_on_release(), reset, [], ROUTES)
     assert verdict.violations == []
-    assert sum(verdict.explained.values()) == 1
-
-
-def test_an_unexplained_rerun_on_a_release_route_is_reported() -> None:
-    history = [
-        attempt(1, 503, route="release"),
-        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
+    assert verdict.explained == {Cause.UPSTREAM_FAILED_AFTER: 1}
+    history = [attempt(1, 502, route="release"), rerun_on_release()[1]]
+    verdict = check(history, RERUN, [], ROUTES)
+    assert verdict.violations == [] and verdict.explained == {Cause.ANSWERED_502_504: 1}
+    record = [a._replace(route="record") for a in history]
+    assert reasons(check(record, [e._replace(route="record") for e in RERUN], [], ROUTES)) == [
+        Reason.RAN_MORE_THAN_ONCE
     ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
-    verdict = check(history, ran, [], POLICIES)
-    assert rules(verdict) == [1]
-    assert "unexplained" in verdict.violations[0].what
 
 
-def test_a_wrong_2xx_body_is_reported() -> None:
-    history = [attempt(1), attempt(2, start=11, end=11.1, body="tampered")]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [2, 2]  # two bodies for one key; one differs from its execution
-
-
-def test_a_2xx_naming_no_execution_is_reported() -> None:
-    verdict = check([attempt(1, execution="x9")], [execution(1)], [], POLICIES)
-    assert rules(verdict) == [2]
-
-
-def test_a_cross_tenant_answer_is_reported() -> None:
-    history = [
-        attempt(1),
-        attempt(2, tenant="t1", start=11, end=11.1),  # t1 got t0's answer
-    ]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [3]
-    assert "carries record/t0/k1's answer" in verdict.violations[0].what
-
-
-def test_an_answer_for_another_payload_is_reported() -> None:
-    history = [attempt(1), attempt(2, payload="p2", start=11, end=11.1)]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [3]
-
-
-def test_a_lost_acknowledged_outcome_is_reported_even_on_a_release_route() -> None:
-    history = [
-        attempt(1, route="release"),
-        attempt(2, 502, route="release", start=11, end=11.1, outcome="unknown"),
-    ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=11.05)]
-    verdict = check(history, ran, [], POLICIES)
-    assert 4 in rules(verdict)
-
-
-def test_a_500_a_traceback_and_an_unclean_exit_are_reported() -> None:
-    log = 'Traceback (most recent call last):\n{"status": 500}\n'
-    verdict = check([attempt(1), attempt(2, 500)], [execution(1)], [], POLICIES, [log], [0, 1])
-    assert rules(verdict) == [6, 6, 6, 6]
-
-
-def test_availability_counts_expected_answers_per_second() -> None:
-    history = [
-        attempt(1),
-        attempt(2, 409, start=10.5),
-        attempt(3, 502, start=11.2, outcome="unknown"),
-        attempt(4, CUT, start=11.5),
-    ]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert verdict.per_second == {0: (2, 1, 2), 1: (0, 0, 2)}
-    assert verdict.availability == 0.5
-
-
-def test_an_owner_lost_rerun_is_accepted_where_on_owner_lost_is_release() -> None:
-    history = [attempt(1, CUT, end=12.0), attempt(2, start=13, end=13.1, execution="x2", body="b2")]
-    ran = [execution(1), execution(2, at=13.05, caused_by="a2")]
-    killed = [Fault("gateway-stop", "gateway 0", 10.5, 14.0)]
-    owner_lost = {route: "release" for route in POLICIES}
-    verdict = check(history, ran, killed, POLICIES, owner_lost=owner_lost)
-    assert verdict.violations == []
-    assert verdict.explained == {"owner lost: gateway 0 paused mid-call": 1}
+def test_a_key_run_again_after_its_gateway_logged_its_outcome_unknown_is_counted() -> None:
+    """The owner's call timed out after it was sent (its client gone meanwhile, so no 504
+    reached it) and its gateway released the key, as a `release` route says: the gateway's
+    `unknown-outcome` event for the earlier call explains the run after it; not an event
+    for another request, nor on a route that records unknown outcomes."""
+    history = [attempt(1, TIMED_OUT, route="release", end=13.0), rerun_on_release()[1]]
+    for request, explained in (("a1", True), ("a9", False)):
+        gateways = Gateways(said((0, 12.0, Event.UNKNOWN_OUTCOME, request), route="release"))
+        verdict = check(history, RERUN, [], ROUTES, gateways)
+        assert (verdict.explained == {Cause.UNKNOWN_OUTCOME_LOGGED: 1}) is explained
+        assert (verdict.violations == []) is explained
+    record = [a._replace(route="record") for a in history]
+    gateways = Gateways(said((0, 12.0, Event.UNKNOWN_OUTCOME, "a1"), route="record"))
+    verdict = check(record, [e._replace(route="record") for e in RERUN], [], ROUTES, gateways)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
 
 
 def test_a_rerun_after_a_lost_master_is_never_accepted() -> None:
-    history = [
-        attempt(1, 503, route="release"),
-        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
-    ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05)]
+    history = [attempt(1, 503, route="release"), rerun_on_release()[1]]
     failover = [Fault("redis-kill", "master :7000 (failover)", 11.0, 12.0)]
-    verdict = check(history, ran, failover, POLICIES)
-    assert rules(verdict) == [1]
-    assert "a claim lost with a Redis master" in verdict.violations[0].what
+    verdict = check(history, RERUN, failover, ROUTES)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+    assert Cause.MASTER_LOST.words in verdict.violations[0].what
 
 
 def test_a_rerun_after_a_502_is_the_release_policys_even_during_a_failover() -> None:
     """The key's call ran, was cut upstream, answered 502 and released, as the route asks:
     a failover around it is not what made it run again."""
-    history = [
-        attempt(1, 502, route="release"),
-        attempt(2, route="release", start=13, end=13.1, execution="x2", body="b2"),
-    ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a2")]
+    history = [attempt(1, 502, route="release"), rerun_on_release()[1]]
     failover = [Fault("redis-failover", "master :7000 -> :7001", 9.0, 14.0)]
-    verdict = check(history, ran, failover, POLICIES)
-    assert verdict.violations == []
-    assert verdict.explained == {"unknown outcome released: the gateway answered 502": 1}
+    verdict = check(history, RERUN, failover, ROUTES)
+    assert verdict.violations == [] and verdict.explained == {Cause.ANSWERED_502_504: 1}
 
 
 def test_a_502_explains_no_rerun_it_did_not_release_before() -> None:
     """A 502 explains a rerun only where the key's call ran, was answered so and released
-    before it: not the rerun's own 502 after a claim lost with the master, nor a lost
-    owner's key held unknown (502 with Idempotency-Outcome: unknown)."""
-    own = [
-        attempt(1, CUT, route="release", end=12.0),
-        attempt(2, 502, route="release", start=13, end=13.1),
-    ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a2")]
+    before it: not the rerun's own 502 after a claim lost with the master."""
+    own = [attempt(1, CUT, route="release", end=12.0), rerun_on_release(status=502)[1]]
     failover = [Fault("redis-failover", "master :7000 -> :7001", 9.0, 14.0)]
-    verdict = check(own, ran, failover, POLICIES)
-    assert rules(verdict) == [1]
-    assert "a claim lost with a Redis master" in verdict.violations[0].what
-    held = [
-        attempt(1, CUT, route="release", end=12.0),
-        attempt(2, 502, route="release", start=12.5, end=12.6, gateway=1, outcome="unknown"),
-        attempt(3, route="release", start=13, end=13.1, gateway=1, execution="x2", body="b2"),
+    verdict = check(own, RERUN, failover, ROUTES)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE]
+    assert Cause.MASTER_LOST.words in verdict.violations[0].what
+
+
+# Rules 2, 3, 4, 7, 10: what a key's answers say.
+
+
+def test_two_2xx_bodies_for_one_key_are_reported() -> None:
+    history = [attempt(1), attempt(2, start=11, end=11.1, body="tampered")]
+    verdict = check(history, [execution(1)], [], ROUTES)
+    assert reasons(verdict) == [Reason.BODIES_DIFFER, Reason.DIFFERS_FROM_ITS_EXECUTION]
+
+
+def test_a_2xx_naming_no_execution_is_reported() -> None:
+    verdict = check([attempt(1, execution="x9")], [execution(1)], [], ROUTES)
+    assert reasons(verdict) == [Reason.NAMES_NO_EXECUTION]
+
+
+def test_an_answer_for_another_payload_is_reported() -> None:
+    history = [attempt(1), attempt(2, payload="p2", start=11, end=11.1)]
+    assert reasons(check(history, [execution(1)], [], ROUTES)) == [Reason.ANOTHER_PAYLOADS_ANSWER]
+
+
+def test_a_run_after_a_2xx_is_a_lost_acknowledged_outcome_even_on_a_release_route() -> None:
+    history = [
+        attempt(1, route="release"),
+        attempt(2, 502, route="release", start=11, end=11.1, outcome="unknown"),
     ]
-    ran = [execution(1, route="release"), execution(2, route="release", at=13.05, caused_by="a3")]
-    killed = [Fault("gateway-kill", "gateway 0", 10.5, 11.0)]
-    owner_lost = {route: "record" for route in POLICIES}
-    verdict = check(held, ran, killed, POLICIES, owner_lost=owner_lost)
-    assert rules(verdict) == [1]
-    assert "owner lost: gateway 0 killed mid-call" in verdict.violations[0].what
-
-
-def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:
-    history = [attempt(1, 502, start=10, end=11, outcome="unknown", gateway=0)]
-    cut_off = [
-        Fault("upstream-blackhole", "gateway 0 <-> upstream", 10.5, 12),
-        Fault("gateway-kill", "gateway 1", 10.5, 12),  # another gateway: not this key's
-    ]
-    verdict = check(history, [], cut_off, POLICIES)
-    assert verdict.held_unknown == 1
-    assert verdict.unknown_causes == {"during upstream-blackhole": 1}
-
-
-def test_an_unknown_outcome_after_a_2xx_is_a_lost_acknowledged_outcome() -> None:
-    history = [attempt(1), attempt(2, 502, start=12, end=12.1, outcome="unknown")]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [4]
-    assert "answered 502 unknown" in verdict.violations[0].what
+    ran = [execution(1, route="release"), execution(2, route="release", at=11.05)]
+    assert Reason.RAN_AFTER_A_2XX in reasons(check(history, ran, [], ROUTES))
 
 
 def test_a_replay_that_is_no_longer_the_2xx_is_a_lost_acknowledged_outcome() -> None:
     history = [attempt(1), attempt(2, 502, start=12, end=12.1)]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [4]
-    assert "answered 502" in verdict.violations[0].what
+    verdict = check(history, [execution(1)], [], ROUTES)
+    assert reasons(verdict) == [Reason.OTHER_ANSWER_AFTER_A_2XX]
+    assert "502" in verdict.violations[0].detail
 
 
 def test_a_replay_that_hangs_or_is_cut_with_no_fault_on_is_a_lost_acknowledged_outcome() -> None:
     for status in (TIMED_OUT, CUT):
         history = [attempt(1), attempt(2, status, start=12, end=15)]
-        verdict = check(history, [execution(1)], [], POLICIES)
-        assert rules(verdict) == [4]
-        assert "no answer" in verdict.violations[0].what
+        verdict = check(history, [execution(1)], [], ROUTES)
+        assert reasons(verdict) == [Reason.NO_ANSWER_AFTER_A_2XX]
 
 
 def test_a_replay_that_hangs_under_a_fault_or_is_refused_only_says_later() -> None:
@@ -263,32 +368,37 @@ def test_a_replay_that_hangs_under_a_fault_or_is_refused_only_says_later() -> No
         Fault("redis-kill", "redis :7000", 10.5, 10.9),  # ended 1.1 s before it started
     ):
         hung = [attempt(1), attempt(2, TIMED_OUT, start=12, end=15)]
-        assert check(hung, ran, [fault], POLICIES).violations == []
+        assert check(hung, ran, [fault], ROUTES).violations == []
     refused = [attempt(1), attempt(2, REFUSED, start=12, end=12.01)]
-    assert check(refused, ran, [], POLICIES).violations == []
+    assert check(refused, ran, [], ROUTES).violations == []
     long_after = [Fault("gateway-stop", "gateway 0", 5.0, 9.9)]  # 2.1 s before it started
     hung = [attempt(1), attempt(2, TIMED_OUT, start=12, end=15)]
-    assert rules(check(hung, ran, long_after, POLICIES)) == [4]
+    assert reasons(check(hung, ran, long_after, ROUTES)) == [Reason.NO_ANSWER_AFTER_A_2XX]
+
+
+def test_a_409_or_503_after_a_2xx_only_says_later_while_it_is_stored_or_redis_is_down() -> None:
+    soon = [attempt(1), attempt(2, 409, start=11, end=11.1)]
+    assert check(soon, [execution(1)], [], ROUTES).violations == []
+    down = [attempt(1), attempt(2, 503, start=30, end=30.1)]
+    redis_down = [Fault("redis-kill", "redis :7000", 29.0, 29.5)]
+    assert check(down, [execution(1)], redis_down, ROUTES).violations == []
+    for status in (409, 503):
+        late = [attempt(1), attempt(2, status, start=30, end=30.1)]
+        assert reasons(check(late, [execution(1)], [], ROUTES)) == [Reason.OTHER_ANSWER_AFTER_A_2XX]
+
+
+def test_another_payload_after_a_2xx_may_be_refused() -> None:
+    history = [attempt(1), attempt(2, 422, start=12, end=12.1, payload="p2")]
+    assert check(history, [execution(1)], [], ROUTES).violations == []
 
 
 def test_a_replay_with_another_status_line_is_reported() -> None:
     history = [attempt(1), attempt(2, 200, start=11, end=11.1, reason="OK")]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [10]
-    assert "200 OK where the first 2xx (a1) was 201 Created" in verdict.violations[0].what
+    verdict = check(history, [execution(1)], [], ROUTES)
+    assert reasons(verdict) == [Reason.OTHER_STATUS_LINE]
+    assert "200 OK where the first 2xx (a1) was 201 Created" in verdict.violations[0].detail
     reworded = [attempt(1), attempt(2, start=11, end=11.1, reason="Payment Created")]
-    assert rules(check(reworded, [execution(1)], [], POLICIES)) == [10]
-
-
-def test_a_replay_without_its_recorded_headers_is_reported() -> None:
-    history = [
-        attempt(1),
-        attempt(2, start=11, end=11.1),
-        attempt(3, start=12, end=12.1, head="h2"),  # the body intact, a header gone
-    ]
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [10]
-    assert "other headers than the first 2xx (a1)" in verdict.violations[0].what
+    assert reasons(check(reworded, [execution(1)], [], ROUTES)) == [Reason.OTHER_STATUS_LINE]
 
 
 def test_a_fenced_answer_says_it_is_not_the_record_and_is_held_to_its_body_only() -> None:
@@ -300,47 +410,45 @@ def test_a_fenced_answer_says_it_is_not_the_record_and_is_held_to_its_body_only(
         attempt(2, start=10.5, end=10.9, outcome="reconciled", head="gateway's"),
         attempt(3, start=12, end=12.1, outcome="reconciled", head="gateway's"),
     ]
-    assert check(history, [execution(1)], [], POLICIES).violations == []
-
-
-def test_a_409_or_503_after_a_2xx_only_says_later_while_it_is_stored_or_redis_is_down() -> None:
-    soon = [attempt(1), attempt(2, 409, start=11, end=11.1)]
-    assert check(soon, [execution(1)], [], POLICIES).violations == []
-    down = [attempt(1), attempt(2, 503, start=30, end=30.1)]
-    redis_down = [Fault("redis-kill", "redis :7000", 29.0, 29.5)]
-    assert check(down, [execution(1)], redis_down, POLICIES).violations == []
-    for status in (409, 503):
-        late = [attempt(1), attempt(2, status, start=30, end=30.1)]
-        assert rules(check(late, [execution(1)], [], POLICIES)) == [4]
-
-
-def test_another_payload_after_a_2xx_may_be_refused() -> None:
-    history = [attempt(1), attempt(2, 422, start=12, end=12.1, payload="p2")]
-    assert check(history, [execution(1)], [], POLICIES).violations == []
-
-
-def test_the_same_payload_refused_as_another_is_reported() -> None:
-    history = [attempt(1, 422), attempt(2, 422, start=11, end=11.1)]
-    verdict = check(history, [], [], POLICIES)
-    assert rules(verdict) == [7]
-    assert "the same payload refused as another" in verdict.violations[0].what
+    assert check(history, [execution(1)], [], ROUTES).violations == []
 
 
 def test_a_shared_key_answered_with_another_tenants_execution_is_reported() -> None:
     history = [attempt(1), attempt(2, tenant="t1", start=11, end=11.1)]  # the same payload
-    verdict = check(history, [execution(1)], [], POLICIES)
-    assert rules(verdict) == [3]
+    verdict = check(history, [execution(1)], [], ROUTES)
+    assert reasons(verdict) == [Reason.ANOTHER_KEYS_ANSWER]
+    assert "record/t0/k1" in verdict.violations[0].detail
 
 
-def test_the_liveness_floor_fails_a_run_that_forwards_nothing() -> None:
-    refused = [attempt(n, 503, key=f"k{n}", start=10 + n, end=10.1 + n) for n in range(20)]
-    verdict = check(refused, [], [], POLICIES, floor=Floor(share_2xx=0.5, rate=1.0))
-    assert rules(verdict) == [8, 8]
-    assert verdict.availability == 1.0  # what rule 5 alone would have called fine
+# Rules 5, 6, 8: the run's counts.
+
+
+def test_a_500_a_traceback_an_access_log_500_and_an_unclean_exit_are_reported() -> None:
+    gateways = Gateways(tracebacks=2, logged_500=1, exit_codes=[0, 1])
+    verdict = check([attempt(1), attempt(2, 500)], [execution(1)], [], ROUTES, gateways)
+    assert reasons(verdict) == [
+        Reason.ANSWERED_500, Reason.LOGGED_500, Reason.TRACEBACK_LOGGED, Reason.UNCLEAN_EXIT,
+    ]  # fmt: skip
+    assert [v.key for v in verdict.violations if v.reason is Reason.UNCLEAN_EXIT] == ["gateway 1"]
+
+
+def test_availability_counts_expected_answers_per_second() -> None:
+    history = [
+        attempt(1),
+        attempt(2, 409, start=10.5),
+        attempt(3, 502, start=11.2, outcome="unknown"),
+        attempt(4, CUT, start=11.5),
+    ]
+    verdict = check(history, [execution(1)], [], ROUTES)
+    assert verdict.per_second == {0: (2, 1, 2), 1: (0, 0, 2)}
+    assert verdict.availability == 0.5
+
+
+def test_the_liveness_floor_passes_a_run_that_serves() -> None:
     served = [attempt(n, key=f"k{n}", execution=f"x{n}", body=f"b{n}", start=10 + n,
                       end=10.1 + n) for n in range(20)]  # fmt: skip
     ran = [execution(n, key=f"k{n}", caused_by=f"a{n}", at=10.05 + n) for n in range(20)]
-    assert check(served, ran, [], POLICIES, floor=Floor(share_2xx=0.5, rate=1.0)).violations == []
+    assert check(served, ran, [], ROUTES, floor=Floor(share_2xx=0.5, rate=1.0)).violations == []
 
 
 def test_the_floor_counts_only_attempts_with_no_fault_on() -> None:
@@ -349,18 +457,39 @@ def test_the_floor_counts_only_attempts_with_no_fault_on() -> None:
                       end=30.1 + n) for n in range(10, 20)]  # fmt: skip
     ran = [execution(n, key=f"k{n}", caused_by=f"a{n}", at=30.05 + n) for n in range(10, 20)]
     down = [Fault("redis-kill", "redis :7000", 9.0, 19.5)]
-    verdict = check([*refused, *served], ran, down, POLICIES, floor=Floor(0.9, 0.1))
+    verdict = check([*refused, *served], ran, down, ROUTES, floor=Floor(0.9, 0.1))
     assert verdict.quiet_2xx == (10, 10)
     assert verdict.violations == []
 
 
-def test_what_the_harness_found_wrong_with_the_run_is_rule_9() -> None:
-    verdict = check([attempt(1)], [execution(1)], [], POLICIES, untrusted=["client 0 exit 1"])
-    assert rules(verdict) == [9]
+def test_keys_held_unknown_are_counted_by_the_fault_on_their_attempts() -> None:
+    history = [attempt(1, 502, start=10, end=11, outcome="unknown", gateway=0)]
+    cut_off = [
+        Fault("upstream-blackhole", "gateway 0 <-> upstream", 10.5, 12),
+        Fault("gateway-kill", "gateway 1", 10.5, 12),  # another gateway: not this key's
+    ]
+    verdict = check(history, [], cut_off, ROUTES)
+    assert verdict.held_unknown == 1
+    assert verdict.unknown_causes == {"during upstream-blackhole": 1}
 
 
-# A fail_mode: open route forwards without idempotency while Redis is cut off: a key may run
-# once more there, by the attempt so answered (Idempotency-Degraded), and by no other.
+def test_what_the_gateways_logged_they_did_is_counted() -> None:
+    gateways = Gateways(
+        [
+            *said((0, 1.0, Event.NOT_SENT_LATE, "a1"), (0, 1.0, Event.NOT_SENT_LATE, "a2")),
+            *said((0, 1.0, Event.HELD_THROUGH_STALL, "a3")),
+            *said((1, 2.0, Event.OWNER_LOST, "a4"), settled="late_answer"),
+        ]
+    )
+    verdict = check([attempt(1)], [execution(1)], [], ROUTES, gateways)
+    assert verdict.said == {
+        Event.NOT_SENT_LATE: 2, Event.HELD_THROUGH_STALL: 1, Event.OWNER_LOST: 1,
+    }  # fmt: skip
+    assert verdict.settled == {"late_answer": 1}
+
+
+# A fail_mode: open route forwards without idempotency while Redis is unreachable: a key may
+# run once more there, by the attempt so forwarded, and by no other.
 REDIS_DOWN = [Fault("redis-stop", "redis :7000", 12.5, 14.0)]
 
 
@@ -375,35 +504,30 @@ def open_history(*, degraded: str = "true", gateway: int = 0) -> list[Attempt]:
     ]  # fmt: skip
 
 
-def open_runs() -> list[Execution]:
-    return [execution(1, route="open"), execution(2, route="open", at=13.05, caused_by="a2")]
+OPEN_RUNS = [execution(1, route="open"), execution(2, route="open", at=13.05, caused_by="a2")]
 
 
 def test_a_rerun_forwarded_as_degraded_while_redis_was_down_is_counted_not_reported() -> None:
     """Neither a second execution (rule 1), one after a 2xx (rule 4), nor a second body and
     head (rules 2 and 10): the degraded answer was never the key's claim's."""
-    verdict = check(open_history(), open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
+    verdict = check(open_history(), OPEN_RUNS, REDIS_DOWN, ROUTES)
     assert verdict.violations == []
-    assert verdict.explained == {
-        "degraded: forwarded without idempotency while Redis was cut off (fail_mode: open)": 1
-    }
+    assert verdict.explained == {Cause.DEGRADED_CUT_OFF: 1}
     assert verdict.degraded == 1
 
 
 def test_a_degraded_rerun_still_answers_its_own_key_tenant_and_payload() -> None:
     history = open_history()
     history[1] = history[1]._replace(body="b1")  # the first execution's body: not its own
-    verdict = check(history, open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
-    assert rules(verdict) == [2]
-    assert "differs from its execution" in verdict.violations[0].what
+    verdict = check(history, OPEN_RUNS, REDIS_DOWN, ROUTES)
+    assert reasons(verdict) == [Reason.DIFFERS_FROM_ITS_EXECUTION]
 
 
 def test_a_rerun_on_the_open_route_with_no_degraded_attempt_is_reported() -> None:
     """Redis down, but the second execution's attempt was answered from a claim (no
-    Idempotency-Degraded): the key's claim did not hold."""
-    verdict = check(open_history(degraded=""), open_runs(), REDIS_DOWN, POLICIES, fails_open=OPEN)
-    assert 1 in rules(verdict)
-    assert "executed 2 times" in next(v.what for v in verdict.violations if v.rule == 1)
+    Idempotency-Degraded, no fail-open logged): the key's claim did not hold."""
+    verdict = check(open_history(degraded=""), OPEN_RUNS, REDIS_DOWN, ROUTES)
+    assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict)
 
 
 def test_a_degraded_rerun_with_redis_not_cut_off_is_reported() -> None:
@@ -415,18 +539,18 @@ def test_a_degraded_rerun_with_redis_not_cut_off_is_reported() -> None:
         [Fault("redis-stop", "redis :7000", 5.0, 10.9)],  # ended 2.1 s before it started
         [Fault("gateway-stop", "gateway 0", 12.5, 14.0)],  # not Redis
     ):
-        verdict = check(open_history(), open_runs(), faults, POLICIES, fails_open=OPEN)
-        assert 1 in rules(verdict), faults
-        assert "with Redis not cut off" in verdict.violations[0].what
-    cut_off = [Fault("redis-blackhole", "gateway 0 <-> redis", 12.5, 14.0)]
-    assert check(open_history(), open_runs(), cut_off, POLICIES, fails_open=OPEN).violations == []
+        verdict = check(open_history(), OPEN_RUNS, faults, ROUTES)
+        assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict), faults
+        assert Cause.DEGRADED_NOT_CUT_OFF.words in verdict.violations[0].what
+    for link in ("gateway 0 <-> redis", "redis :7000"):  # a stop's lead-in holds Redis too
+        cut_off = [Fault("redis-held", link, 12.5, 14.0)]
+        assert check(open_history(), OPEN_RUNS, cut_off, ROUTES).violations == []
 
 
 def test_a_degraded_answer_explains_nothing_on_a_route_that_fails_closed() -> None:
     history = [a._replace(route="record") for a in open_history()]
-    ran = [e._replace(route="record") for e in open_runs()]
-    verdict = check(history, ran, REDIS_DOWN, POLICIES, fails_open=OPEN)
-    assert 1 in rules(verdict)
+    ran = [e._replace(route="record") for e in OPEN_RUNS]
+    assert Reason.RAN_MORE_THAN_ONCE in reasons(check(history, ran, REDIS_DOWN, ROUTES))
 
 
 def test_two_degraded_runs_and_no_claim_are_one_key_run_twice_without_idempotency() -> None:
@@ -435,54 +559,49 @@ def test_two_degraded_runs_and_no_claim_are_one_key_run_twice_without_idempotenc
         attempt(2, route="open", start=13, end=13.1, execution="x2", body="b2", head="h2",
                 degraded="true"),
     ]  # fmt: skip
-    ran = [execution(1, route="open", at=12.65), execution(2, route="open", at=13.05,
-                                                            caused_by="a2")]  # fmt: skip
-    verdict = check(history, ran, REDIS_DOWN, POLICIES, fails_open=OPEN)
+    ran = [execution(1, route="open", at=12.65), OPEN_RUNS[1]]
+    verdict = check(history, ran, REDIS_DOWN, ROUTES)
     assert verdict.violations == []
     assert sum(verdict.explained.values()) == 1
 
 
 # On a loaded host Redis may answer slower than a gateway's socket_timeout with no fault on:
-# the gateway's calls time out, its breaker opens, and the open route fails open, as the
-# contract lets it. Its log says so, and that explains the degraded rerun; a gateway that
-# has just stood still says nothing of Redis by failing open, and its rerun stays wrong.
-FAILED_OPEN = "redis unavailable, route open fails open: TimeoutError: "
+# its calls time out, its breaker opens, and the open route fails open, as the contract lets
+# it. Its log says so of that very request, which explains the degraded rerun; a gateway
+# that has just stood still says nothing of Redis by failing open, and its rerun stays wrong.
 
 
-def said(*lines: tuple[int, float, str], earlier: tuple[int, ...] = ()) -> Gateways:
-    """The gateways' log lines (gateway, time, text), and the earlier release's gateways."""
-    by_gateway: dict[int, list[LogLine]] = {}
-    for gateway, at, msg in lines:
-        by_gateway.setdefault(gateway, []).append(LogLine(at, msg))
-    return Gateways(by_gateway, earlier)
+def test_a_degraded_rerun_is_explained_by_its_gateways_fail_open_event_for_it() -> None:
+    gateways = Gateways(said((1, 13.04, Event.FAILED_OPEN, "a2")))
+    verdict = check(open_history(gateway=1), OPEN_RUNS, [], ROUTES, gateways)
+    assert verdict.violations == []
+    assert verdict.explained == {Cause.DEGRADED_LOGGED: 1}
 
 
-def test_a_degraded_rerun_is_explained_by_its_gateways_logged_fail_open() -> None:
-    """No fault on: gateway 1 logged that the open route failed open during the attempt
-    (Redis slower than its socket timeout): counted, not reported, by rules 1, 2, 4, 10."""
-    for msg in (FAILED_OPEN, "redis unavailable, route open fails open: Redis circuit is open"):
-        gateways = said((1, 13.04, msg))
-        verdict = check(
-            open_history(gateway=1), open_runs(), [], POLICIES, fails_open=OPEN, gateways=gateways
-        )
-        assert verdict.violations == [], msg
-        assert verdict.explained == {DEGRADED_LOGGED: 1}
-
-
-def test_a_degraded_rerun_with_no_fault_and_no_fail_open_logged_is_reported() -> None:
-    """No line, or one of another gateway, another route, or not during the attempt."""
-    for gateways in (
-        said(),
-        said((0, 13.04, FAILED_OPEN)),
-        said((1, 13.04, FAILED_OPEN.replace("route open", "route record"))),
-        said((1, 12.5, FAILED_OPEN), (1, 13.5, FAILED_OPEN)),
-        said((1, 13.04, "redis unavailable, route open this gateway stood still: TimeoutError")),
+def test_a_degraded_rerun_with_no_fault_and_no_fail_open_event_for_it_is_reported() -> None:
+    """No event; one for another request (at the very moment), of another kind for this one,
+    or one naming no request (as only the earlier release's lines do)."""
+    for events in (
+        [],
+        said((1, 13.04, Event.FAILED_OPEN, "a9")),
+        said((1, 13.04, Event.AFTER_STALL, "a2")),
+        said((1, 13.04, Event.FAILED_OPEN, None)),
     ):
-        verdict = check(
-            open_history(gateway=1), open_runs(), [], POLICIES, fails_open=OPEN, gateways=gateways
-        )
-        assert rules(verdict) == [1, 2, 4, 10], gateways.fails_open
-        assert "with Redis not cut off" in verdict.violations[0].what
+        verdict = check(open_history(gateway=1), OPEN_RUNS, [], ROUTES, Gateways(events))
+        assert reasons(verdict) == [
+            Reason.RAN_MORE_THAN_ONCE, Reason.BODIES_DIFFER, Reason.RAN_AFTER_A_2XX,
+            Reason.OTHER_HEADERS,
+        ], events  # fmt: skip
+        assert Cause.DEGRADED_NOT_CUT_OFF.words in verdict.violations[0].what
+
+
+def test_the_earlier_releases_fail_open_line_is_matched_to_the_attempt_by_its_time() -> None:
+    """Its log names no request: a fail-open line of its gateway and route within the attempt
+    (to the millisecond its times are cut to) explains the degraded rerun."""
+    for at, explained in ((13.04, True), (13.1005, True), (13.102, False), (12.9, False)):
+        gateways = Gateways(said((1, at, Event.FAILED_OPEN, None)), earlier=[1])
+        verdict = check(open_history(gateway=1), OPEN_RUNS, [], ROUTES, gateways)
+        assert (verdict.violations == []) is explained, at
 
 
 # Gateway 1 stood still until 11.5 s (or was killed and back by then): its degraded rerun at
@@ -491,54 +610,48 @@ STOOD_STILL = [
     [Fault("gateway-stop", "gateway 1", 6.0, 11.5)],
     [Fault("gateway-kill", "gateway 1", 10.5, 11.5)],
 ]
+FAILED_OPEN_A2 = said((1, 13.04, Event.FAILED_OPEN, "a2"))
 
 
 def test_a_degraded_rerun_right_after_its_gateway_stood_still_is_reported() -> None:
     """This release answers 503 there: its breaker opened on timers that ran out while it
     slept, and says nothing of Redis."""
     for faults in STOOD_STILL:
-        verdict = check(
-            open_history(gateway=1), open_runs(), faults, POLICIES, fails_open=OPEN,
-            gateways=said((1, 13.04, FAILED_OPEN)),
-        )  # fmt: skip
-        assert 1 in rules(verdict), faults
-        assert "after its gateway stood still" in verdict.violations[0].what
+        gateways = Gateways(FAILED_OPEN_A2)
+        verdict = check(open_history(gateway=1), OPEN_RUNS, faults, ROUTES, gateways)
+        assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict), faults
+        assert Cause.DEGRADED_AFTER_STALL.words in verdict.violations[0].what
         assert verdict.earlier_stalls == []
     # Past the lease and AFTER_FAULT, the fail-open is Redis's again; and a longer lease
     # keeps it the stall's.
     later = [Fault("gateway-stop", "gateway 1", 6.0, 8.9)]
-    args = (open_history(gateway=1), open_runs(), later, POLICIES)
-    gateways = said((1, 13.04, FAILED_OPEN))
-    assert check(*args, fails_open=OPEN, gateways=gateways).violations == []
-    verdict = check(*args, fails_open=OPEN, gateways=gateways, leases={"open": 4.0})
-    assert 1 in rules(verdict)
+    args = (open_history(gateway=1), OPEN_RUNS, later)
+    assert check(*args, ROUTES, Gateways(FAILED_OPEN_A2)).violations == []
+    verdict = check(*args, routes(leases={"open": 4.0}), Gateways(FAILED_OPEN_A2))
+    assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict)
 
 
 def test_a_degraded_rerun_after_an_earlier_release_gateway_stood_still_is_counted_apart() -> None:
     """In a mixed fleet, the earlier release's known defect (fixed in this one): reported
     apart from the violations; on this release's gateway beside it, still a violation."""
+    line = said((1, 13.04, Event.FAILED_OPEN, None))
     for faults in STOOD_STILL:
-        gateways = said((1, 13.04, FAILED_OPEN), earlier=(1,))
         verdict = check(
-            open_history(gateway=1), open_runs(), faults, POLICIES, fails_open=OPEN,
-            gateways=gateways,
-        )  # fmt: skip
+            open_history(gateway=1), OPEN_RUNS, faults, ROUTES, Gateways(line, earlier=[1])
+        )
         assert verdict.violations == [], faults
         assert len(verdict.earlier_stalls) == 1
-        assert "after its gateway stood still" in verdict.earlier_stalls[0].what
+        assert Cause.DEGRADED_AFTER_STALL.words in verdict.earlier_stalls[0].what
         assert verdict.explained == {}
-        gateways = said((1, 13.04, FAILED_OPEN), earlier=(0,))
-        verdict = check(
-            open_history(gateway=1), open_runs(), faults, POLICIES, fails_open=OPEN,
-            gateways=gateways,
-        )  # fmt: skip
-        assert 1 in rules(verdict) and verdict.earlier_stalls == []
+        gateways = Gateways(FAILED_OPEN_A2, earlier=[0])
+        verdict = check(open_history(gateway=1), OPEN_RUNS, faults, ROUTES, gateways)
+        assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict) and verdict.earlier_stalls == []
 
 
 def held_through_stop() -> tuple[list[Attempt], list[Execution], list[Fault]]:
-    """A call held by gateway 1 through its stop (8.5-13 s): its client timed out at 11.5 s
-    and retried on gateway 0, which ran the key at 11.6 s and answered 201; gateway 1 woke
-    and ran the held call at 13.05 s, after logging that the route failed open."""
+    """A call held by gateway 1 through its stop (8.5-13 s, SIGCONT sent at 12.98 s): its
+    client timed out at 11.5 s and retried on gateway 0, which ran the key at 11.6 s and
+    answered 201; gateway 1 woke and ran the held call at 13.05 s."""
     history = [
         attempt(1, TIMED_OUT, route="open", start=8.6, end=11.5, gateway=1),
         attempt(2, route="open", start=11.55, end=11.7, execution="x1"),
@@ -547,34 +660,72 @@ def held_through_stop() -> tuple[list[Attempt], list[Execution], list[Fault]]:
         execution(1, route="open", at=11.6, caused_by="a2"),
         execution(2, route="open", at=13.05, caused_by="a1"),
     ]
-    return history, ran, [Fault("gateway-stop", "gateway 1", 8.5, 13.0)]
+    return history, ran, [Fault("gateway-stop", "gateway 1", 8.5, 13.0, 8.51, 12.98)]
 
 
 def test_a_call_held_through_a_stall_and_run_failing_open_is_the_stalls() -> None:
-    """No attempt holds the marker (its client was gone): the gateway's log says the route
-    failed open as it woke. A violation on this release, counted apart on the earlier."""
+    """No attempt holds the marker (its client was gone): the gateway's event names the held
+    request. A violation on this release; on the earlier release, whose line names no
+    request, seen by its time (between the wake and the run) and counted apart."""
     history, ran, faults = held_through_stop()
-    logged = ((1, 6.0, FAILED_OPEN), (1, 13.02, FAILED_OPEN))
-    verdict = check(history, ran, faults, POLICIES, fails_open=OPEN, gateways=said(*logged))
-    assert rules(verdict) == [1, 4]
-    assert all("after its gateway stood still" in v.what for v in verdict.violations)
-    verdict = check(
-        history, ran, faults, POLICIES, fails_open=OPEN, gateways=said(*logged, earlier=(1,))
-    )
+    gateways = Gateways(said((1, 13.02, Event.FAILED_OPEN, "a1")))
+    verdict = check(history, ran, faults, ROUTES, gateways)
+    assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE, Reason.RAN_AFTER_A_2XX]
+    assert all(Cause.DEGRADED_AFTER_STALL.words in v.what for v in verdict.violations)
+    earlier = Gateways(said((1, 6.0, Event.FAILED_OPEN, None), (1, 13.0, Event.FAILED_OPEN, None)),
+                       earlier=[1])  # fmt: skip
+    verdict = check(history, ran, faults, ROUTES, earlier)
     assert verdict.violations == []
     assert [v.key for v in verdict.earlier_stalls] == ["open/t0/k1"]
     # Run as it woke with no fail-open logged then (its claim's call), it is no degraded
     # forward: a claim run twice, whichever release.
-    verdict = check(
-        history, ran, faults, POLICIES, fails_open=OPEN, gateways=said(logged[0], earlier=(1,))
+    for gateways in (Gateways(), Gateways(said((1, 6.0, Event.FAILED_OPEN, None)), earlier=[1])):
+        verdict = check(history, ran, faults, ROUTES, gateways)
+        assert reasons(verdict) == [Reason.RAN_MORE_THAN_ONCE, Reason.RAN_AFTER_A_2XX]
+        assert verdict.earlier_stalls == []
+
+
+def test_a_call_forwarded_without_idempotency_its_client_never_heard_of_is_reported() -> None:
+    """Logged as failing open for a request whose client had gone (timed out: no marker came
+    back), with no stall: the client's retry ran it again, not knowing it might run."""
+    history, ran, _ = held_through_stop()
+    gateways = Gateways(said((1, 13.02, Event.FAILED_OPEN, "a1")))
+    verdict = check(history, ran, [], ROUTES, gateways)
+    assert Reason.RAN_MORE_THAN_ONCE in reasons(verdict)
+    assert Cause.DEGRADED_UNTOLD.words in verdict.violations[0].what
+
+
+# What the gateways logged, read by fields.
+
+
+def test_a_gateways_log_is_read_by_its_fields() -> None:
+    """Events by their `event` field (the message's words whatever they are), with route,
+    request and how a lost owner's key was settled; the earlier release's fail-open line by
+    its words (it names no event); tracebacks and access-log 500s counted."""
+    this = "\n".join(
+        [
+            '{"ts":"2026-11-28T23:14:20.363Z","level":"error","msg":"anything at all",'
+            '"event":"not-sent-late","route":"release","request_id":"a7"}',
+            '{"ts":"2026-11-28T23:14:21.000Z","msg":"x","event":"owner-lost","route":"record",'
+            '"request_id":"a8","settled":"held"}',
+            '{"ts":"2026-11-28T23:14:21.5Z","msg":"route open fails open: said in words only"}',
+            '{"ts":"2026-11-28T23:14:22.000Z","msg":"x","event":"no-such-event","route":"open"}',
+            '{"ts":"2026-11-28T23:14:22.1Z","logger":"gateway.http.server.access","status":500}',
+            "Traceback (most recent call last):",
+            '{"ts": 3, "msg": "x"}',
+        ]
     )
-    assert rules(verdict) == [1, 4] and verdict.earlier_stalls == []
-    assert "paused mid-call" in verdict.violations[0].what
-
-
-def test_a_gateways_log_lines_are_read_with_their_times() -> None:
-    text = (
-        '{"ts":"2026-11-28T23:14:20.363Z","level":"warning","logger":"x","msg":"' + FAILED_OPEN
-        + '"}\nTraceback (most recent call last):\n{"ts": 3, "msg": "x"}\n{"msg": "no time"}\n'
-    )  # fmt: skip
-    assert log_lines(text) == [LogLine(1795907660.363, FAILED_OPEN)]
+    earlier = (
+        '{"ts":"2026-11-28T23:14:23.250Z","msg":"redis unavailable, route open fails open: '
+        'TimeoutError"}\n{"ts":"2026-11-28T23:14:24.000Z","msg":"x","event":"failed-open"}'
+    )
+    gateways = read_gateways({0: this, 1: earlier, -1: "Traceback"}, earlier=[1], exit_codes=[0])
+    assert gateways.of("a7", Event.NOT_SENT_LATE) == Said(
+        0, 1795907660.363, Event.NOT_SENT_LATE, "release", "a7"
+    )
+    assert gateways.of("a8", Event.OWNER_LOST) == Said(
+        0, 1795907661.0, Event.OWNER_LOST, "record", "a8", "held"
+    )
+    assert gateways.counts == {Event.NOT_SENT_LATE: 1, Event.OWNER_LOST: 1, Event.FAILED_OPEN: 1}
+    assert gateways.unnamed == {(1, "open", Event.FAILED_OPEN): [1795907663.25]}
+    assert (gateways.tracebacks, gateways.logged_500, gateways.settled) == (2, 1, {"held": 1})

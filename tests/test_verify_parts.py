@@ -1,14 +1,21 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
 before it answers and its lookup agrees with the log; its answers' heads differ per
 execution, and a client's digest of a head sees all of it but the gateway's own headers;
-the nemesis's pauses outlive a retry's wait for a late answer every other time; the fault
-proxy passes, swallows and resets as told."""
+the nemesis's pauses outlive a retry's wait for a late answer every other time, and it
+stops a process at its next write; the fault proxy passes, swallows, resets and holds back
+as told."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,13 +24,12 @@ import orjson
 import pytest
 from aiohttp import web
 
-from gateway.http.flow.takeover import LATE_ANSWER_WAIT
 from loadtest.verify.clients import Knobs, head_digest
-from loadtest.verify.history import escaped, read_executions
-from loadtest.verify.nemesis import pause_length
-from loadtest.verify.proxy import FaultProxy
+from loadtest.verify.history import Fault, escaped, read_executions
+from loadtest.verify.nemesis import pause_length, quiet, state, stop_in_burst, writes
+from loadtest.verify.proxy import FaultProxy, idle, reply_ends
 from loadtest.verify.upstream import Executions, digest
-from testkit.polling import until
+from testkit.polling import until, wait_until
 
 
 @contextlib.asynccontextmanager
@@ -144,14 +150,15 @@ def test_every_other_pause_outlives_a_retrys_wait_for_the_owners_late_answer() -
     the owner's answer) in the first pause of a run and every other one since: the owner's
     lease check is all that keeps it from sending too. The others end within that wait.
     All outlive the lease and the client's timeout, and differ by the seed."""
-    past = max(2.0, Knobs.timeout)
+    past, wait = max(2.0, Knobs.timeout), 1.5
     rng = random.Random(7)
-    lengths = [pause_length(2.0, n % 2 == 0, rng) for n in range(40)]
+    lengths = [pause_length(2.0, wait, n % 2 == 0, rng) for n in range(40)]
     long, short = lengths[0::2], lengths[1::2]
-    assert past + LATE_ANSWER_WAIT + 1.0 <= min(long) and max(long) <= past + LATE_ANSWER_WAIT + 2.5
-    assert past < min(short) and max(short) <= past + LATE_ANSWER_WAIT
+    assert past + wait + 1.0 <= min(long) and max(long) <= past + wait + 2.5
+    assert past < min(short) and max(short) <= past + wait
     assert len(set(lengths)) == len(lengths)
-    assert pause_length(2.0, True, random.Random(7)) == lengths[0]
+    assert pause_length(2.0, wait, True, random.Random(7)) == lengths[0]
+    assert min(pause_length(2.0, 4.0, True, rng) for _ in range(5)) >= past + 4.0 + 1.0
 
 
 @contextlib.asynccontextmanager
@@ -194,3 +201,148 @@ async def test_the_proxy_passes_swallows_then_resets_when_the_link_heals() -> No
             await asyncio.wait_for(reader.readexactly(1), 2)
         writer.close()
         await until(lambda: not proxy.open)
+
+
+async def test_the_proxy_holds_answers_back_and_lets_them_go_in_order() -> None:
+    """`hold` passes what the client sends and keeps the answers back; `release` lets what
+    was kept go and keeps back what comes after (with a `share`, only that share of the
+    whole Redis replies kept); another mode lets it all go first."""
+    async with proxied_echo() as (proxy, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        proxy.set_mode("hold")
+        writer.write(b"one")
+        await until(lambda: proxy.kept)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(3), 0.2)
+        proxy.set_mode("release")
+        assert await reader.readexactly(3) == b"one"
+        replies = [b"+OK\r\n", b":1\r\n", b"$3\r\na\r\n\r\n", b"*2\r\n$1\r\nx\r\n:2\r\n"]
+        writer.write(b"".join(replies[:2]))
+        await until(lambda: proxy.kept)
+        writer.write(b"".join(replies[2:]) + b"$5\r\nab")  # and a reply cut short
+        await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 39)
+        proxy.set_mode("release", share=0.6)  # 2 of the 4 whole ones
+        assert await reader.readexactly(9) == b"+OK\r\n:1\r\n"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readexactly(1), 0.2)
+        proxy.set_mode("pass")
+        writer.write(b"cde\r\n")
+        assert await reader.readexactly(35) == b"".join(replies[2:]) + b"$5\r\nabcde\r\n"
+        writer.close()
+        await until(lambda: not proxy.open)
+
+
+def test_whole_redis_replies_are_told_apart_from_a_reply_cut_short() -> None:
+    data = b"+OK\r\n-ERR no\r\n:7\r\n$-1\r\n*-1\r\n$4\r\na\r\nb\r\n*2\r\n*1\r\n:1\r\n$0\r\n\r\n"
+    assert reply_ends(data) == [5, 14, 18, 23, 28, 38, 56]
+    assert reply_ends(data + b"*2\r\n:1\r\n") == reply_ends(data)  # the array's second is to come
+    assert reply_ends(data[:-1]) == reply_ends(data)[:-1]
+
+
+def test_a_process_is_stopped_at_its_next_write() -> None:
+    """`stop_in_burst` stops a process at its first write call past the count it is given
+    (the process's own progress), and at the deadline if it writes nothing more."""
+    script = "import os, sys, time; sys.stdin.readline(); os.write(1, b'x'); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            wait_until(lambda: state(child.pid) == "S", timeout=10)  # waits for its line
+            since = writes(child.pid)
+            stopper = threading.Thread(target=stop_in_burst, args=(child.pid, since, 30.0))
+            stopper.start()
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+            stopper.join(timeout=20)
+            assert not stopper.is_alive()
+            wait_until(lambda: state(child.pid) == "T", timeout=5)  # a signal takes a moment
+            assert writes(child.pid) == since + 1 and child.stdout.read(1) == b"x"
+            os.kill(child.pid, signal.SIGCONT)
+            began = time.monotonic()
+            stop_in_burst(child.pid, writes(child.pid), 0.3)  # it writes nothing more
+            assert time.monotonic() - began >= 0.3
+            wait_until(lambda: state(child.pid) == "T", timeout=5)
+        finally:
+            child.kill()
+
+
+def test_a_woken_process_is_quiet_once_it_has_written_and_then_not() -> None:
+    """`quiet` waits for a write past the count it is given (a process stopped, then woken,
+    that has run), then for a stretch with none; at the deadline if it never writes."""
+    script = "import os, sys, time; sys.stdin.readline(); os.write(1, b'x'); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            wait_until(lambda: state(child.pid) == "S", timeout=10)  # waits for its line
+            since = writes(child.pid)
+            began = time.monotonic()
+            quiet(child.pid, since, 0.02, 0.3)  # no write: not quiet before the deadline
+            assert time.monotonic() - began >= 0.3
+            waiter = threading.Thread(target=quiet, args=(child.pid, since, 0.02, 30.0))
+            waiter.start()
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+            waiter.join(timeout=20)
+            assert not waiter.is_alive()
+            assert writes(child.pid) == since + 1 and child.stdout.read(1) == b"x"
+        finally:
+            child.kill()
+
+
+def test_a_fault_acts_surely_between_its_made_and_ending_times() -> None:
+    fault = Fault("gateway-stop", "gateway 0", 10.0, 15.0, 10.2, 14.9)
+    assert (fault.made, fault.ending) == (10.2, 14.9)
+    kept_before = Fault("gateway-stop", "gateway 0", 10.0, 15.0)  # a folder kept before
+    assert (kept_before.made, kept_before.ending) == (10.0, 15.0)
+
+
+async def test_the_proxy_stops_a_process_as_it_lets_answers_go() -> None:
+    """`release` with `stop` SIGSTOPs the process once the replies let go are written, and
+    leaves the proxy and the process on the cores they were allowed before."""
+    with subprocess.Popen([sys.executable, "-c", EPOLL_SLEEPER]) as child:
+        try:
+            async with proxied_echo() as (proxy, port):
+                mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(child.pid)
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                proxy.set_mode("hold")
+                writer.write(b"+A\r\n+B\r\n")
+                await until(lambda: sum(len(chunk) for _, chunk in proxy.kept) == 8)
+                assert state(child.pid) != "T"
+                proxy.set_mode("release", share=0.5, stop=child.pid)
+                assert await reader.readexactly(4) == b"+A\r\n"
+                await until(lambda: state(child.pid) == "T", timeout=5)
+                assert os.sched_getaffinity(0) == mine
+                assert os.sched_getaffinity(child.pid) == theirs
+                assert [chunk for _, chunk in proxy.kept] == [b"+B\r\n"]
+                proxy.set_mode("pass")
+                writer.close()
+                await until(lambda: not proxy.open)
+        finally:
+            child.kill()
+
+
+EPOLL_SLEEPER = "import select; select.epoll().poll(60)"
+
+
+def test_a_process_is_idle_once_it_sleeps_in_epoll_wait() -> None:
+    """`idle` returns at once for a process asleep in `epoll_wait`, and only at its deadline
+    for one that sleeps otherwise (or runs)."""
+    with (
+        subprocess.Popen([sys.executable, "-c", EPOLL_SLEEPER]) as polling,
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as sleeping,
+    ):
+        try:
+            wait_until(lambda: "epoll" in Path(f"/proc/{polling.pid}/wchan").read_text(), 10)
+            began = time.monotonic()
+            idle(polling.pid, 30.0)
+            assert time.monotonic() - began < 20
+            wait_until(lambda: "sleep" in Path(f"/proc/{sleeping.pid}/wchan").read_text(), 10)
+            began = time.monotonic()
+            idle(sleeping.pid, 0.3)
+            assert time.monotonic() - began >= 0.3
+        finally:
+            polling.kill()
+            sleeping.kill()

@@ -1,5 +1,6 @@
 """A smoke run of `python -m loadtest.verify`: a few thousand requests through two gateways
-while every fault of the nemesis is made once; any violation of the checker fails it."""
+while every fault of the nemesis is made once; any violation of the checker fails it, and
+so does a stall guard with nothing to do."""
 
 from __future__ import annotations
 
@@ -41,4 +42,9 @@ def test_every_fault_once_and_no_violation(tmp_path: Path) -> None:
     # A floor on the run, not on the machine's speed: beside the whole suite a loaded host
     # served 1,762 (63/s); rule 8 holds the executions' rate.
     assert int(requests.split("|")[2].split()[0].replace(",", "")) >= 1000, report
+    # Its one gateway-stop lands with claims answered and unsent, and calls unanswered:
+    # each stall guard has work, counted by the report from the gateways' events.
+    for guard in ("(`not-sent-late`)", "(`held-through-stall`)"):
+        row = next(line for line in out.stdout.splitlines() if guard in line)
+        assert int(row.split("|")[2].split()[0].replace(",", "")) > 0, report
     assert "verify: OK" in out.stdout

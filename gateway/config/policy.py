@@ -18,6 +18,7 @@ from pydantic.json_schema import WithJsonSchema
 
 from gateway.config.reconcile import Reconcile
 from gateway.config.units import Duration, Origin, Size
+from gateway.core.backoff import LATE_ANSWER
 from gateway.core.decision import hold_lost, records
 from gateway.core.headers import HOP_BY_HOP, REWRITTEN
 from gateway.core.scope import CLIENT_CERT, CLIENT_CERT_PARTS, client_cert_part
@@ -146,6 +147,10 @@ class Policy(_Model):
     # When a key's owner stopped renewing its lease after it may have sent the request (a
     # gateway killed or frozen mid-call): the same choices; unset, on_unknown_outcome's.
     on_owner_lost: Literal["release", "keep", "record"] | None = None
+    # How long a request that took a lost owner's key over waits for that owner's own answer
+    # before settling the key: an owner cut off from Redis that answered from its journal
+    # tries to store the answer every 0.5 s at most, so three tries (`core.backoff`).
+    late_answer_wait: Duration = LATE_ANSWER.within
     # Mark a claim as sent (one more Redis round trip) just before forwarding, so that a key
     # whose owner died before sending runs as new rather than as a lost owner's.
     mark_sent: bool = False

@@ -256,13 +256,12 @@ def stalled_past_wait() -> None:
     after a retry took each over and waited for its late answer: the retry has settled the
     key (a lookup that truly says "not happened" runs it, a `release` route runs it again)
     and answered 2xx when the owners wake and send."""
-    from gateway.http.flow.takeover import LATE_ANSWER_WAIT
-
-    stalls = Stalls(longer=LATE_ANSWER_WAIT + 1.0)
+    stalls = Stalls()
     replace("gateway.http.flow.heartbeat", "may_still_send", lambda _: lambda *args: True)
 
     def gathered(real: Callable[..., Any]) -> Callable[..., Any]:
         async def forward(s: Any, c: Any, *args: Any, **kwargs: Any) -> Any:
+            stalls.longer = c.route.late_answer_wait + 1.0
             await stalls.with_others(c.route.lease)
             return await real(s, c, *args, **kwargs)
 

@@ -23,6 +23,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 import aiohttp
@@ -160,6 +161,8 @@ class Client:
             "Authorization": f"Bearer {tenant}",
             "Content-Type": "application/json",
             "X-Attempt": attempt_id,
+            # The gateway logs what it did to the request under this id (its `event` lines).
+            "X-Request-Id": attempt_id,
         }
         outcome = body_digest = execution = code = reason = head = degraded = ""
         start = time.time()
@@ -209,7 +212,6 @@ def read_body(status: int, body: bytes) -> tuple[str, str]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    deadline = time.time() + args.seconds
     connector = aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True)
     with open(args.out, "w", buffering=1 << 16) as out:
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -217,7 +219,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 session, args.gateways.split(","), args.routes.split(","), out, args.seed,
                 Knobs(tenants=args.tenants, timeout=args.timeout),
             )  # fmt: skip
-            await client.run(deadline, args.concurrency)
+            if args.ready:  # the harness starts its faults' clock from here
+                Path(args.ready).touch()
+            await client.run(time.time() + args.seconds, args.concurrency)
 
 
 def main() -> None:
@@ -230,6 +234,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--ready", help="a file made once the client begins to send")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     args = parser.parse_args()
     new_loop(args.loop).run_until_complete(main_async(args))

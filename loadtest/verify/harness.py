@@ -15,16 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.verify.broken import STALLS
-from loadtest.verify.checker import Floor, Gateways, Verdict, check, log_lines, read_logs
+from loadtest.verify.causes import Routes
+from loadtest.verify.checker import Floor, Verdict, check
 from loadtest.verify.failover import make_topology
 from loadtest.verify.fleet import EARLIER, Member, parse_fleet
+from loadtest.verify.gatewaylog import read_gateways
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis, seconds_of
 from loadtest.verify.system import EXECUTIONS, OPEN, Policy, System
+from testkit.polling import wait_until
 
 GATEWAYS = "gateways.json"  # each gateway's port, by index
 WARM_UP = 1.0  # seconds before the first fault
 COOL_DOWN = 3.0  # seconds without faults at the end: leases end, retries settle
+CLIENTS_START = 60.0  # seconds a client process may take to begin sending
 
 
 @dataclass
@@ -83,15 +87,19 @@ async def run(plan: Plan, workdir: Path) -> Run:
         if system.tmpfs_refused:
             print(f"journal-full fault skipped: {system.tmpfs_refused}", flush=True)
         urls = ",".join(gateway.url for gateway in system.gateways)
-        began = time.time()
         for i, out in enumerate(histories):
             args = [
                 "--gateways", urls, "--routes", ",".join(plan.routes),
                 "--seconds", str(plan.seconds), "--concurrency", str(plan.concurrency),
                 "--seed", str(plan.seed * 100 + i), "--out", str(out),
+                "--ready", str(ready(out)),
             ]  # fmt: skip
             command = [sys.executable, "-m", "loadtest.verify.clients", *args]
             clients.append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
+        # The faults' clock starts once every client sends: on a loaded host a client takes
+        # seconds to start, and the first faults came before it did.
+        await asyncio.to_thread(wait_until, lambda: sending(histories, clients), CLIENTS_START)
+        began = time.time()
         end = max(WARM_UP, plan.seconds - COOL_DOWN)
         schedule = nemesis.plan(plan.each, WARM_UP, end, plan.tracks)
         await nemesis.run(began, schedule)
@@ -134,23 +142,31 @@ def judge(workdir: Path) -> Run:
     ]
     executions = list(read_executions(workdir / EXECUTIONS, untrusted))
     untrusted += distrust(plan, stopped, faults)
-    policies = {name: name for name in plan.routes}
-    owner_lost = {name: plan.owner_lost or name for name in plan.routes}
-    logs = read_logs(sorted(workdir.glob("gateway-*.log")))
+    routes = Routes(
+        unknown={name: name for name in plan.routes},
+        lost={name: plan.owner_lost or name for name in plan.routes},
+        fails_open=frozenset(name for name in plan.routes if name == OPEN),
+        leases={name: seconds_of(plan.lease) for name in plan.routes},
+    )
     fleet = parse_fleet(plan.fleet) if plan.fleet else [Member()] * plan.gateways
-    lines = {
-        index: log_lines(log.read_text(errors="replace"))
-        for index, port in gateway_ports(workdir, fleet).items()
-        if (log := workdir / f"gateway-{port}.log").exists()
-    }
     earlier = [index for index, member in enumerate(fleet) if member.release == EARLIER]
     verdict = check(
-        attempts, executions, faults, policies, logs, stopped["codes"], owner_lost,
+        attempts, executions, faults, routes,
+        read_gateways(gateway_logs(workdir, fleet), earlier, stopped["codes"]),
         Floor(plan.floor_2xx, plan.floor_rate), untrusted,
-        [name for name in plan.routes if name == OPEN], Gateways(lines, earlier),
-        {name: seconds_of(plan.lease) for name in plan.routes},
     )  # fmt: skip
     return Run(plan, verdict, faults, stopped["skipped"], workdir)
+
+
+def gateway_logs(workdir: Path, fleet: list[Member]) -> dict[int, str]:
+    """Each gateway's log by its index; the logs of gateways that cannot be told apart under
+    -1 (searched for tracebacks and 500s only)."""
+    named = {port: index for index, port in gateway_ports(workdir, fleet).items()}
+    logs: dict[int, str] = {}
+    for path in sorted(workdir.glob("gateway-*.log")):
+        index = named.get(int(path.stem.split("-")[1]), -1)
+        logs[index] = logs.get(index, "") + path.read_text(errors="replace")
+    return logs
 
 
 def gateway_ports(workdir: Path, fleet: list[Member]) -> dict[int, int]:
@@ -209,3 +225,15 @@ def stalls(path: Path, ports: dict[int, int]) -> list[Fault]:
 
 def history(workdir: Path, client: int) -> Path:
     return workdir / f"attempts-{client}.tsv"
+
+
+def ready(history: Path) -> Path:
+    """The file a client makes once it begins to send (`clients --ready`)."""
+    return history.with_suffix(".ready")
+
+
+def sending(histories: list[Path], clients: list[subprocess.Popen[bytes]]) -> bool:
+    """Whether every client sends; a client that exited before it did ends the wait."""
+    if any(client.poll() is not None for client in clients):
+        return True  # its exit code fails the run (rule 9)
+    return all(ready(path).exists() for path in histories)

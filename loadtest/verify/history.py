@@ -65,12 +65,28 @@ class Execution(NamedTuple):
 
 
 class Fault(NamedTuple):
-    """One fault the nemesis made, and when."""
+    """One fault the nemesis made, recorded as knossos records an operation: when the harness
+    began to make it (`start`, its invoke) and had made it (`on`), when it began to end it
+    (`off`) and had ended it (`end`, its completion). It may act from `start` to `end`, and
+    surely acts from `on` to `off`: a gateway woken by SIGCONT runs again after `off`, never
+    before. A fault of a folder kept before `on` and `off` were recorded has neither."""
 
     kind: str
     target: str
     start: float
     end: float
+    on: float | None = None
+    off: float | None = None
+
+    @property
+    def made(self) -> float:
+        """Since when the fault surely acts."""
+        return self.start if self.on is None else self.on
+
+    @property
+    def ending(self) -> float:
+        """Until when the fault surely acts: its end began then."""
+        return self.end if self.off is None else self.off
 
 
 def read_attempts(path: Path, unreadable: list[str] | None = None) -> Iterator[Attempt]:

@@ -7,9 +7,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.telemetry.events import Event
 from loadtest.verify.fleet import EARLIER
 
 if TYPE_CHECKING:
+    from loadtest.verify.checker import Verdict
     from loadtest.verify.harness import Run
 
 NO_FAULT = "(no fault on)"
@@ -50,7 +52,11 @@ def table(result: Run) -> str:
             "held unknown, by cause",
             ", ".join(f"{k}: {n}" for k, n in v.unknown_causes.most_common()),
         ),
-        ("extra runs explained", ", ".join(f"{k}: {n}" for k, n in v.explained.items()) or "0"),
+        (
+            "extra runs explained",
+            ", ".join(f"{k.words}: {n}" for k, n in v.explained.most_common()) or "0",
+        ),
+        *said_rows(v),
         ("seconds under 5% 2xx, per master fault", dark_seconds(result) or "no master fault"),
     ]
     if v.earlier_stalls or (plan.fleet and EARLIER in plan.fleet.split(",")):
@@ -88,6 +94,31 @@ def table(result: Run) -> str:
         if len(v.violations) > 50:
             lines.append(f"| | | and {len(v.violations) - 50} more |")
     return "\n".join(lines)
+
+
+def said_rows(v: Verdict) -> list[tuple[str, str]]:
+    """What the gateways logged they did (their `event` lines), counted for the run: the
+    guards' work among it (the stalled-owner guard's refusals, the requests the stall
+    detector held), which the run's gateway stops are made to reach."""
+    said = v.said
+    settled = ", ".join(f"{how}: {n:,}" for how, n in v.settled.most_common()) or "0"
+    return [
+        (
+            "stalled-owner guard: claims not sent, half a lease old (`not-sent-late`)",
+            f"{said[Event.NOT_SENT_LATE]:,}",
+        ),
+        (
+            "stall detector: requests held through a stall, 503 (`held-through-stall`)",
+            f"{said[Event.HELD_THROUGH_STALL]:,} (and {said[Event.AFTER_STALL]:,} come in "
+            "less than a lease after one, `after-stall`)",
+        ),
+        ("lost owners' keys settled, by how (`owner-lost`)", settled),
+        (
+            "Redis unreachable: failed open, failed closed",
+            f"{said[Event.FAILED_OPEN]:,}, {said[Event.FAILED_CLOSED]:,}",
+        ),
+        ("calls sent with no whole answer (`unknown-outcome`)", f"{said[Event.UNKNOWN_OUTCOME]:,}"),
+    ]
 
 
 MASTER_FAULTS = ("redis-kill", "redis-stop", "redis-failover")

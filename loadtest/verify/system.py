@@ -44,6 +44,7 @@ class Policy:
     log_level: str = "warning"
     owner_lost: str | None = None  # every route's on_owner_lost (default: on_unknown_outcome)
     mark_sent: bool = False
+    late_answer_wait: str = "1.5s"  # written down, so that the nemesis knows it
 
 
 def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
         "require_scope": True,
         "timeouts": {"connect": "1s", "total": f"{policy.upstream_timeout}s"},
         "on_unknown_outcome": "release" if name == "release" else "record",
+        "late_answer_wait": policy.late_answer_wait,
     }
     if policy.owner_lost is not None:
         spec["on_owner_lost"] = policy.owner_lost
@@ -188,6 +190,8 @@ class System:
         config = self.gateway_config(origin, redis_port)
         if member.release == EARLIER:
             config["admin"] = {"host": "127.0.0.1", "port": kept_port()}
+            for route_spec in config["routes"]:
+                del route_spec["late_answer_wait"]  # its own, fixed
         elif member.record_format is not None:
             config["redis"]["record_format"] = member.record_format
         return config

@@ -28,6 +28,7 @@ from gateway.http.flow.heartbeat import Heartbeat
 from gateway.http.flow.outgoing import forward_headers, target
 from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
+from gateway.telemetry.events import Event, event_fields
 from gateway.upstream.base import (
     Answer,
     UpstreamError,
@@ -281,7 +282,10 @@ async def _too_late(s: Services, c: Claimed, feed: ClientFeed) -> None:
     yet: a retry elsewhere may have taken the key over and run the call. Nothing is sent;
     the key is given back if it is still this request's."""
     route = c.route
-    log.error("route %s: the claim is half a lease old before sending; not sent", route.name)
+    log.error(
+        "route %s: the claim is half a lease old before sending; not sent", route.name,
+        extra=event_fields(Event.NOT_SENT_LATE, route.name),
+    )  # fmt: skip
     await release(s, route, c.record_key, c.token)
     s.metrics.request(route.name, c.request.method, m.ERROR)
     feed.fail(LEASE_EXPIRED.answer())

@@ -60,6 +60,7 @@ from gateway.http.flow.passthrough import pass_through
 from gateway.http.flow.settle import release
 from gateway.http.flow.takeover import let_go, lost_conflict, owner_lost, settle_lost
 from gateway.telemetry import metrics as m
+from gateway.telemetry.events import Event, event_fields
 from gateway.telemetry.requestlog import note_key_hash
 
 log = logging.getLogger(__name__)
@@ -306,13 +307,24 @@ class Gateway:
         stalls = self.s.store.stalls
         # Held through a stall of this process, or come in just after one, a request may have
         # been retried at another gateway meanwhile: forwarded now, it could run twice.
-        stalled = stalls.held_through(asked_at) or stalls.within(route.lease)
+        held = stalls.held_through(asked_at)
+        stalled = held or stalls.within(route.lease)
         if (route.fail_mode == "closed" or stalled) and not shadow:
             why = "this gateway stood still" if route.fail_mode == "open" else "fails closed"
-            log.error("redis unavailable, route %s %s: %s", route.name, why, exc)
+            if stalled:
+                said = Event.HELD_THROUGH_STALL if held else Event.AFTER_STALL
+            else:
+                said = Event.FAILED_CLOSED
+            log.error(
+                "redis unavailable, route %s %s: %s", route.name, why, exc,
+                extra=event_fields(said, route.name),
+            )  # fmt: skip
             self.s.metrics.request(route.name, r.request.method, m.ERROR)
             return STORE_UNAVAILABLE.answer()
-        log.warning("redis unavailable, route %s fails open: %s", route.name, exc)
+        log.warning(
+            "redis unavailable, route %s fails open: %s", route.name, exc,
+            extra=event_fields(Event.FAILED_OPEN, route.name),
+        )  # fmt: skip
         self.s.metrics.request(route.name, r.request.method, m.BYPASSED)
         if shadow and route.fail_mode == "closed":
             self.s.metrics.would(route.name, m.ERROR)  # enforce would have answered 503

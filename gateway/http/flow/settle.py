@@ -42,6 +42,7 @@ from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.store.journal import Unstored, orphans
 from gateway.telemetry import metrics as m
+from gateway.telemetry.events import Event, event_fields
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,10 @@ async def settle_failure(
     s.metrics.request(route.name, c.request.method, m.ERROR)
     if kind is not Failure.UNSENT:
         s.metrics.unknown_outcomes.labels(route.name, route.on_unknown_outcome).inc()
-        log.warning("route %s: outcome unknown (%s): %s", route.name, kind, detail)
+        log.warning(
+            "route %s: outcome unknown (%s): %s", route.name, kind, detail,
+            extra=event_fields(Event.UNKNOWN_OUTCOME, route.name, failure=kind.value),
+        )  # fmt: skip
         if route.reconcile is not None:
             found = await look_up(route.reconcile, c.request, c.client_key, s.upstreams.tls)
             lookup = on_lookup(found.status, route.reconcile)

@@ -38,16 +38,13 @@ from gateway.http.flow.pacing import Pacing
 from gateway.http.flow.reconcile import Found, look_up
 from gateway.http.flow.settle import Kept, record_found, record_unknown
 from gateway.telemetry import metrics as m
+from gateway.telemetry.events import Event, event_fields
 from gateway.telemetry.requestlog import note_owner_lost
 
 log = logging.getLogger(__name__)
 
 # The Idempotency-Outcome of an answer forwarded after its owner was lost.
 RAN_AGAIN: Final = {LostStep.RERUN: "rerun", LostStep.NOT_HAPPENED: "not-happened"}
-# How long a request that took a lost owner's key over waits for that owner's own answer
-# (1.5 s: three of the owner's tries to store it, `core.backoff.LATE_ANSWER`). A dead
-# owner's key is settled this much later.
-LATE_ANSWER_WAIT: Final = LATE_ANSWER.within
 
 
 def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
@@ -55,11 +52,14 @@ def owner_lost(s: Services, c: Claimed, resolution: LostStep) -> None:
     route = c.route.name
     s.metrics.owner_lost.labels(route, resolution).inc()
     note_owner_lost(resolution)
-    log.warning("route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution)
+    log.warning(
+        "route %s: a key's owner was lost (lease ended unrenewed): %s", route, resolution,
+        extra=event_fields(Event.OWNER_LOST, route, settled=resolution.value),
+    )  # fmt: skip
 
 
 async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
-    """The key as another left it while this request waited up to LATE_ANSWER_WAIT for its
+    """The key as another left it while this request waited up to `late_answer_wait` for its
     lost owner's answer: DONE (that answer, as a rule), or IN_FLIGHT or MISMATCH (another
     request's now); None when the key is still this request's to settle as a lost owner's.
 
@@ -67,7 +67,7 @@ async def late_answer(s: Services, c: Claimed) -> ClaimResult | None:
     Redis error is asked again until the wait ends: a failover is when such answers are due.
     A record that cannot be read raises RecordCorrupt (answered so, never run again)."""
     names = (c.record_key, c.record_key)  # asked under the one name that holds it
-    pacing = Pacing(LATE_ANSWER, LATE_ANSWER_WAIT)
+    pacing = Pacing(LATE_ANSWER, c.route.late_answer_wait)
     while await pacing.pause():
         asked = time.monotonic()
         try:
