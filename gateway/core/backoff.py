@@ -58,9 +58,10 @@ GIVE_BACK: Final = Backoff(0.05, 1.0, within=2.0)
 # An outcome that ran upstream and that Redis did not take, stored again (for ever, while
 # the gateway lives: it is journaled meanwhile).
 STORE_AGAIN: Final = Backoff(0.01, 0.5)
-# A request that took a lost owner's key over, asking for that owner's own answer: an owner
-# cut off from Redis stores it every STORE_AGAIN.longest seconds at most, so the wait covers
-# three of its tries (docs/production.md, "a gateway that dies mid-call").
+# A request that took a lost owner's key over, asking for that owner's own answer within its
+# route's `late_answer_wait`: an owner cut off from Redis stores it every STORE_AGAIN.longest
+# seconds at most, so the default wait covers three of its tries (docs/production.md, "a
+# gateway that dies mid-call").
 LATE_ANSWER: Final = Backoff(0.05, 0.25, within=3 * STORE_AGAIN.longest)
 # A Cluster node answering TRYAGAIN (a slot migrating), within the call's redirects.
 CLUSTER_TRY_AGAIN: Final = Backoff(0.025, 0.1)
