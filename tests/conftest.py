@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,16 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item) -> None:
     _no_handled_exception_left("the teardown")
+
+
+@pytest.fixture(autouse=True)
+def root_log_level() -> Iterator[None]:
+    """The root logger's level as each test found it: a reload run in process sets it to the
+    config's `log_level` (info), which turned on the access log for every later test."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
