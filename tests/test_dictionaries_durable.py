@@ -288,6 +288,34 @@ async def test_a_deleted_dictionary_is_put_back_by_a_gateway_that_knows_it(
     assert await replays(fresh, answers) == {}
 
 
+async def test_a_lost_pointer_is_put_back_so_that_a_gateway_started_after_keeps_the_dictionary(
+    make_gateway: GatewayFactory, payments: tuple[Payments, str], redis_url: str
+) -> None:
+    """The route's pointer taken (evicted, say: it is a key as any other): the gateway that
+    writes with the dictionary names it again. A gateway started after it then knows the
+    dictionary from the start, and puts it back when it goes in turn; without the pointer it
+    would know none, and the dictionary, once gone, would take its records with it."""
+    _, origin = payments
+    gateway = await make_gateway(settings(origin))
+    answers: Answers = {}
+    await pay(gateway, SAMPLES, answers)
+    key = await trained(gateway)
+    pointer = dictionary_key("idem", "api")
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        named = plain.get(pointer)
+        assert named is not None and plain.delete(pointer) == 1
+        await until(lambda: plain.get(pointer) == named, timeout=10)
+        await pay(gateway, 50, answers)
+        await gateway.close()
+        fresh = await make_gateway(settings(origin))
+        assert plain.delete(key) == 1
+        await until(lambda: plain.exists(key), timeout=25)  # its keeper's next round: 10 s
+    finally:
+        plain.close()
+    assert await replays(fresh, answers) == {}
+
+
 async def test_a_stopping_gateway_puts_back_a_dictionary_gone_since_its_last_round(
     make_gateway: GatewayFactory, payments: tuple[Payments, str], redis_url: str
 ) -> None:

@@ -9,7 +9,8 @@ has none for a route keeps the route's next SAMPLES answers, trains one in a thr
 `core.redaction.KEEP` of them share, and stores it under a name of its own,
 `prefix:dictionary:{route}:ID`, the ID (15 bits, which a value names it by) drawn from its
 content; a dictionary of another content under that name is never written over. The route's
-pointer `prefix:dictionary:{route}` names the newest, for the other gateways to take.
+pointer `prefix:dictionary:{route}` names the newest, for the other gateways to take (and for
+one that starts; put back, as a dictionary is, by a gateway that finds it gone).
 
 A record names a dictionary only while it is sure to be read back (`writer`): the dictionary
 is stored, with as many replicas acknowledging it as `claim_replicas` asks, before the first
@@ -220,16 +221,21 @@ class Trained:
         finally:
             self._samples.pop(route, None)
 
-    async def _point(self, route: str, number: int) -> None:
-        """Name `number` the route's newest dictionary, for the other gateways to take."""
+    async def _point(self, route: str, number: int, gone: bool = False) -> bool:
+        """Name `number` the route's newest dictionary, for the other gateways to take (with
+        `gone`, only where no pointer is: one another gateway set meanwhile stays); whether
+        it was set."""
         try:
-            await self.client.set(
+            done: Any = await self.client.set(
                 dictionary_key(self.prefix, route),
                 f"{number & 0x7FFF:04x}",
                 px=_ms(LIFETIME + MARGIN),
+                nx=gone,
             )
         except FAILURES as exc:  # the others train their own meanwhile
             log.warning("route %s: its dictionary's pointer could not be set: %s", route, exc)
+            return False
+        return bool(done)
 
     async def _see(self, known: Known) -> str:
         """Renew `known` in Redis, or put it back where it is gone: what `lua/dictionary.lua`
@@ -302,6 +308,14 @@ class Trained:
         except (*FAILURES, ValueError):
             return
         current = self._current.get(route)
+        if number is None and current is not None:
+            # Gone (evicted, deleted, lost in a failover): put back, or a gateway started
+            # from now on would know none of the route's dictionaries, and keep none.
+            if await self._point(route, current.dictionary.number, gone=True):
+                log.warning(
+                    "route %s: its dictionary's pointer was gone from Redis: put back", route
+                )
+            return
         if number is None or (current is not None and current.dictionary.number == number):
             return
         try:
