@@ -28,7 +28,6 @@ hash `store.trained` reads it from) are read as they were written.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import hashlib
 import re
@@ -69,11 +68,8 @@ _COMPLETED: Final = bytes((layout.COMPLETED,))
 def fingerprint_field(fingerprint: str) -> bytes:
     """The fingerprint as a value holds it (`layout.FINGERPRINT` bytes): a SHA-256 hex digest's
     first bits as bytes; any other (a route's "-") hashed so."""
-    field = None
-    if len(fingerprint) == 64:
-        with contextlib.suppress(ValueError):  # no digest: hashed as any other text
-            field = bytes.fromhex(fingerprint[: 2 * layout.FINGERPRINT])
-    if field is None:
+    field = _digest_head(fingerprint, layout.FINGERPRINT) if len(fingerprint) == 64 else None
+    if field is None:  # no digest: hashed as any other text
         field = hashlib.sha256(fingerprint.encode("latin-1")).digest()[: layout.FINGERPRINT]
     return field if field != layout.ANY else field[:-1] + b"\xfe"  # never the wildcard
 
@@ -88,12 +84,17 @@ def fingerprint_of_v2(field: bytes) -> bytes:
 def v2_fingerprint_field(fingerprint: str) -> bytes:
     """The fingerprint as a value of release 0007fac holds it: a SHA-256 hex digest's first 128
     bits as bytes, any other as its text."""
-    if len(fingerprint) == 64:
-        try:
-            return bytes.fromhex(fingerprint[:32])
-        except ValueError:
-            pass
-    return fingerprint.encode("latin-1")
+    field = _digest_head(fingerprint, 16) if len(fingerprint) == 64 else None
+    return fingerprint.encode("latin-1") if field is None else field
+
+
+def _digest_head(digest: str, size: int) -> bytes | None:
+    """The first `size` bytes of a hex digest; None where it is no hex (a plain try: compiled,
+    a `with contextlib.suppress` costs a context manager's calls, twice a request)."""
+    try:
+        return bytes.fromhex(digest[: 2 * size])
+    except ValueError:
+        return None
 
 
 def _varint(value: int) -> str:

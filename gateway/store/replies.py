@@ -36,26 +36,32 @@ LISTS: Final = {"claim": (CLAIM, True), "read": (READ, True), "dictionary": (DIC
 
 class Reply:
     """A script's reply: its `kind`, the KEYS entry `at` (1 or 2; 0 where it names none), and
-    its items by name (`self[name]`)."""
+    its items by name (`self[name]`), read from the reply as it came (one per request: no
+    copy of it is made)."""
 
-    __slots__ = ("at", "items", "kind")
+    __slots__ = ("_first", "_names", "_raw", "at", "kind")
 
-    def __init__(self, kind: bytes, at: int, items: dict[str, Any]) -> None:
+    def __init__(
+        self, kind: bytes, at: int, raw: list[Any], first: int, names: tuple[str, ...]
+    ) -> None:
         self.kind = kind
         self.at = at
-        self.items = items
+        self._raw = raw
+        self._first = first
+        self._names = names
 
     def __getitem__(self, name: str) -> Any:
-        return self.items[name]
+        if name not in self._names:
+            raise KeyError(name)
+        return self._raw[self._first + self._names.index(name)]
 
 
 def reply_of(raw: list[Any], table: dict[bytes, tuple[str, ...]], keyed: bool = True) -> Reply:
     """The reply `raw` as `table` names its items; ValueError for a kind it does not know or
     a reply of another length (a script of another release answering)."""
-    kind = bytes(raw[0])
+    kind = raw[0] if type(raw[0]) is bytes else bytes(raw[0])
     names = table.get(kind)
     first = 2 if keyed else 1
     if names is None or len(raw) != first + len(names):
         raise ValueError(f"a reply this release does not read: {raw[:2]!r}")
-    items = dict(zip(names, raw[first:], strict=True))
-    return Reply(kind, int(raw[1]) if keyed else 0, items)
+    return Reply(kind, int(raw[1]) if keyed else 0, raw, first, names)
