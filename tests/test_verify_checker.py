@@ -604,6 +604,24 @@ def test_the_earlier_releases_fail_open_line_is_matched_to_the_attempt_by_its_ti
         assert (verdict.violations == []) is explained, at
 
 
+def test_a_fail_open_forward_the_gateway_answered_502_is_not_held_to_the_record() -> None:
+    """After the key's 2xx, its replay failed open (logged for it by this release, within it
+    by the earlier one) into an unreachable upstream: the gateway's own 502, unmarked, ran
+    nothing. With no such line, a 502 after a 2xx is an acknowledged outcome lost."""
+    history = [
+        attempt(1, route="open"),
+        attempt(2, 502, route="open", start=13, end=13.1, gateway=1, outcome="unreachable"),
+    ]
+    ran = [execution(1, route="open")]
+    this = Gateways(said((1, 13.04, Event.FAILED_OPEN, "a2")))
+    earlier = Gateways(said((1, 13.04, Event.FAILED_OPEN, None)), earlier=[1])
+    for gateways in (this, earlier):
+        assert check(history, ran, [], ROUTES, gateways).violations == []
+    for gateways in (Gateways(), Gateways(earlier=[1])):
+        verdict = check(history, ran, [], ROUTES, gateways)
+        assert reasons(verdict) == [Reason.OTHER_ANSWER_AFTER_A_2XX]
+
+
 # Gateway 1 stood still until 11.5 s (or was killed and back by then): its degraded rerun at
 # 13 s comes within the lease (2 s) and AFTER_FAULT (2 s) of its wake.
 STOOD_STILL = [

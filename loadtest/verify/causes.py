@@ -115,6 +115,9 @@ class Degraded:
         self.beside: dict[str, Cause] = {}
         self.wrong: dict[str, tuple[Cause, str]] = {}
         self.apart: dict[str, str] = {}
+        # Every attempt forwarded so, whatever rule 1 makes of it: not the claim's, so its
+        # answer is not held to the record (a 502 the gateway made for it carries no mark).
+        self.forwarded: set[str] = set()
         if k is None or ctx is None:
             return
         runs = {e.attempt: e for e in k.ran}
@@ -122,6 +125,7 @@ class Degraded:
             run = runs.get(attempt.attempt)
             logged = failed_open(attempt, run, ctx)
             if attempt.degraded or logged:
+                self.forwarded.add(attempt.attempt)
                 self.judge(attempt, run, logged, ctx)
 
     def judge(self, attempt: Attempt, run: Execution | None, logged: bool, ctx: Context) -> None:
@@ -158,7 +162,8 @@ def failed_open(attempt: Attempt, run: Execution | None, ctx: Context) -> bool:
     if attempt.gateway not in gateways.earlier:
         return gateways.of(attempt.attempt, Event.FAILED_OPEN) is not None
     said = gateways.unnamed_between
-    if attempt.degraded:
+    if attempt.degraded or (run is None and attempt.status >= 500):  # marked, or answered
+        # by the gateway itself (upstream unreachable): nothing ran, and nothing says how
         return said(attempt.gateway, attempt.route, Event.FAILED_OPEN, attempt.start, attempt.end)
     if run is None:
         return False

@@ -114,7 +114,7 @@ def rule_4(
     for attempt in sorted(k.asked, key=lambda a: a.start):
         if attempt.start <= first or attempt.payload not in paid:
             continue
-        if attempt.attempt in k.degraded.beside:  # never claimed: not held to the record
+        if attempt.attempt in k.degraded.forwarded:  # never claimed: not held to the record
             continue
         if 200 <= attempt.status < 300 or not_now(attempt, first, ctx.faults, grace):
             continue
