@@ -157,8 +157,22 @@ class Policy(_Model):
     # Ask the upstream whether a call whose outcome is unknown ran (on_unknown_outcome
     # applies when it cannot tell).
     reconcile: Reconcile | None = None
-    on_in_flight: Literal["reject", "wait"] = "reject"
+    # A duplicate of a request in flight: 409 (reject), an answer once the first one is
+    # recorded (wait), or the first one's answer as it is made (follow).
+    on_in_flight: Literal["reject", "wait", "follow"] = Field(
+        default="reject",
+        description="a duplicate of a request in flight: reject (409), wait for its record, "
+        "or follow its answer as it is made, on any gateway",
+    )
     in_flight_wait: Duration = 10.0
+    # follow: duplicates that may follow one call at once (more get 409).
+    max_followers: int = Field(default=16, ge=1, le=1024)
+    resume_events: bool = Field(
+        default=False,
+        description="a retry of a text/event-stream answer (in flight or recorded) with "
+        "Last-Event-ID gets the events after that id, and the whole stream when the id is "
+        "not in it",
+    )
     # shadow: decide and record as usual, but forward every request and answer what the
     # upstream answers; what enforce would have done is only counted and logged.
     mode: Literal["enforce", "shadow"] = "enforce"

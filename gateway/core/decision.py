@@ -17,6 +17,7 @@ class Action(Enum):
     REPLAY = "replay"  # answer the recorded response
     REPLAY_UNKNOWN = "replay_unknown"  # answer 502 Idempotency-Outcome: unknown
     WAIT = "wait"  # in flight elsewhere: wait for it (on_in_flight: wait)
+    FOLLOW = "follow"  # in flight elsewhere: follow its answer as it is made (on_in_flight: follow)
     CONFLICT = "conflict"  # in flight elsewhere: 409
     # The request waited for ended without a record (released, or its lease ran out): 409,
     # the key given back. A waiting duplicate never runs the call itself: only a retry does.
@@ -74,7 +75,7 @@ def records(rules: tuple[str, ...], status: int) -> bool:
 
 def on_claim(result: ClaimResult, policy: Policy, may_wait: bool, waited: bool = False) -> Action:
     """What to do with the answer of the claim script; `waited` after waiting for another
-    request with the key (`on_in_flight: wait`)."""
+    request with the key (`on_in_flight: wait`, or following it: `follow`)."""
     outcome = result.outcome  # the two answers of nearly every request first: new, replay
     if outcome is Claim.CLAIMED:
         return Action.UNRECORDED if waited else Action.FORWARD
@@ -90,7 +91,12 @@ def on_claim(result: ClaimResult, policy: Policy, may_wait: bool, waited: bool =
     if outcome is Claim.MISMATCH:
         return Action.MISMATCH
     assert outcome is Claim.IN_FLIGHT
-    return Action.WAIT if policy.on_in_flight == "wait" and may_wait else Action.CONFLICT
+    if not may_wait:
+        return Action.CONFLICT
+    return _ON_IN_FLIGHT.get(policy.on_in_flight, Action.CONFLICT)
+
+
+_ON_IN_FLIGHT: Final = {"wait": Action.WAIT, "follow": Action.FOLLOW}
 
 
 def on_answer(status: int, policy: Policy) -> Settle:

@@ -21,6 +21,7 @@ from gateway.errors import ConfigError
 from gateway.http.flow.context import NO_SPANS, Live, Services, Spans
 from gateway.http.flow.eviction import refuse_evicting, warn_unfenced
 from gateway.http.flow.handler import Gateway
+from gateway.http.flow.hub import answer_ask
 from gateway.http.flow.settle import replay_journal
 from gateway.http.flow.tasks import TaskSet
 from gateway.http.server.access import add_request_id, observed
@@ -32,6 +33,7 @@ from gateway.store.client import close_client, make_client
 from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
 from gateway.store.prefixes import warn_other_prefixes
+from gateway.store.relay import Relay
 from gateway.store.sending import sender_for
 from gateway.store.sentinel import SentinelMaster
 from gateway.store.store import Store
@@ -83,6 +85,9 @@ def _resources(
             journal = Journal(Path(settings.state_dir) / "journal")
             opened.callback(closing.close, "the journal", journal.close)
             services = _services(app, store, upstreams, blobs, journal, spans)
+            opened.push_async_callback(closing.aclose, "the followers' relay", services.relay.close)
+            if any(route.on_in_flight == "follow" for route in settings.routes):
+                services.relay.start()
             watching = asyncio.ensure_future(services.fleet.watch())  # its first look: below
             opened.push_async_callback(closing.cancel, "the fleet watch", watching)
             store.stalls.start()
@@ -148,8 +153,21 @@ def _services(
     app[METRICS].watch_record_format(lambda: store.record_format)
     app[METRICS].watch_journal(lambda: journal.depth)
     app[METRICS].watch_in_flight(lambda: len(app[TASKS]))
+    relay = Relay(store.client, redis.key_prefix)
     services = Services(
-        app[LIVE], store, upstreams, app[METRICS], app[TASKS], blobs, journal, fleet, spans=spans
+        app[LIVE],
+        store,
+        upstreams,
+        app[METRICS],
+        app[TASKS],
+        blobs,
+        journal,
+        fleet,
+        relay,
+        spans=spans,
+    )
+    relay.on_ask = partial(
+        answer_ask, services.hubs, relay, lambda: services.settings.limits.client_buffer
     )
     app[SERVICES] = services
     app[GATEWAY] = Gateway(services)

@@ -15,6 +15,9 @@ from gateway.telemetry.requestlog import current
 # Outcomes of a request, as counted in idem_requests_total{outcome}.
 FORWARDED: Final = "forwarded"  # claimed and sent upstream
 REPLAYED: Final = "replayed"  # answered from the record
+FOLLOWED: Final = (
+    "followed"  # a duplicate that followed the answer in flight (on_in_flight: follow)
+)
 CONFLICT: Final = "conflict"  # 409: in flight elsewhere
 MISMATCH: Final = "mismatch"  # 422: same key, other payload
 REJECTED: Final = "rejected"  # 400/413: bad request, nothing stored
@@ -123,6 +126,20 @@ class Metrics:
             "Keys found with a lost owner (its lease ended unrenewed), by resolution: "
             "reconciled, not_happened, rerun, held, kept, unsent, late_answer",
             ["route", "resolution"],
+            registry=r,
+        )
+        self.followers = Gauge(
+            "idem_followers",
+            "Duplicates following an answer in flight on this gateway (on_in_flight: follow)",
+            ["route"],
+            registry=r,
+        )
+        self.followed = Counter(
+            "idem_followed",
+            "Duplicates that followed an answer in flight, by how they ended: whole (the "
+            "recorded answer), cut (none whole), waited (no owner told them: answered as "
+            "on_in_flight: wait answers)",
+            ["route", "ended"],
             registry=r,
         )
         self.journal_depth = Gauge(

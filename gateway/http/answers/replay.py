@@ -17,6 +17,7 @@ from gateway.core.claims import ClaimResult
 from gateway.core.headers import replayed_headers
 from gateway.core.record import Record
 from gateway.core.retention import expires
+from gateway.core.sse import ResumePoint, is_event_stream, resume_offset
 from gateway.errors import BlobError, RecordCorrupt
 from gateway.http.answers.problems import (
     ANSWER_HEADERS_TOO_LARGE,
@@ -109,12 +110,23 @@ async def replay(
             f"{why}, so it cannot be replayed; the request is not run again"
         )
         return BODY_NOT_RECORDED.answer(detail, replayed=marker)
+    last_id = request.headers.get("Last-Event-ID") if route.resume_events else None
+    if last_id is not None and is_event_stream(record.headers):  # the events after it
+        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
+    else:
+        last_id = None
     if record.blob is not None:
-        return await _replay_blob(s, request, route, record, headers, extra)
+        return await _replay_blob(s, request, route, record, headers, extra, last_id)
     try:
         check_inline(result.body, record.size, record.sha256)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
+    if last_id is not None:
+        body = result.body[resume_offset(result.body, last_id) or 0 :]
+        response = start_response(record.status, record.reason, headers, len(body), extra)
+        if await prepare_quietly(response, request) and await write_quietly(response, body):
+            await response.write_eof()
+        return response
     response = recorded_response(request, record.status, record.reason, headers, record.size, extra)
     await response.prepare(request)
     await write_quietly(response, result.body)
@@ -129,11 +141,16 @@ async def _replay_blob(
     record: Record,
     headers: list[tuple[str, str]],
     extra: dict[str, str],
+    last_id: str | None,
 ) -> web.StreamResponse:
     """Stream a blob back; refuse it before the head when it is missing or the wrong size,
-    and cut the connection when its digest turns out wrong at the end."""
+    and cut the connection when its digest turns out wrong at the end. With `last_id`, the
+    events after that id only (the blob is read through once to find them)."""
     assert record.blob is not None
+    skip = 0
     try:
+        if last_id is not None:
+            skip = await _resume_point(s.blobs, record.blob, last_id) or 0
         reader = await s.blobs.reader(record.blob)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
@@ -141,11 +158,13 @@ async def _replay_blob(
         if reader.size != record.size:
             detail = f"blob {record.blob} has {reader.size} bytes, not {record.size}"
             return _blob_failed(s, route, BlobError(BlobError.CORRUPT, detail))
-        response = start_response(record.status, record.reason, headers, record.size, extra)
+        length = record.size - skip
+        response = start_response(record.status, record.reason, headers, length, extra)
         if not await prepare_quietly(response, request):
             return response
         try:
-            if await send_verified(response, reader.chunks(), record.size, record.sha256):
+            chunks = reader.chunks()
+            if await send_verified(response, chunks, record.size, record.sha256, skip):
                 s.metrics.blob_read.inc(record.size)
         except BlobError as exc:
             _blob_failed(s, route, exc)
@@ -172,10 +191,29 @@ def check_inline(body: bytes, size: int, sha256: str) -> None:
         raise BlobError(BlobError.CORRUPT, "inline body does not match its digest")
 
 
+async def _resume_point(blobs: BlobStore, blob: str, last_id: str) -> int | None:
+    """Where the events after `last_id` begin in a stored body, read once through."""
+    point = ResumePoint(last_id)
+    reader = await blobs.reader(blob)
+    try:
+        async for piece in reader.chunks():
+            found = point.feed(piece)
+            if found is not None:
+                return found
+    finally:
+        await reader.close()
+    return None
+
+
 async def send_verified(
-    response: web.StreamResponse, chunks: AsyncIterator[bytes], size: int, sha256: str
+    response: web.StreamResponse,
+    chunks: AsyncIterator[bytes],
+    size: int,
+    sha256: str,
+    skip: int = 0,
 ) -> bool:
-    """Stream `chunks` to a prepared response, ending it only if they match the record.
+    """Stream `chunks` to a prepared response (from byte `skip` on), ending it only if they
+    match the record.
 
     The last chunk is held back until the digest is checked, so a corrupt blob never reaches
     the client whole: BlobError is raised and the caller cuts the connection short of the
@@ -186,13 +224,15 @@ async def send_verified(
     held = b""
     try:
         async for chunk in chunks:
-            if held:
-                await response.write(held)
             digest.update(chunk)
-            seen += len(chunk)
+            start, seen = seen, seen + len(chunk)
             if seen > size:
                 raise BlobError(BlobError.CORRUPT, f"blob is longer than {size} bytes")
-            held = chunk
+            if seen <= skip:
+                continue
+            if held:
+                await response.write(held)
+            held = chunk[skip - start :] if start < skip else chunk
         if seen != size:
             raise BlobError(BlobError.CORRUPT, f"blob has {seen} bytes, not {size}")
         if digest.hexdigest() != sha256:

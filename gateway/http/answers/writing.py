@@ -216,6 +216,15 @@ async def prepare_quietly(response: web.StreamResponse, request: web.Request) ->
     return True
 
 
+def send_head(response: web.StreamResponse) -> None:
+    """Send a prepared answer's head now, not with its first body bytes (a follower's: its
+    client learns at once that the answer is coming). Relies on aiohttp's payload writer,
+    as `_HeadWithBody` does."""
+    writer = response._payload_writer
+    if isinstance(writer, StreamWriter):
+        writer.send_headers()
+
+
 async def write_quietly(response: web.StreamResponse, chunk: bytes) -> bool:
     """Write to the client; False when it has gone away (the caller carries on without it)."""
     try:

@@ -44,7 +44,7 @@ async def take(
                 result, fp = again, earlier
     action = on_claim(result, route, may_wait)
     if action is Action.WAIT:
-        result = await _wait(s, result, names, fp, token, route)
+        result = await wait_out(s, result, names, fp, token, route)
         action = on_claim(result, route, may_wait=False, waited=True)
     return result, action, fp
 
@@ -83,7 +83,7 @@ def claim(
     )
 
 
-async def _wait(
+async def wait_out(
     s: Services,
     result: ClaimResult,
     names: tuple[str, str],
@@ -100,6 +100,6 @@ async def _wait(
     pacing = Pacing(IN_FLIGHT_WAIT, route.in_flight_wait)
     while await pacing.pause():
         result = await claim(s, route, names, fp, token)
-        if on_claim(result, route, may_wait=True) is not Action.WAIT:
+        if result.outcome is not Claim.IN_FLIGHT:
             return result
     return result

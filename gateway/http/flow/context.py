@@ -15,10 +15,12 @@ from gateway.blobs.base import BlobStore
 from gateway.config.policy import Route
 from gateway.config.settings import Settings
 from gateway.core.claims import ClaimResult
+from gateway.http.flow.hub import Hubs
 from gateway.http.flow.tasks import TaskSet
 from gateway.http.flow.watch import Watch
 from gateway.store.fleet import Fleet
 from gateway.store.journal import Journal
+from gateway.store.relay import Relay
 from gateway.store.store import Store
 from gateway.telemetry.metrics import Metrics
 from gateway.upstream.upstreams import Upstreams
@@ -64,9 +66,11 @@ class Services:
     blobs: BlobStore
     journal: Journal
     fleet: Fleet  # which record format is written: the configured, or 1 (store.fleet)
+    relay: Relay  # followers on other gateways (store.relay), started once a route follows
     eviction_policies: set[str] = field(default_factory=set)  # the last evicting ones seen
     spans: Spans = NO_SPANS  # TracedSpans when tracing is on
     watch: Watch = field(default_factory=Watch)  # what the console's attention list shows
+    hubs: Hubs = field(default_factory=Hubs)  # this process's calls that may be followed
 
     @property
     def settings(self) -> Settings:

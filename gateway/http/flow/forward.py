@@ -16,6 +16,7 @@ from gateway.blobs.readback import read_back
 from gateway.blobs.recorder import HEADERS_TOO_LARGE, BodyRecorder, RecordedBody
 from gateway.config.policy import Route
 from gateway.core.decision import Failure, Settle, on_answer
+from gateway.core.following import Head, Told
 from gateway.core.headers import answer_headers
 from gateway.core.retention import expires
 from gateway.errors import BlobError, StoreUnavailable
@@ -25,6 +26,7 @@ from gateway.http.flow.context import Claimed, Services
 from gateway.http.flow.feed import ClientFeed, Rest
 from gateway.http.flow.flag import note_held
 from gateway.http.flow.heartbeat import Heartbeat
+from gateway.http.flow.hub import Hub
 from gateway.http.flow.outgoing import forward_headers, target
 from gateway.http.flow.settle import FENCED, Kept, record_answer, release, settle_failure
 from gateway.telemetry import metrics as m
@@ -49,7 +51,12 @@ async def forward(s: Services, c: Claimed) -> web.StreamResponse:
         if refused is not None:
             return refused
     feed = ClientFeed(c.settings.limits.client_buffer)
-    s.tasks.spawn(_Call(s, c, feed).run())
+    call = _Call(s, c, feed)
+    route = c.route
+    if route.on_in_flight == "follow":  # its duplicates follow it: told through its hub
+        call.hub = s.hubs.open(c.record_key, c.fingerprint, route.max_followers, route.inline_max)
+        s.relay.start()
+    s.tasks.spawn(call.run())
     return await feed.serve(c.request)
 
 
@@ -85,6 +92,7 @@ class _Call:
     kept_headers: list[tuple[str, str]]  # the headers recorded: set by _begin
     held = b""  # a recorded answer's last bytes, held back until it is stored
     keeping = False  # the recorded body kept to its end
+    hub: Hub | None = None  # what its followers are told (`on_in_flight: follow`)
 
     def __init__(self, s: Services, c: Claimed, feed: ClientFeed) -> None:
         self.s = s
@@ -137,6 +145,8 @@ class _Call:
         finally:
             beat.stop()
             s.watch.called(c.record_key)
+            if self.hub is not None:
+                s.hubs.close(c.record_key, self.hub)
         s.metrics.request(route.name, c.request.method, outcome)
 
     def _begin(self, upstream: Answer, settle: Settle) -> web.StreamResponse:
@@ -159,6 +169,12 @@ class _Call:
         # until the outcome is stored: no client sees a complete answer that a crash could
         # leave unrecorded, to be run again by a retry.
         self.feed.begin(response, eager=settle is not Settle.RECORD)
+        hub = self.hub
+        if hub is not None:  # followers get the head that will be recorded, or wait
+            if enforced and self.headers_kept:
+                hub.begin(Head(upstream.status, upstream.reason, headers))
+            else:
+                hub.end(Told.UNRECORDED)
         return response
 
     async def _pass_on(self, upstream: Answer) -> None:
@@ -178,12 +194,15 @@ class _Call:
         held = b""
         limit = route.timeouts.read or route.timeouts.total
         recorder = self._recorder(upstream)
+        hub = self.hub
         try:
             # Only waits for the upstream count towards `limit`: the client is fed apart,
             # so a slow one can never make a complete answer look lost.
             while chunk := await upstream.read_chunk(limit):
                 await recorder.feed(chunk)
                 chunk, held = held, chunk
+                if hub is not None and chunk:
+                    hub.add(chunk)
                 if chunk and recorder.keeping:
                     feed.offer(chunk)  # never waits: a client behind is fed later
                 elif chunk:
@@ -232,6 +251,8 @@ class _Call:
         s, c, feed = self.s, self.c, self.feed
         status, reason, headers = upstream.status, upstream.reason, self.kept_headers
         kept = await record_answer(s, c, status, reason, headers, recorded, lease_lost=lease_lost)
+        if self.hub is not None:  # the record is the rest of the answer, once in Redis
+            self.hub.end(Told.UNRECORDED if kept is Kept.IN_MEMORY else Told.STORED)
         fenced = kept is Kept.FENCED
         spill = recorded.spill  # removed below unless a client behind is fed from it
         outcome = m.FORWARDED

@@ -46,6 +46,7 @@ from gateway.http.answers.replay import replay, replay_marker, unreadable_record
 from gateway.http.flow.claiming import give_back, take
 from gateway.http.flow.context import Claimed, Received, Services
 from gateway.http.flow.flag import note_held
+from gateway.http.flow.follow import follow
 from gateway.http.flow.forward import forward
 from gateway.http.flow.incoming import (
     BodyTimeout,
@@ -76,6 +77,7 @@ WOULD: Final = {
     Action.MISMATCH: m.MISMATCH,
     Action.CONFLICT: m.CONFLICT,
     Action.WAIT: m.CONFLICT,
+    Action.FOLLOW: m.CONFLICT,
     Action.UNRECORDED: m.CONFLICT,
     Action.TAKE_OVER: m.ERROR,  # at best an answer looked up: never the call run again
     Action.OWNER_LOST: m.CONFLICT,
@@ -249,6 +251,20 @@ class Gateway:
         record_key = result.key  # the one of `names` that holds the key
         claimed = Claimed(r, record_key, token, fp, body, client_key, unsent, leased_at)
         claimed.lost = result.lost
+        if action is Action.FOLLOW:  # the answer in flight, as it is made
+            try:
+                followed = await follow(
+                    self.s, claimed, self.s.store.ordered(names), result, not any(r.scope)
+                )
+            except StoreUnavailable as down:
+                return await self._store_down(r, down, leased_at)
+            except RecordCorrupt as corrupt:
+                return unreadable_record(self.s.metrics, request, route, corrupt)
+            if isinstance(followed, web.StreamResponse):
+                self.s.metrics.request(route.name, request.method, m.FOLLOWED)
+                return followed
+            result = followed  # no owner told it: as after waiting
+            action = on_claim(result, route, may_wait=False, waited=True)
         if action is Action.FORWARD:
             if result.outcome is Claim.UNSENT:  # runs as new
                 owner_lost(self.s, claimed, LostStep.UNSENT)

@@ -1,0 +1,260 @@
+"""`on_in_flight: follow`: a duplicate of a request in flight gets its answer as it is made,
+on the owner's gateway or another, and ends as the replay of the record does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+
+from tests.events_upstream import END, HEAD, EventsUpstream, event
+from tests.gateways import gateway_settings
+from tests.upstream import serving_app
+
+GatewayFactory = Callable[..., Awaitable[TestClient]]
+READ: float = 10.0  # bound on waiting for bytes that the test knows were sent
+
+
+@pytest.fixture
+async def events() -> AsyncIterator[tuple[EventsUpstream, str]]:
+    upstream = EventsUpstream()
+    async with serving_app(upstream.app()) as origin:
+        yield upstream, origin
+
+
+async def gateways(
+    make_gateway: GatewayFactory, origin: str, count: int = 2, **route: Any
+) -> list[TestClient]:
+    """`count` gateways on one Redis, each its own process's hubs and relay."""
+    route = {"on_in_flight": "follow", "in_flight_wait": 5.0, **route}
+    made = []
+    for _ in range(count):
+        made.append(await make_gateway(settings=gateway_settings(origin, **route)))
+    return made
+
+
+class Reader:
+    """A client's answer read as it comes."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self.body = b""
+
+    async def until(self, data: bytes) -> None:
+        """Read until the body ends with `data` (within READ seconds)."""
+        async with asyncio.timeout(READ):
+            while not self.body.endswith(data):
+                piece = await self.response.content.readany()
+                assert piece, f"ended at {self.body!r}, before {data!r}"
+                self.body += piece
+
+    async def rest(self) -> bytes:
+        async with asyncio.timeout(READ):
+            self.body += await self.response.content.read()
+        return self.body
+
+
+async def post(client: TestClient, path: str, key: str, **headers: str) -> Reader:
+    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key, **headers})
+    return Reader(response)
+
+
+async def replayed(client: TestClient, path: str, key: str) -> bytes:
+    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key})
+    assert response.headers.get("Idempotent-Replayed") == "true"
+    return await response.read()
+
+
+async def until_running(upstream: EventsUpstream, name: str) -> None:
+    async with asyncio.timeout(READ):
+        await upstream.running[name].wait()
+
+
+@pytest.mark.parametrize("where", ["another gateway", "the same gateway"])
+async def test_a_follower_gets_each_event_as_the_owner_does_and_ends_as_the_replay(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], where: str
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    follower_gw = other_gw if where == "another gateway" else owner_gw
+    upstream.give("s", HEAD, event(1), event(2))
+    owner = await post(owner_gw, "/events/s", "k1")
+    await owner.until(event(1))  # the last bytes are held back until the record is stored
+    follower = await post(follower_gw, "/events/s", "k1")
+    assert follower.response.status == 200
+    assert follower.response.headers["Idempotent-Replayed"] == "true"
+    assert follower.response.headers["Content-Type"] == "text/event-stream"
+    await follower.until(event(1))  # from the first byte
+    upstream.give("s", event(3))
+    await owner.until(event(2))
+    await follower.until(event(2))  # live: before the answer ended
+    upstream.give("s", event(4), END)
+    whole = await owner.rest()
+    assert await follower.rest() == whole
+    assert whole == b"".join(event(n) for n in range(1, 5))
+    assert await replayed(other_gw, "/events/s", "k1") == whole
+    assert upstream.calls["s"] == 1
+
+
+async def test_a_follower_that_came_before_the_head_gets_it_when_the_owner_does(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    owner_call = asyncio.ensure_future(post(owner_gw, "/events/s", "k2"))
+    await until_running(upstream, "s")
+    follower_call = asyncio.ensure_future(post(other_gw, "/events/s", "k2"))
+    await asyncio.sleep(0)
+    upstream.give("s", HEAD, event(1), event(2))
+    owner, follower = await owner_call, await follower_call
+    await follower.until(event(1))
+    upstream.give("s", END)
+    whole = await owner.rest()
+    assert await follower.rest() == whole == event(1) + event(2)
+    assert upstream.calls["s"] == 1
+
+
+async def test_a_follower_whose_owner_client_went_away_still_ends_as_the_record(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream.give("s", HEAD, event(1), event(2))
+    owner = await post(owner_gw, "/events/s", "k3")
+    await owner.until(event(1))
+    follower = await post(other_gw, "/events/s", "k3")
+    await follower.until(event(1))
+    owner.response.close()  # the owner's client is gone: the call goes on and is recorded
+    upstream.give("s", event(3), END)
+    body = await follower.rest()
+    assert body == event(1) + event(2) + event(3)
+    assert await replayed(owner_gw, "/events/s", "k3") == body
+    assert upstream.calls["s"] == 1
+
+
+async def test_followers_over_the_bound_get_409(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin, max_followers=1)
+    upstream.give("s", HEAD, event(1), event(2))
+    owner = await post(owner_gw, "/events/s", "k4")
+    await owner.until(event(1))
+    first = await post(other_gw, "/events/s", "k4")
+    await first.until(event(1))
+    second = await post(owner_gw, "/events/s", "k4")
+    assert second.response.status == 409
+    upstream.give("s", END)
+    assert await first.rest() == await owner.rest()
+
+
+async def test_a_slow_follower_holds_up_neither_the_owner_nor_the_others_and_ends_whole(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    settings = gateway_settings(
+        origin, on_in_flight="follow", in_flight_wait=5.0, inline_max=1 << 20
+    )
+    slow_gw = await make_gateway(settings=settings.model_copy(
+        update={"limits": settings.limits.model_copy(update={"client_buffer": 4096})}
+    ))  # fmt: skip
+    owner_gw = await make_gateway(settings=settings)
+    big = [event(n, "x" * 60_000) for n in range(1, 12)]
+    upstream.give("s", HEAD, big[0], big[1])
+    owner = await post(owner_gw, "/events/s", "k5")
+    await owner.until(big[0])
+    slow = await post(slow_gw, "/events/s", "k5")  # reads nothing until the end
+    brisk = await post(owner_gw, "/events/s", "k5")
+    await brisk.until(big[0])
+    upstream.give("s", *big[2:], END)
+    whole = await owner.rest()
+    assert await brisk.rest() == whole
+    assert await slow.rest() == whole == b"".join(big)
+    assert upstream.calls["s"] == 1
+
+
+async def test_a_follower_of_an_answer_that_is_not_recorded_answers_as_a_waiting_duplicate(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    """A 5xx is released, not recorded: the follower never gets its head, and answers as
+    `wait` does for a call that ended without a record (409, the key given back)."""
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    owner_call = asyncio.ensure_future(post(owner_gw, "/events/s?status=503", "k6"))
+    await until_running(upstream, "s")
+    follower_call = asyncio.ensure_future(post(other_gw, "/events/s?status=503", "k6"))
+    await asyncio.sleep(0.2)  # the follower has joined: a bounded, not a synchronising, pause
+    upstream.give("s", HEAD, b"data: busy\n\n", END)
+    owner = await owner_call
+    assert owner.response.status == 503
+    follower = await follower_call
+    assert follower.response.status == 409
+    assert (await follower.response.json())["type"].endswith("ended-unrecorded")
+    assert upstream.calls["s"] == 1
+
+
+async def test_a_follower_after_the_answer_was_stored_is_a_replay(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream.give("s", HEAD, event(1), END)
+    owner = await post(owner_gw, "/events/s", "k7")
+    whole = await owner.rest()
+    assert await replayed(other_gw, "/events/s", "k7") == whole
+    assert upstream.calls["s"] == 1
+
+
+@pytest.mark.parametrize("last_id, expected", [("2", (3, 4)), ("9", (1, 2, 3, 4))])
+async def test_last_event_id_resumes_a_recorded_stream_after_that_event(
+    make_gateway: GatewayFactory,
+    events: tuple[EventsUpstream, str],
+    last_id: str,
+    expected: tuple[int, ...],
+) -> None:
+    upstream, origin = events
+    (gw,) = await gateways(make_gateway, origin, count=1, resume_events=True)
+    upstream.give("s", HEAD, *(event(n) for n in range(1, 5)), END)
+    await (await post(gw, "/events/s", "k8")).rest()
+    resumed = await post(gw, "/events/s", "k8", **{"Last-Event-ID": last_id})
+    assert resumed.response.headers["Idempotent-Replayed"] == "true"
+    assert await resumed.rest() == b"".join(event(n) for n in expected)
+
+
+@pytest.mark.parametrize("last_id, expected", [("2", (3, 4, 5)), ("9", (1, 2, 3, 4, 5))])
+async def test_last_event_id_resumes_a_stream_in_flight_after_that_event(
+    make_gateway: GatewayFactory,
+    events: tuple[EventsUpstream, str],
+    last_id: str,
+    expected: tuple[int, ...],
+) -> None:
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin, resume_events=True)
+    upstream.give("s", HEAD, event(1), event(2), event(3))
+    owner = await post(owner_gw, "/events/s", "k9")
+    await owner.until(event(2))
+    resumed = await post(other_gw, "/events/s", "k9", **{"Last-Event-ID": last_id})
+    if last_id == "2":
+        upstream.give("s", event(4))  # event 3 is held back until the next bytes come
+        await resumed.until(event(3))  # live, from the event after id 2
+        assert resumed.body == event(3)
+        upstream.give("s", event(5), END)
+    else:
+        upstream.give("s", event(4), event(5), END)
+    await owner.rest()
+    assert await resumed.rest() == b"".join(event(n) for n in expected)
+
+
+async def test_without_resume_events_last_event_id_changes_nothing(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream, origin = events
+    (gw,) = await gateways(make_gateway, origin, count=1)
+    upstream.give("s", HEAD, event(1), event(2), END)
+    whole = await (await post(gw, "/events/s", "k10")).rest()
+    again = await post(gw, "/events/s", "k10", **{"Last-Event-ID": "1"})
+    assert await again.rest() == whole
