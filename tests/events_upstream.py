@@ -1,15 +1,18 @@
 """An upstream that streams server-sent events as a test hands them over, one at a time, and
-counts how often each stream ran."""
+counts how often each stream ran; and a client's side of such a stream, read as it comes."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
 
+import aiohttp
 from aiohttp import web
+from aiohttp.test_utils import TestClient
 
 HEAD = b""  # handed over: send the head now, without body bytes
 END = None  # handed over: end the answer
+READ: float = 10.0  # bound on waiting for bytes that the test knows were sent
 
 
 def event(n: int, data: str = "") -> bytes:
@@ -61,3 +64,35 @@ class EventsUpstream:
         app.router.add_post("/events/{name}", self.events)
         app.router.add_post("/cut/{name}", self.events)
         return app
+
+
+class Reader:
+    """A client's answer read as it comes."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+        self.body = b""
+
+    async def until(self, data: bytes) -> None:
+        """Read until the body ends with `data` (within READ seconds)."""
+        async with asyncio.timeout(READ):
+            while not self.body.endswith(data):
+                piece = await self.response.content.readany()
+                assert piece, f"ended at {self.body!r}, before {data!r}"
+                self.body += piece
+
+    async def rest(self) -> bytes:
+        async with asyncio.timeout(READ):
+            self.body += await self.response.content.read()
+        return self.body
+
+
+async def post(client: TestClient, path: str, key: str, **headers: str) -> Reader:
+    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key, **headers})
+    return Reader(response)
+
+
+async def replayed(client: TestClient, path: str, key: str) -> bytes:
+    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key})
+    assert response.headers.get("Idempotent-Replayed") == "true"
+    return await response.read()

@@ -4,19 +4,19 @@ on the owner's gateway or another, and ends as the replay of the record does."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from redis import Redis
 
-from tests.events_upstream import END, HEAD, EventsUpstream, event
-from tests.gateways import gateway_settings
+from testkit.procs import GatewayProcess
+from tests.events_upstream import END, HEAD, READ, EventsUpstream, Reader, event, post, replayed
+from tests.gateways import GatewayFactory, gateway_settings
 from tests.upstream import serving_app
-
-GatewayFactory = Callable[..., Awaitable[TestClient]]
-READ: float = 10.0  # bound on waiting for bytes that the test knows were sent
 
 
 @pytest.fixture
@@ -35,38 +35,6 @@ async def gateways(
     for _ in range(count):
         made.append(await make_gateway(settings=gateway_settings(origin, **route)))
     return made
-
-
-class Reader:
-    """A client's answer read as it comes."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-        self.body = b""
-
-    async def until(self, data: bytes) -> None:
-        """Read until the body ends with `data` (within READ seconds)."""
-        async with asyncio.timeout(READ):
-            while not self.body.endswith(data):
-                piece = await self.response.content.readany()
-                assert piece, f"ended at {self.body!r}, before {data!r}"
-                self.body += piece
-
-    async def rest(self) -> bytes:
-        async with asyncio.timeout(READ):
-            self.body += await self.response.content.read()
-        return self.body
-
-
-async def post(client: TestClient, path: str, key: str, **headers: str) -> Reader:
-    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key, **headers})
-    return Reader(response)
-
-
-async def replayed(client: TestClient, path: str, key: str) -> bytes:
-    response = await client.post(path, data=b"{}", headers={"Idempotency-Key": key})
-    assert response.headers.get("Idempotent-Replayed") == "true"
-    return await response.read()
 
 
 async def until_running(upstream: EventsUpstream, name: str) -> None:
@@ -258,3 +226,102 @@ async def test_without_resume_events_last_event_id_changes_nothing(
     whole = await (await post(gw, "/events/s", "k10")).rest()
     again = await post(gw, "/events/s", "k10", **{"Last-Event-ID": "1"})
     assert await again.rest() == whole
+
+
+async def test_a_follower_whose_owner_gateway_is_killed_is_cut_and_never_runs_the_call(
+    events: tuple[EventsUpstream, str], redis_url: str, tmp_path: Path
+) -> None:
+    """The owner's gateway dies mid-stream: its follower on another gateway ends as a
+    waiting duplicate would for a lost owner. Its head went out, so it is cut, never given
+    a complete answer; the call is not run again (the route keeps a lost owner's keys)."""
+    upstream, origin = events
+    config = {
+        "redis": {"url": redis_url},
+        "log_level": "warning",
+        "routes": [{"name": "api", "path_prefix": "/", "upstream": origin,
+                    "on_in_flight": "follow", "lease": 1.0, "in_flight_wait": 5.0,
+                    "on_owner_lost": "keep"}],
+    }  # fmt: skip
+    owner_gw, other_gw = GatewayProcess(config, tmp_path), GatewayProcess(config, tmp_path)
+    try:
+        await asyncio.gather(asyncio.to_thread(owner_gw.start), asyncio.to_thread(other_gw.start))
+        async with aiohttp.ClientSession() as session:
+            headers = {"Idempotency-Key": "k11"}
+            upstream.give("s", HEAD, event(1), event(2))
+            owner = Reader(await session.post(f"{owner_gw.url}/events/s", headers=headers))
+            await owner.until(event(1))
+            follower = Reader(await session.post(f"{other_gw.url}/events/s", headers=headers))
+            await follower.until(event(1))
+            owner_gw.kill()
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await follower.rest()
+            assert follower.body == event(1)
+            async with session.post(f"{other_gw.url}/events/s", headers=headers) as again:
+                assert again.status == 409  # a lost owner's key, held: never run again unasked
+            owner.response.close()
+            follower.response.close()
+    finally:
+        upstream.give("s", END)
+        owner_gw.close()
+        other_gw.close()
+    assert upstream.calls["s"] == 1
+
+
+async def test_nothing_is_published_while_nobody_follows(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], redis_url: str
+) -> None:
+    """A stream on a following route costs no Redis command per chunk: PUBLISH only goes
+    to a follower who asked."""
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin)
+    redis = Redis.from_url(redis_url)
+    try:
+        redis.config_resetstat()
+        upstream.give("s", HEAD, *(event(n) for n in range(1, 21)), END)
+        await (await post(owner_gw, "/events/s", "k12")).rest()
+        assert "cmdstat_publish" not in redis.info("commandstats")
+        upstream.give("t", HEAD, event(1), event(2))
+        owner = await post(owner_gw, "/events/t", "k13")
+        await owner.until(event(1))
+        follower = await post(other_gw, "/events/t", "k13")
+        await follower.until(event(1))
+        upstream.give("t", END)
+        await follower.rest()
+        assert redis.info("commandstats")["cmdstat_publish"]["calls"] >= 2  # the ask, the news
+    finally:
+        redis.close()
+
+
+@pytest.mark.parametrize("joins", ["before the head", "past the bytes kept"])
+async def test_a_follower_of_an_answer_spilled_to_the_blob_store_ends_as_its_replay(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], joins: str
+) -> None:
+    """An answer over inline_max is recorded in the blob store. A follower that joined
+    before its head follows it live; one that joined after more than inline_max bytes went
+    (what a hub keeps for late joiners) gets the head at once, and the body from the blob
+    once it is stored."""
+    upstream, origin = events
+    owner_gw, other_gw = await gateways(make_gateway, origin, inline_max=4096)
+    big = [event(n, "y" * 3000) for n in range(1, 9)]
+    if joins == "before the head":
+        owner_call = asyncio.ensure_future(post(owner_gw, "/events/s", "k14"))
+        await until_running(upstream, "s")
+        follower_call = asyncio.ensure_future(post(other_gw, "/events/s", "k14"))
+        await asyncio.sleep(0.2)  # the follower has asked: a bound, not a synchronisation
+        given = 2
+        upstream.give("s", HEAD, *big[:given])
+        owner, follower = await owner_call, await follower_call
+        await follower.until(big[0])  # live
+    else:
+        given = 4
+        upstream.give("s", HEAD, *big[:given])
+        owner = await post(owner_gw, "/events/s", "k14")
+        await owner.until(big[2])
+        follower = await post(other_gw, "/events/s", "k14")
+        assert follower.response.status == 200  # its head at once
+    upstream.give("s", *big[given:], END)
+    whole = await owner.rest()
+    assert whole == b"".join(big)
+    assert await follower.rest() == whole
+    assert await replayed(other_gw, "/events/s", "k14") == whole
+    assert upstream.calls["s"] == 1

@@ -25,7 +25,6 @@ from redis.asyncio import ConnectionPool, Redis, RedisCluster
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from gateway import closing
 from gateway.core.backoff import SENTINEL_LISTEN
 from gateway.core.following import (
     Ask,
@@ -76,7 +75,9 @@ class Relay:
 
     async def close(self) -> None:
         for task in self._tasks:
-            await closing.cancel("the followers' relay", task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self._tasks = []
         if self._plain is not None:
             await self._plain.aclose()
