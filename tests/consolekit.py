@@ -54,10 +54,12 @@ WAIT_MS = 15_000
 
 class ConsoleUpstream:
     """An upstream that counts its calls: `/pay` echoes the body it got, `/xss` answers HTML
-    in its body and a header, `/reset` cuts its answer short (an unknown outcome)."""
+    in its body and a header, `/reset` cuts its answer short (an unknown outcome), `/events`
+    streams two events and its last once `go_on` is set."""
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.go_on = asyncio.Event()  # `/events` ends once set
 
     async def pay(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -82,6 +84,19 @@ class ConsoleUpstream:
         request.transport.abort()
         return response
 
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        self.calls[request.path] += 1
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"id: 1\ndata: one\n\n")
+        await response.write(b"id: 2\ndata: two\n\n")
+        async with asyncio.timeout(30):  # bounded: a test that never sets go_on ends anyway
+            await self.go_on.wait()
+        await response.write(b"id: 3\ndata: three\n\n")
+        await response.write_eof()
+        return response
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/pay", self.pay)
@@ -89,6 +104,7 @@ class ConsoleUpstream:
         app.router.add_post("/shadow", self.pay)
         app.router.add_post("/xss", self.xss)
         app.router.add_post("/reset", self.reset)
+        app.router.add_post("/events", self.events)
         return app
 
 
@@ -122,6 +138,12 @@ async def start_gateway(redis_url: str, tmp_path: Path) -> AsyncIterator[StartGa
                         "path_prefix": "/open",
                         "upstream": origin,
                         "fail_mode": "open",
+                    },
+                    {
+                        "name": "reports",
+                        "path_prefix": "/events",
+                        "upstream": origin,
+                        "on_in_flight": "follow",
                     },
                     {
                         "name": "trial",

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import redis
 
 from .consolekit import (
@@ -49,6 +50,34 @@ async def test_the_overview_loads_without_errors_and_its_counts_move(
     await expect(console.cell("payments", "replayed")).to_have_attribute("data-total", "1")
     await expect(console.cell("payments", "mismatch")).to_have_attribute("data-total", "1")
     await expect(console.page.locator("#redis")).to_have_text("reachable")
+    assert console.errors == []
+
+
+async def test_a_follower_is_shown_while_it_follows_and_counted_once_it_ended(
+    start_gateway: StartGateway, console: Console, shots: Path
+) -> None:
+    gateway, admin, upstream = await start_gateway(1)
+    await console.open(admin)
+    following = console.cell("reports", "followed")
+    await expect(following).to_have_attribute("data-followers", "0", timeout=WAIT_MS)
+    headers = {"Idempotency-Key": "report-1"}
+    async with aiohttp.ClientSession() as session:
+        owner = await session.post(f"{gateway.url}/events", headers=headers)
+        await owner.content.readuntil(b"data: one\n\n")
+        follower = await session.post(f"{gateway.url}/events", headers=headers)
+        await follower.content.readuntil(b"data: one\n\n")
+        await expect(following).to_have_attribute("data-followers", "1", timeout=WAIT_MS)
+        await expect(following).to_contain_text("1 following")
+        await console.page.screenshot(path=str(shots / "console-following.png"), full_page=True)
+        upstream.go_on.set()
+        assert await follower.read() == b"id: 2\ndata: two\n\nid: 3\ndata: three\n\n"
+        await owner.read()
+        owner.close()
+        follower.close()
+    await expect(following).to_have_attribute("data-followers", "0", timeout=WAIT_MS)
+    followed = console.cell("reports", "followed")
+    await expect(followed).to_have_attribute("data-total", "1", timeout=WAIT_MS)
+    assert upstream.calls["/events"] == 1
     assert console.errors == []
 
 

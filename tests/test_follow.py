@@ -13,6 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis import Redis
 
+from gateway.http.app import METRICS
 from testkit.procs import GatewayProcess
 from tests.events_upstream import END, HEAD, READ, EventsUpstream, Reader, event, post, replayed
 from tests.gateways import GatewayFactory, gateway_settings
@@ -66,6 +67,10 @@ async def test_a_follower_gets_each_event_as_the_owner_does_and_ends_as_the_repl
     assert whole == b"".join(event(n) for n in range(1, 5))
     assert await replayed(other_gw, "/events/s", "k1") == whole
     assert upstream.calls["s"] == 1
+    metrics = follower_gw.server.app[METRICS]
+    assert metrics.requests.labels("api", "POST", "followed")._value.get() == 1
+    assert metrics.followed.labels("api", "whole")._value.get() == 1
+    assert metrics.followers.labels("api")._value.get() == 0
 
 
 async def test_a_follower_that_came_before_the_head_gets_it_when_the_owner_does(

@@ -18,6 +18,7 @@ from gateway.telemetry import metrics as m
 OUTCOMES: Final = (
     m.FORWARDED,
     m.REPLAYED,
+    m.FOLLOWED,
     m.BYPASSED,
     m.SHADOWED,
     m.UNPROTECTED,
@@ -47,6 +48,8 @@ def overview(families: Iterable[Metric], workers: list[dict[str, Any]]) -> dict[
         counts = routes.setdefault(labels["route"], _route())["counts"]
         if outcome in counts:
             counts[outcome] += value
+    for labels, value in samples(families, "idem_followers"):  # each worker's, added up
+        routes.setdefault(labels["route"], _route())["followers"] += value
     for kind, name in (
         ("overhead", "idem_overhead_seconds"),
         ("upstream", "idem_upstream_seconds"),
@@ -82,6 +85,7 @@ def _route() -> dict[str, Any]:
     """A route's entry; `mode` and `fail_mode` None for one no longer configured."""
     entry: dict[str, Any] = {"counts": dict.fromkeys(OUTCOMES, 0.0), "mode": None}
     entry["fail_mode"] = None
+    entry["followers"] = 0.0  # duplicates following an answer in flight now
     for kind in ("overhead", "upstream"):
         entry |= {kind + "_p50_ms": None, kind + "_p99_ms": None, kind + "_p99_beyond": False}
     return entry

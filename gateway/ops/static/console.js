@@ -4,9 +4,10 @@
 
 const REFRESH_MS = 2000;
 // Every kind of traffic, in the order of the table's columns: "unprotected" is shown as
-// "passed through"; "bypassed" went upstream without idempotency because Redis was down.
+// "passed through"; "bypassed" went upstream without idempotency because Redis was down;
+// "followed" got an answer in flight as it was made (on_in_flight: follow).
 const OUTCOMES = [
-  "forwarded", "replayed", "bypassed", "shadowed", "unprotected",
+  "forwarded", "replayed", "followed", "bypassed", "shadowed", "unprotected",
   "conflict", "mismatch", "rejected", "error",
 ];
 const ATTENTION_PAGE = 50;
@@ -115,6 +116,11 @@ function showOverview(now) {
   const rows = Object.keys(now.routes).map((route) => {
     const entry = now.routes[route];
     const tr = row([el("td", route, "route"), el("td", modeOf(entry)), ...OUTCOMES.map((o) => countCell(now, route, o))]);
+    // Who follows an answer in flight now, under the followed count: no column of its own.
+    const followers = Math.round(entry.followers || 0);
+    const followed = tr.querySelector('td[data-outcome="followed"]');
+    followed.dataset.followers = String(followers);
+    if (followers > 0) followed.appendChild(el("span", followers + " following", "following"));
     tr.appendChild(el("td", ms(entry.upstream_p99_ms, entry.upstream_p99_beyond)));
     tr.appendChild(el("td", ms(entry.overhead_p50_ms)));
     tr.appendChild(el("td", ms(entry.overhead_p99_ms, entry.overhead_p99_beyond)));
