@@ -4,7 +4,7 @@ on the owner's gateway or another, and ends as the replay of the record does."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +27,29 @@ async def events() -> AsyncIterator[tuple[EventsUpstream, str]]:
         yield upstream, origin
 
 
-async def gateways(
-    make_gateway: GatewayFactory, origin: str, count: int = 2, **route: Any
-) -> list[TestClient]:
-    """`count` gateways on one Redis, each its own process's hubs and relay."""
-    route = {"on_in_flight": "follow", "in_flight_wait": 5.0, **route}
-    made = []
-    for _ in range(count):
-        made.append(await make_gateway(settings=gateway_settings(origin, **route)))
-    return made
+@pytest.fixture(params=[1, 2], ids=["format-1", "format-2"])
+def record_format(request: pytest.FixtureRequest) -> int:
+    """A follower checks what it wrote against the record, in either format."""
+    return int(request.param)
+
+
+MakeGateways = Callable[..., Awaitable[list[TestClient]]]
+
+
+@pytest.fixture
+def gateways(
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], record_format: int
+) -> MakeGateways:
+    """`count` gateways on one Redis in front of the events upstream, each its own
+    process's hubs and relay, their route following as `route` adds."""
+
+    async def make(count: int = 2, **route: Any) -> list[TestClient]:
+        route = {"on_in_flight": "follow", "in_flight_wait": 5.0, **route}
+        redis = {"record_format": record_format}
+        settings = gateway_settings(events[1], redis=redis, **route)
+        return [await make_gateway(settings=settings) for _ in range(count)]
+
+    return make
 
 
 async def until_running(upstream: EventsUpstream, name: str) -> None:
@@ -45,10 +59,10 @@ async def until_running(upstream: EventsUpstream, name: str) -> None:
 
 @pytest.mark.parametrize("where", ["another gateway", "the same gateway"])
 async def test_a_follower_gets_each_event_as_the_owner_does_and_ends_as_the_replay(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], where: str
+    gateways: MakeGateways, events: tuple[EventsUpstream, str], where: str
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     follower_gw = other_gw if where == "another gateway" else owner_gw
     upstream.give("s", HEAD, event(1), event(2))
     owner = await post(owner_gw, "/events/s", "k1")
@@ -74,10 +88,10 @@ async def test_a_follower_gets_each_event_as_the_owner_does_and_ends_as_the_repl
 
 
 async def test_a_follower_that_came_before_the_head_gets_it_when_the_owner_does(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     owner_call = asyncio.ensure_future(post(owner_gw, "/events/s", "k2"))
     await until_running(upstream, "s")
     follower_call = asyncio.ensure_future(post(other_gw, "/events/s", "k2"))
@@ -92,10 +106,10 @@ async def test_a_follower_that_came_before_the_head_gets_it_when_the_owner_does(
 
 
 async def test_a_follower_whose_owner_client_went_away_still_ends_as_the_record(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     upstream.give("s", HEAD, event(1), event(2))
     owner = await post(owner_gw, "/events/s", "k3")
     await owner.until(event(1))
@@ -110,10 +124,10 @@ async def test_a_follower_whose_owner_client_went_away_still_ends_as_the_record(
 
 
 async def test_followers_over_the_bound_get_409(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin, max_followers=1)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways(max_followers=1)
     upstream.give("s", HEAD, event(1), event(2))
     owner = await post(owner_gw, "/events/s", "k4")
     await owner.until(event(1))
@@ -126,11 +140,12 @@ async def test_followers_over_the_bound_get_409(
 
 
 async def test_a_slow_follower_holds_up_neither_the_owner_nor_the_others_and_ends_whole(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], record_format: int
 ) -> None:
     upstream, origin = events
+    redis = {"record_format": record_format}
     settings = gateway_settings(
-        origin, on_in_flight="follow", in_flight_wait=5.0, inline_max=1 << 20
+        origin, redis=redis, on_in_flight="follow", in_flight_wait=5.0, inline_max=1 << 20
     )
     slow_gw = await make_gateway(settings=settings.model_copy(
         update={"limits": settings.limits.model_copy(update={"client_buffer": 4096})}
@@ -151,12 +166,12 @@ async def test_a_slow_follower_holds_up_neither_the_owner_nor_the_others_and_end
 
 
 async def test_a_follower_of_an_answer_that_is_not_recorded_answers_as_a_waiting_duplicate(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
     """A 5xx is released, not recorded: the follower never gets its head, and answers as
     `wait` does for a call that ended without a record (409, the key given back)."""
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     owner_call = asyncio.ensure_future(post(owner_gw, "/events/s?status=503", "k6"))
     await until_running(upstream, "s")
     follower_call = asyncio.ensure_future(post(other_gw, "/events/s?status=503", "k6"))
@@ -171,10 +186,10 @@ async def test_a_follower_of_an_answer_that_is_not_recorded_answers_as_a_waiting
 
 
 async def test_a_follower_after_the_answer_was_stored_is_a_replay(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     upstream.give("s", HEAD, event(1), END)
     owner = await post(owner_gw, "/events/s", "k7")
     whole = await owner.rest()
@@ -184,13 +199,13 @@ async def test_a_follower_after_the_answer_was_stored_is_a_replay(
 
 @pytest.mark.parametrize("last_id, expected", [("2", (3, 4)), ("9", (1, 2, 3, 4))])
 async def test_last_event_id_resumes_a_recorded_stream_after_that_event(
-    make_gateway: GatewayFactory,
+    gateways: MakeGateways,
     events: tuple[EventsUpstream, str],
     last_id: str,
     expected: tuple[int, ...],
 ) -> None:
-    upstream, origin = events
-    (gw,) = await gateways(make_gateway, origin, count=1, resume_events=True)
+    upstream = events[0]
+    (gw,) = await gateways(count=1, resume_events=True)
     upstream.give("s", HEAD, *(event(n) for n in range(1, 5)), END)
     await (await post(gw, "/events/s", "k8")).rest()
     resumed = await post(gw, "/events/s", "k8", **{"Last-Event-ID": last_id})
@@ -200,13 +215,13 @@ async def test_last_event_id_resumes_a_recorded_stream_after_that_event(
 
 @pytest.mark.parametrize("last_id, expected", [("2", (3, 4, 5)), ("9", (1, 2, 3, 4, 5))])
 async def test_last_event_id_resumes_a_stream_in_flight_after_that_event(
-    make_gateway: GatewayFactory,
+    gateways: MakeGateways,
     events: tuple[EventsUpstream, str],
     last_id: str,
     expected: tuple[int, ...],
 ) -> None:
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin, resume_events=True)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways(resume_events=True)
     upstream.give("s", HEAD, event(1), event(2), event(3))
     owner = await post(owner_gw, "/events/s", "k9")
     await owner.until(event(2))
@@ -223,10 +238,10 @@ async def test_last_event_id_resumes_a_stream_in_flight_after_that_event(
 
 
 async def test_without_resume_events_last_event_id_changes_nothing(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str]
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:
-    upstream, origin = events
-    (gw,) = await gateways(make_gateway, origin, count=1)
+    upstream = events[0]
+    (gw,) = await gateways(count=1)
     upstream.give("s", HEAD, event(1), event(2), END)
     whole = await (await post(gw, "/events/s", "k10")).rest()
     again = await post(gw, "/events/s", "k10", **{"Last-Event-ID": "1"})
@@ -273,12 +288,12 @@ async def test_a_follower_whose_owner_gateway_is_killed_is_cut_and_never_runs_th
 
 
 async def test_nothing_is_published_while_nobody_follows(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], redis_url: str
+    gateways: MakeGateways, events: tuple[EventsUpstream, str], redis_url: str
 ) -> None:
     """A stream on a following route costs no Redis command per chunk: PUBLISH only goes
     to a follower who asked."""
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways()
     redis = Redis.from_url(redis_url)
     try:
         redis.config_resetstat()
@@ -299,14 +314,14 @@ async def test_nothing_is_published_while_nobody_follows(
 
 @pytest.mark.parametrize("joins", ["before the head", "past the bytes kept"])
 async def test_a_follower_of_an_answer_spilled_to_the_blob_store_ends_as_its_replay(
-    make_gateway: GatewayFactory, events: tuple[EventsUpstream, str], joins: str
+    gateways: MakeGateways, events: tuple[EventsUpstream, str], joins: str
 ) -> None:
     """An answer over inline_max is recorded in the blob store. A follower that joined
     before its head follows it live; one that joined after more than inline_max bytes went
     (what a hub keeps for late joiners) gets the head at once, and the body from the blob
     once it is stored."""
-    upstream, origin = events
-    owner_gw, other_gw = await gateways(make_gateway, origin, inline_max=4096)
+    upstream = events[0]
+    owner_gw, other_gw = await gateways(inline_max=4096)
     big = [event(n, "y" * 3000) for n in range(1, 9)]
     if joins == "before the head":
         owner_call = asyncio.ensure_future(post(owner_gw, "/events/s", "k14"))
