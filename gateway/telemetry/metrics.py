@@ -137,8 +137,8 @@ class Metrics:
         self.followed = Counter(
             "idem_followed",
             "Duplicates that followed an answer in flight, by how they ended: whole (the "
-            "recorded answer), cut (none whole), waited (no owner told them: answered as "
-            "on_in_flight: wait answers)",
+            "recorded answer), cut (none whole), waited (answered as on_in_flight: wait "
+            "answers: no owner told them, or 409 over max_followers)",
             ["route", "ended"],
             registry=r,
         )
