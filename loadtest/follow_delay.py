@@ -296,6 +296,7 @@ class Delays:
     follower: list[float] = field(default_factory=list)  # every event: follower - owner
     follower_rest: list[float] = field(default_factory=list)  # every event but the last
     follower_last: list[float] = field(default_factory=list)  # the last event only
+    follower_worst: list[float] = field(default_factory=list)  # per stream: its largest
     owner_same: list[float] = field(default_factory=list)  # owner - upstream's send of event k
     owner_next: list[float] = field(default_factory=list)  # owner - send of k+1 (k < last)
     owner_end: list[float] = field(default_factory=list)  # last event: owner - upstream's end
@@ -306,6 +307,7 @@ def delays(streams: list[Stream], events: int) -> Delays:
     for s in streams:
         if not s.live:
             continue
+        measured = len(d.follower)
         for n in range(1, events + 1):
             owner, follower = s.owner.events.get(n), s.follower.events.get(n)
             if owner is not None and follower is not None:
@@ -319,13 +321,16 @@ def delays(streams: list[Stream], events: int) -> Delays:
                 d.owner_next.append(owner - s.sent[n])
             elif s.ended is not None:
                 d.owner_end.append(owner - s.ended)
+        if len(d.follower) > measured:
+            d.follower_worst.append(max(d.follower[measured:]))
     return d
 
 
 FOLLOWER_HEAD = (
     "| follower on | streams | live | events | p50 ms | p99 ms | max ms "
-    "| all but the last: p50 / p99 | the last event: p50 / p99 |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| all but the last: p50 / p99 | the last event: p50 / p99 "
+    "| over one interval: events (streams) |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 OWNER_HEAD = (
     "| follower on | owner behind the send of event k: p50 / p99 ms "
@@ -336,15 +341,19 @@ OWNER_HEAD = (
 SETUP_NAMES: Final = {"same": "the owner's gateway", "other": "another gateway"}
 
 
-def follower_line(setup: str, streams: list[Stream], d: Delays) -> str:
+def follower_line(setup: str, streams: list[Stream], d: Delays, interval: float) -> str:
+    """`interval`: seconds between two events; a follower more than one behind the owner's
+    client is counted, with the streams where it was."""
     rest = d.follower_rest
     live = sum(1 for s in streams if s.live)
     most = f"{max(d.follower) * 1000:.2f}" if d.follower else "-"
+    over = sum(1 for v in d.follower if v > interval)
+    where = sum(1 for v in d.follower_worst if v > interval)
     return (
         f"| {SETUP_NAMES[setup]} | {len(streams)} | {live} | {len(d.follower)} "
         f"| {ms(d.follower, 50)} | {ms(d.follower, 99)} | {most} "
         f"| {ms(rest, 50)} / {ms(rest, 99)} "
-        f"| {ms(d.follower_last, 50)} / {ms(d.follower_last, 99)} |"
+        f"| {ms(d.follower_last, 50)} / {ms(d.follower_last, 99)} | {over} ({where}) |"
     )
 
 
@@ -473,7 +482,7 @@ def report(
     )
     print(FOLLOWER_HEAD)
     for setup in args.setups:
-        print(follower_line(setup, streams[setup], measured[setup]))
+        print(follower_line(setup, streams[setup], measured[setup], args.interval_ms / 1000))
     print()
     print("the owner's client behind the upstream, per event (ms):")
     print(OWNER_HEAD)
