@@ -87,7 +87,7 @@ def forwards_nothing() -> None:
     from gateway.http.answers.problems import STORE_UNAVAILABLE
 
     async def refuse(s: Any, c: Any) -> Any:
-        await s.store.release(c.key, c.token)
+        await s.store.release(c.record_key, c.token)
         return STORE_UNAVAILABLE.answer("try again later")
 
     replace("gateway.http.flow.handler", "forward", lambda _: refuse)
