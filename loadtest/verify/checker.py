@@ -6,8 +6,9 @@ logged, applies the rules (`rules`, one function each) and merges what they find
    route's policy accepts (`causes`: on a `release` route a lost owner run again as its
    gateway logged, an unknown outcome released; on a `fail_mode: open` route a call
    forwarded without idempotency while Redis was unreachable from its gateway);
-2. every 2xx for a key carries the same body, that of an execution of the key;
-3. no 2xx from another key's, tenant's or payload's execution;
+2. every 2xx for a key carries the same body, that of an execution of the key, byte for
+   byte as the upstream logged it; one cut short after its head, the first bytes of it;
+3. no 2xx (whole or cut short) from another key's, tenant's or payload's execution;
 4. no acknowledged outcome lost: after a client got a 2xx for a key, no claim of it runs,
    and every later answer for the same payload is that 2xx, or only says "not now";
 5. availability: the share of attempts answered 2xx or an expected 409/422/503, per second;
