@@ -267,11 +267,12 @@ class Client:
                 replayed = escaped(resp.headers.get("Idempotent-Replayed", ""))
                 framing = framing_of(resp.headers.get("Transfer-Encoding", ""),
                                      resp.headers.get("Content-Length"))  # fmt: skip
-                streams = streaming is not None and 200 <= answered < 300
+                # A 2xx's first bytes let its followers go (an error's body is no stream).
+                came = streaming.came if streaming and 200 <= answered < 300 else None
                 async for piece in resp.content.iter_any():  # as it comes
                     got += piece
-                    if streams:
-                        streaming.came(gateway)  # type: ignore[union-attr]
+                    if came is not None:
+                        came(gateway)
             status = answered
         except aiohttp.ClientConnectorError:
             status = REFUSED
