@@ -2,8 +2,10 @@
 `python -m loadtest.verify` exit 1 with the rule they break named, and what makes a run's
 history untrustworthy fails it (rule 9).
 
-The suite runs four breakages live, one per rule added last (the full set, with the stall
-control, is `python -m loadtest.verify.blind`, recorded in docs/verification.md)."""
+The suite runs six breakages live: one per rule added last, and the two of a follower's
+answer (a piece missed, another key's stream), each on the follow route alone (the full
+set, with the controls, is `python -m loadtest.verify.blind`, recorded in
+docs/verification.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,12 @@ SECONDS = 4  # of each broken run; `run_one` gives it 120 s more to start, stop 
 # given before, beside other work (gateways, Redis, clients and the checker each start).
 @pytest.mark.timeout(SECONDS + 120 + 30)
 @pytest.mark.parametrize(
-    "breakage", ["replay-502", "retry-422", "forwards-nothing", "replay-headless"]
-)
+    "breakage",
+    [
+        "replay-502", "retry-422", "forwards-nothing", "replay-headless",
+        "follower-misses-chunk", "follower-other-stream",
+    ],
+)  # fmt: skip
 def test_a_broken_gateway_fails_the_run_with_the_rule_it_breaks(
     breakage: str, tmp_path: Path
 ) -> None:

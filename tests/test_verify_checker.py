@@ -5,13 +5,23 @@ and `Cause` members, never by a message's words."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from gateway.telemetry.events import Event
 from loadtest.verify.causes import Context, KeyHistory, Routes, extra_runs
 from loadtest.verify.checker import Floor, Verdict, check
 from loadtest.verify.gatewaylog import Gateways, Said, read_gateways
-from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, Execution, Fault
+from loadtest.verify.history import (
+    CUT,
+    REFUSED,
+    TIMED_OUT,
+    Attempt,
+    Execution,
+    Fault,
+    digest,
+)
 from loadtest.verify.reasons import Cause, Reason
 from loadtest.verify.rules import (
     rule_1,
@@ -25,19 +35,21 @@ from loadtest.verify.rules import (
     rule_10,
 )
 
-NAMES = ("record", "reconcile", "release", "open")
+NAMES = ("record", "reconcile", "release", "open", "follow")
 
 
 def routes(
     lost: str | None = None, leases: dict[str, float] | None = None, fails_open: bool = True
 ) -> Routes:
-    """The harness's routes, each named after its policy (`open` records and fails open);
-    every route's `on_owner_lost` is `lost` where given."""
+    """The harness's routes, each named after its policy (`open` records and fails open,
+    `follow` records and lets duplicates follow the answer in flight); every route's
+    `on_owner_lost` is `lost` where given."""
     return Routes(
         unknown={name: name for name in NAMES},
         lost={name: lost or name for name in NAMES},
         fails_open=frozenset({"open"} if fails_open else ()),
         leases=leases or {},
+        follows=frozenset({"follow"}),
     )
 
 
@@ -747,3 +759,146 @@ def test_a_gateways_log_is_read_by_its_fields() -> None:
     assert gateways.counts == {Event.NOT_SENT_LATE: 1, Event.OWNER_LOST: 1, Event.FAILED_OPEN: 1}
     assert gateways.unnamed == {(1, "open", Event.FAILED_OPEN): [1795907663.25]}
     assert (gateways.tracebacks, gateways.logged_500, gateways.settled) == (2, 1, {"held": 1})
+
+
+# The follow route: a duplicate of a call in flight follows its answer as it is made, a
+# replay that arrived early. Its answers are held as a replay's are, whole or cut short
+# after the head: its bytes those of its execution as the upstream logged them (rule 2),
+# of its own key (rule 3), its head the first 2xx's and marked a replay (rule 10).
+SENT = (
+    b'id: 1\ndata: {"id":"x1","key":"k1"}\n\n'  # 36 bytes: a cut after them names x1
+    b'id: 2\ndata: {"x":"x1","n":2,"r":"5d1e"}\n\n'
+    b'id: 3\ndata: {"x":"x1","n":3,"r":"c07a"}\n\n'
+)
+NAMED = 36
+
+
+def streamed(
+    n: int,
+    got: bytes = SENT,
+    *,
+    cut: bool = False,
+    kind: str = "follow",
+    replayed: str = "true",
+    start: float = 10.2,
+    end: float = 10.5,
+    key: str = "k1",
+    named: str | None = None,
+    head: str = "h1",
+    gateway: int = 0,
+    framing: str = "chunked",
+) -> Attempt:
+    """An answer on the follow route: the bytes that came, cut short after its head or not;
+    the execution they name, x1 once its first event came whole."""
+    execution = named if named is not None else ("x1" if len(got) >= NAMED else "")
+    return Attempt(
+        f"a{n}", "o1", kind, "follow", "t0", key, "p1", gateway, start, end,
+        CUT if cut else 200, "", digest(got), execution, "", "OK", head, "", replayed,
+        framing, f"200 {len(got)}" if cut else "",
+    )  # fmt: skip
+
+
+def stream_run(
+    n: int = 1, *, key: str = "k1", sent: bytes = SENT, logged: bool = True
+) -> Execution:
+    """The execution of the key's first call (a1), with the bytes it sent, as logged."""
+    sent_field = base64.b64encode(sent).decode() if logged else ""
+    return Execution(f"x{n}", "follow", "t0", key, "p1", "a1", 10.05, digest(sent), "", sent_field)
+
+
+OWNER = streamed(1, kind="first", replayed="", start=10.0, end=10.6)
+
+
+def test_followers_whole_and_cut_short_with_their_executions_bytes_break_no_rule() -> None:
+    """The first answer; a follower that streamed it whole, one from the record (framed by
+    length: it came as the answer was stored), and two cut short, after its first event
+    (naming x1) and before (naming none): each its execution's bytes, or their start."""
+    history = [
+        OWNER,
+        streamed(2),
+        streamed(3, framing="length", start=10.55, end=10.6),
+        streamed(4, SENT[:50], cut=True),
+        streamed(5, SENT[:10], cut=True),
+    ]
+    verdict = check(history, [stream_run()], [], ROUTES)
+    assert verdict.violations == []
+    assert verdict.followers == {"streamed": 1, "from the record": 1, "cut after the head": 2}
+    assert verdict.followers_owner_down == {}
+
+
+MISSED = SENT[:NAMED] + SENT[-42:] + SENT[-42:]  # the second event missed, the last twice
+# Each reason of a follower's answer alone, on the follow route: the rule's own, and no other.
+FOLLOWER_CASES = {
+    Reason.DIFFERS_FROM_ITS_EXECUTION: [OWNER, streamed(2, MISSED[: len(SENT)], cut=False)],
+    Reason.CUT_NOT_ITS_START: [OWNER, streamed(2, MISSED[:90], cut=True)],
+    Reason.ANOTHER_KEYS_ANSWER: [OWNER, streamed(2, SENT[:50], cut=True, named="x2")],
+    Reason.OTHER_HEADERS: [OWNER, streamed(2, SENT[:50], cut=True, head="h2")],
+    Reason.MARKED_OTHERWISE: [OWNER, streamed(2, replayed="")],
+}
+
+
+@pytest.mark.parametrize("reason", list(FOLLOWER_CASES), ids=lambda r: r.name)
+def test_each_reason_of_a_followers_answer_alone(reason: Reason) -> None:
+    history = FOLLOWER_CASES[reason]
+    ran = [stream_run(), stream_run(2, key="k2")]  # x2: another key's call
+    found = reasons(check(history, ran, [], ROUTES))
+    if reason is Reason.DIFFERS_FROM_ITS_EXECUTION:  # and so not the first one's body
+        assert found == [Reason.BODIES_DIFFER, reason]
+    else:
+        assert found == [reason]
+    assert {rule: r for rule, r in key_rules(history, ran).items() if r} == {reason.rule: found}
+
+
+def test_a_follower_cut_short_naming_no_execution_is_held_to_the_start_of_the_keys() -> None:
+    """Its bytes name no execution yet: the start of one of its key's, or a violation; with
+    no bytes of them logged (a folder kept before they were), not judged."""
+    owner_cut = streamed(1, SENT[:20], cut=True, kind="first", replayed="", start=10.0)
+    short = [owner_cut, streamed(2, b"id: 9\ndata: {", cut=True)]
+    assert reasons(check(short, [stream_run()], [], ROUTES)) == [Reason.CUT_NOT_ITS_START]
+    none_ran = reasons(check(short, [], [], ROUTES))  # bytes of no execution: both
+    assert none_ran == [Reason.CUT_NOT_ITS_START] * 2
+    assert check(short, [stream_run(logged=False)], [], ROUTES).violations == []
+    right = [short[0], streamed(2, SENT[:20], cut=True)]
+    assert check(right, [stream_run()], [], ROUTES).violations == []
+
+
+def test_a_2xx_is_marked_a_replay_exactly_when_another_attempt_ran_its_execution() -> None:
+    """On a route that follows: a follower unmarked, or the first answer marked, each
+    reported; the same on a route that does not follow is not judged by its mark."""
+    for history in ([OWNER, streamed(2, replayed="")], [OWNER._replace(replayed="true")]):
+        assert reasons(check(history, [stream_run()], [], ROUTES)) == [Reason.MARKED_OTHERWISE]
+        elsewhere = [a._replace(route="record") for a in history]
+        ran = [stream_run()._replace(route="record")]
+        assert check(elsewhere, ran, [], ROUTES).violations == []
+
+
+def test_followers_of_an_owner_killed_mid_answer_end_cut_or_as_waiting_duplicates() -> None:
+    """The owner's gateway (1) killed as it streamed: its client cut, a follower on gateway
+    0 cut after two events, another (no head yet) answered 409 as a waiting duplicate is;
+    a retry answered 502 unknown (the outcome held for an operator). No violation, and the
+    followers counted with their owner down."""
+    history = [
+        streamed(1, SENT[:NAMED], cut=True, kind="first", replayed="", start=10.0, end=10.4,
+                 gateway=1),
+        streamed(2, SENT[:80], cut=True, end=12.5),
+        streamed(3, b"", kind="follow", start=10.3, end=12.4)._replace(
+            status=409, body="", execution="", replayed="", framing="length", head=""
+        ),
+        Attempt("a4", "o1", "retry", "follow", "t0", "k1", "p1", 0, 13.0, 13.1, 502,
+                "unknown", "", "", "owner-lost"),
+    ]  # fmt: skip
+    killed = [Fault("gateway-kill", "gateway 1", 10.35, 11.0)]
+    verdict = check(history, [stream_run()], killed, ROUTES)
+    assert verdict.violations == []
+    assert verdict.followers == {"cut after the head": 1, "409": 1}
+    assert verdict.followers_owner_down == verdict.followers
+
+
+def test_the_access_logs_followed_answers_are_counted() -> None:
+    line = '{"ts":"2026-11-28T23:14:22.1Z","logger":"gateway.http.server.access",'
+    logs = {
+        0: line + '"status":200,"outcome":"followed"}\n' + line + '"status":200,"outcome":"x"}',
+        1: line + '"status":200,"outcome":"followed"}',
+    }
+    assert read_gateways(logs).followed == 2
+    assert check([attempt(1)], [execution(1)], [], ROUTES, read_gateways(logs)).said_followed == 2

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.config.loading import settings_from_dict
 from loadtest.verify.__main__ import fleet_of, parse
 from loadtest.verify.fleet import EARLIER, THIS, Member, earlier_release, parse_fleet
 from loadtest.verify.harness import GATEWAYS, gateway_ports
 from loadtest.verify.history import read_attempts
-from loadtest.verify.system import OPEN, Policy, System, route
+from loadtest.verify.system import FOLLOW, OPEN, Policy, System, route
 
 from .checkouts import earlier_tree
 
@@ -59,6 +60,22 @@ def test_an_earlier_member_is_configured_with_what_it_knows(tmp_path: Path) -> N
     assert [c["redis"].get("record_format") for c in configs[1:]] == [1, 2, None]
     assert all("admin" not in c for c in configs[1:])
     yaml.safe_dump(configs[0])  # as GatewayProcess writes it
+
+
+def test_the_follow_route_follows_on_this_release_and_waits_on_the_earlier_one(
+    tmp_path: Path,
+) -> None:
+    """An earlier release knows `on_in_flight: wait`, not `follow`: its duplicates wait for
+    the record, within the same `in_flight_wait`. This release's config is its own to take."""
+    fleet = parse_fleet("earlier,1")
+    policy = Policy(routes=["record", FOLLOW])
+    system = System(tmp_path, Stub(), policy, 2, 1, fleet=fleet)  # type: ignore[arg-type]
+    earlier, this = (system.member_config(m, "http://127.0.0.1:1", None) for m in fleet)
+    follows = [{r["name"]: r.get("on_in_flight") for r in c["routes"]} for c in (earlier, this)]
+    assert follows == [{"record": None, FOLLOW: "wait"}, {"record": None, FOLLOW: "follow"}]
+    assert earlier["routes"][1]["in_flight_wait"] == this["routes"][1]["in_flight_wait"] == "2s"
+    settings = settings_from_dict(this, tls_files=False)
+    assert [r.on_in_flight for r in settings.routes] == ["reject", "follow"]
 
 
 def test_the_open_route_fails_open_and_records_unknown_outcomes() -> None:

@@ -1,6 +1,9 @@
 """The parts of `loadtest.verify` the checker relies on: the upstream logs an execution
-before it answers and its lookup agrees with the log; its answers' heads differ per
-execution, and a client's digest of a head sees all of it but the gateway's own headers;
+before it answers and its lookup agrees with the log; its event stream comes over time,
+its bytes logged whole before the first goes out, and a fault breaks it off mid-answer;
+its answers' heads differ per execution, and a client's digest of a head sees all of it
+but the gateway's own headers (and a stream's framing); an attempt keeps what came of an
+answer that broke off, and the execution its bytes name;
 the nemesis's pauses outlive a retry's wait for a late answer every other time, and it
 stops a process at its next write; the fault proxy passes, swallows, resets and holds back
 as told."""
@@ -24,11 +27,20 @@ import orjson
 import pytest
 from aiohttp import web
 
-from loadtest.verify.clients import Knobs, head_digest
-from loadtest.verify.history import Fault, escaped, read_executions
+from loadtest.verify.clients import Knobs, head_digest, read_body
+from loadtest.verify.history import (
+    CUT,
+    Attempt,
+    Execution,
+    Fault,
+    digest,
+    escaped,
+    read_attempts,
+    read_executions,
+)
 from loadtest.verify.nemesis import pause_length, quiet, state, stop_in_burst, writes
 from loadtest.verify.proxy import FaultProxy, idle, reply_ends
-from loadtest.verify.upstream import Executions, digest
+from loadtest.verify.upstream import Executions
 from testkit.polling import until, wait_until
 
 
@@ -124,6 +136,106 @@ def test_a_heads_digest_sees_all_but_the_gateways_own_headers() -> None:
     # A reconciled answer is the gateway's own: its Date and Server are too.
     reconciled = [*head[:3], (b"Server", b"aiohttp"), (b"Date", b"Sun, 29 Nov 2026 GMT")]
     assert head_digest(reconciled, "reconciled") == head_digest(head[:3], "reconciled")
+
+
+async def stream(
+    session: aiohttp.ClientSession, origin: str, key: str, body: bytes
+) -> tuple[aiohttp.ClientResponse, list[bytes]]:
+    """A stream's answer and its body's pieces as they came (until it ended, or broke off)."""
+    headers = {"Idempotency-Key": key, "Authorization": "Bearer t1", "X-Attempt": "a1"}
+    pieces = []
+    async with session.post(f"{origin}/follow/stream", data=body, headers=headers) as answer:
+        with contextlib.suppress(aiohttp.ClientPayloadError):
+            async for piece in answer.content.iter_any():
+                pieces.append(piece)
+    return answer, pieces
+
+
+async def test_a_stream_is_one_execution_its_bytes_logged_before_they_go_out(
+    tmp_path: Path,
+) -> None:
+    """5 to 20 events over time, chunked, the first naming the execution as a `pay` answer
+    does; the log holds the whole body before the first byte goes, and no two executions
+    send the same bytes."""
+    log = tmp_path / "executions.tsv"
+    async with upstream(log) as (executions, origin), aiohttp.ClientSession() as session:
+        answer, pieces = await stream(session, origin, "k1", b"{}")
+        _, other = await stream(session, origin, "k1", b"{}")
+        executions.log.flush()
+    assert (answer.status, answer.headers["Content-Type"]) == (200, "text/event-stream")
+    assert answer.headers["Transfer-Encoding"] == "chunked" and len(pieces) >= 5
+    body = b"".join(pieces)
+    events = body.split(b"\n\n")[:-1]
+    assert 5 <= len(events) <= 20 and all(e.startswith(b"id: ") for e in events)
+    first, second = read_executions(log)
+    named, _ = read_body(200, body)
+    assert named == first.execution and orjson.loads(events[0].split(b"data: ")[1])["key"] == "k1"
+    assert (first.body, first.starts_with(len(body), digest(body))) == (digest(body), True)
+    assert first.starts_with(40, digest(body[:40])) and not first.starts_with(40, digest(body))
+    assert first.starts_with(len(body) + 1, digest(body)) is False
+    assert b"".join(other) != body and second.body == digest(b"".join(other))
+    whole = len(events[0]) + 2  # its blank line
+    assert read_body(200, body[:whole]) == (named, "")  # once it came whole
+    assert read_body(200, body[: whole - 1]) == ("", "")
+
+
+async def test_a_streams_fault_breaks_it_off_after_an_event(tmp_path: Path) -> None:
+    """A reset drawn after executing and before the third event: the head and two events
+    go out, then the connection is reset; the log holds what the stream would have sent."""
+    log = tmp_path / "executions.tsv"
+    async with upstream(log) as (executions, origin), aiohttp.ClientSession() as session:
+        executions.reset = 1.0
+        executions.rng.random = lambda: 0.9  # type: ignore[method-assign]  # past half: after
+        drawn = executions.rng.randrange
+        executions.rng.randrange = (  # type: ignore[method-assign]
+            lambda *args: 2 if len(args) == 1 else drawn(*args)  # the fault's event: the third
+        )
+        answer, pieces = await stream(session, origin, "k2", b"{}")
+        executions.log.flush()
+    (logged,) = read_executions(log)
+    got = b"".join(pieces)
+    assert answer.status == 200 and got.count(b"\n\n") == 2
+    assert logged.fault == "reset" and logged.starts_with(len(got), digest(got))
+    assert not logged.starts_with(len(got) + 1, digest(got))
+
+
+def test_an_answer_broken_off_after_its_head_is_kept_with_its_bytes(tmp_path: Path) -> None:
+    """An attempt of 21 fields reads back with its replay mark, its framing and what came of
+    an answer cut short; an execution with its body's bytes (base64), or one of a log
+    written before them; bytes that are no base64 make the line unreadable."""
+    cut = Attempt(
+        "a1", "o1", "follow", "follow", "t0", "k1", "p1", 1, 1.0, 1.5, CUT, "", "b1", "x1", "",
+        "OK", "h1", "", "true", "chunked", "200 377",
+    )  # fmt: skip
+    whole = cut._replace(status=200, partial="")
+    history = tmp_path / "attempts-0.tsv"
+    history.write_text(cut.line() + whole.line())
+    read = list(read_attempts(history))
+    assert read == [cut, whole]
+    assert (read[0].broke_off, read[0].answered_2xx) == ((200, 377), True)
+    assert (read[1].broke_off, read[1].answered_2xx) == (None, True)
+    assert cut._replace(partial="409 12").answered_2xx is False
+    log = tmp_path / "executions.tsv"
+    ran = Execution("x1", "follow", "t0", "k1", "p1", "a1", 1.0, digest(b"abc"), "", "YWJj")
+    log.write_text(
+        "\t".join(map(str, ran)) + "\n" + "\t".join(map(str, ran[:9])) + "\n"
+        + "\t".join(map(str, ran._replace(sent="not base64!"))) + "\n"
+    )  # fmt: skip
+    unreadable: list[str] = []
+    assert list(read_executions(log, unreadable)) == [ran, ran._replace(sent="")]
+    assert len(unreadable) == 1 and "line 3" in unreadable[0]
+    assert ran._replace(sent="").starts_with(1, digest(b"a")) is None
+
+
+def test_a_chunked_answers_digest_leaves_its_framing_out() -> None:
+    """The first answer and a follower get a chunked stream, a replay its record framed by
+    length: on the follow route the framing headers are left out of the digest."""
+    head = [(b"Content-Type", b"text/event-stream"), (b"Location", b"/follow/payments/x1")]
+    chunked = [*head, (b"Transfer-Encoding", b"chunked"), (b"Date", b"d")]
+    replayed = [*head, (b"Date", b"d"), (b"Content-Length", b"377")]
+    assert head_digest(chunked, "", chunked=True) == head_digest(replayed, "", chunked=True)
+    assert head_digest(chunked, "") != head_digest(replayed, "")
+    assert head_digest(chunked, "", chunked=True) != head_digest(head, "", chunked=True)
 
 
 def test_a_reason_phrase_of_any_bytes_is_one_field() -> None:

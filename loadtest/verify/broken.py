@@ -87,7 +87,7 @@ def forwards_nothing() -> None:
     from gateway.http.answers.problems import STORE_UNAVAILABLE
 
     async def refuse(s: Any, c: Any) -> Any:
-        await s.store.release(c.key, c.token)
+        await s.store.release(c.record_key, c.token)
         return STORE_UNAVAILABLE.answer("try again later")
 
     replace("gateway.http.flow.handler", "forward", lambda _: refuse)
@@ -344,6 +344,68 @@ def dictionary_unkept() -> None:
     trained.Trained._see = seen_unstored  # type: ignore[method-assign]
 
 
+def follower_misses_chunk() -> None:
+    """A follower misses a piece of the answer it follows: one piece of news of its bytes is
+    lost on the way to it (as pub/sub may lose one) and those after it are numbered on from
+    where it thinks it is, so that it sees no gap; it ends from the record at its own count,
+    the bytes it wrote checked against themselves, not against the record. Its answer ends
+    whole-looking, one piece short and the record's last bytes in its stead."""
+    from gateway.core.following import Bytes
+    from gateway.http.flow import follow
+
+    real_tell = follow.Inbox.tell
+    lost: dict[int, int] = {}  # per inbox (by id): the bytes lost
+
+    def tell(self: Any, news: Any) -> bool:
+        if isinstance(news, Bytes):
+            if id(self) not in lost and news.offset > 0:
+                lost[id(self)] = len(news.data)
+                return True  # lost, unseen
+            news = Bytes(news.offset - lost.get(id(self), 0), news.data)
+        return bool(real_tell(self, news))
+
+    real_rest = follow._Following._rest
+
+    async def rest(self: Any, result: Any) -> bool:
+        lost.pop(id(self.inbox), None)
+        if result.record is not None and result.record.blob is None:
+            self.digest = hashlib.sha256(result.body[: self.seen])  # itself: it always holds
+        return bool(await real_rest(self, result))
+
+    follow.Inbox.tell = tell  # type: ignore[method-assign]
+    follow._Following._rest = rest  # type: ignore[method-assign]
+
+
+def follower_other_stream() -> None:
+    """A follower joins another key's call: the hubs of calls in flight are looked up as if
+    by their route alone (the last one opened, whatever its key), and a follower is let in
+    under the hub's own fingerprint. It is written that call's head and bytes as they come,
+    on this gateway or, asked through the relay, on another; the record of its own key then
+    does not hold them, and the gateway cuts it."""
+    from gateway.http.flow.hub import Hub, Hubs
+
+    real_open, real_join = Hubs.open, Hub.join
+    opened: dict[int, tuple[str, Hub]] = {}  # per process's Hubs (by id): the last opened
+
+    def open_hub(self: Hubs, record: str, fingerprint: str, most: int, keep: int) -> Hub:
+        hub = real_open(self, record, fingerprint, most, keep)
+        opened[id(self)] = (record, hub)
+        return hub
+
+    def get(self: Hubs, record: str) -> Hub | None:
+        last = opened.get(id(self))
+        if last is not None and last[0] != record and self._hubs.get(last[0]) is last[1]:
+            return last[1]
+        return self._hubs.get(record)
+
+    def join(self: Hub, follower: Any, fingerprint: str) -> bool:
+        return real_join(self, follower, self.fingerprint)
+
+    Hubs.open = open_hub  # type: ignore[method-assign]
+    Hubs.get = get  # type: ignore[method-assign]
+    Hub.join = join  # type: ignore[method-assign]
+
+
 def guarded_switch() -> None:
     """The same switch with the guard as it is: not a breakage, the control of the one
     above (the guard holds format 2 back)."""
@@ -395,6 +457,22 @@ BREAKAGES: dict[str, Breakage] = {
         (4,),
         "none",
         dictionary_unkept,
+    ),
+    # The follow route alone (`system.FOLLOW`, not imported: it loads the gateway before the
+    # patch): its clients send followers while the answer streams.
+    "follower-misses-chunk": Breakage(
+        "a follower misses a piece of the answer and ends whole-looking",
+        (2,),
+        "none",
+        follower_misses_chunk,
+        "follow",
+    ),
+    "follower-other-stream": Breakage(
+        "a follower gets another key's answer as it streams",
+        (3,),
+        "none",
+        follower_other_stream,
+        "follow",
     ),
     "premature-switch": Breakage(
         "record_format 2 beside the earlier release, the fleet guard blind",

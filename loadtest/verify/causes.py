@@ -37,12 +37,14 @@ REDIS_LINK = re.compile(r"\bgateway (\d+) <-> redis\b")
 @dataclass(frozen=True)
 class Routes:
     """What the checker knows of the routes: each one's policy for an unknown outcome and
-    for a lost owner (the same unless given), which fail open, and their leases."""
+    for a lost owner (the same unless given), which fail open, their leases, and which let
+    a duplicate follow the answer in flight (`on_in_flight: follow`)."""
 
     unknown: Mapping[str, str]
     lost: Mapping[str, str] = field(default_factory=dict)
     fails_open: frozenset[str] = frozenset()
     leases: Mapping[str, float] = field(default_factory=dict)
+    follows: frozenset[str] = frozenset()
 
     def accepts(self, route: str, cause: Cause) -> bool:
         """Whether the route's policy lets an extra run of this cause stand."""
@@ -90,6 +92,7 @@ class KeyHistory:
         self.asked = list(asked)
         self.attempts = {a.attempt: a for a in asked}
         self.degraded = Degraded(self, ctx) if key[0] in ctx.routes.fails_open else Degraded()
+        self.follows = key[0] in ctx.routes.follows  # its duplicates follow its answer
 
     @cached_property
     def claimed(self) -> list[Execution]:

@@ -6,8 +6,9 @@ logged, applies the rules (`rules`, one function each) and merges what they find
    route's policy accepts (`causes`: on a `release` route a lost owner run again as its
    gateway logged, an unknown outcome released; on a `fail_mode: open` route a call
    forwarded without idempotency while Redis was unreachable from its gateway);
-2. every 2xx for a key carries the same body, that of an execution of the key;
-3. no 2xx from another key's, tenant's or payload's execution;
+2. every 2xx for a key carries the same body, that of an execution of the key, byte for
+   byte as the upstream logged it; one cut short after its head, the first bytes of it;
+3. no 2xx (whole or cut short) from another key's, tenant's or payload's execution;
 4. no acknowledged outcome lost: after a client got a 2xx for a key, no claim of it runs,
    and every later answer for the same payload is that 2xx, or only says "not now";
 5. availability: the share of attempts answered 2xx or an expected 409/422/503, per second;
@@ -20,7 +21,12 @@ logged, applies the rules (`rules`, one function each) and merges what they find
    read, and every fault asked for was made;
 10. a replay is the first answer: every later 2xx for a key carries the first 2xx's status
    code, reason phrase and headers (bytes, order, repeats, less those the gateway adds:
-   `clients.head_digest`), not only its body.
+   `clients.head_digest`), not only its body; on a route that follows, a 2xx is marked a
+   replay exactly when another attempt ran its execution.
+
+A follower (`on_in_flight: follow`) is a replay that arrived early: rules 2, 3 and 10 hold
+its answer as they hold a replay's, whole or cut short after its head (2: its bytes the
+start of its execution's; 3: of this key's; 10: its head the first 2xx's).
 """
 
 from __future__ import annotations
@@ -30,7 +36,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gateway.telemetry.events import Event
-from loadtest.verify.causes import AFTER_FAULT, Context, Key, KeyHistory, Routes, extra_runs
+from loadtest.verify.causes import (
+    AFTER_FAULT,
+    OWNER_FAULTS,
+    Context,
+    Key,
+    KeyHistory,
+    Routes,
+    extra_runs,
+)
 from loadtest.verify.gatewaylog import Gateways
 from loadtest.verify.history import Attempt, Execution, Fault
 from loadtest.verify.reasons import Cause, Reason
@@ -80,6 +94,7 @@ class Verdict:
     # owners' keys (the `settled` of `owner-lost`).
     said: Counter[Event] = field(default_factory=Counter)
     settled: Counter[str] = field(default_factory=Counter)
+    said_followed: int = 0  # answers the access logs say followed one in flight
     # Per second since the start: attempts answered 2xx or as expected, 2xx, all.
     per_second: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     began: float = 0.0
@@ -87,6 +102,10 @@ class Verdict:
     quiet_2xx: tuple[int, int] = (0, 0)  # attempts with no fault on: 2xx, all
     held_unknown: int = 0  # keys whose last answer was an unknown outcome (for an operator)
     unknown_causes: Counter[str] = field(default_factory=Counter)
+    # The followers (attempts of kind `follow`) by how they ended (`follower_end`), and
+    # those of them whose owner's gateway was killed or stopped while they were on.
+    followers: Counter[str] = field(default_factory=Counter)
+    followers_owner_down: Counter[str] = field(default_factory=Counter)
 
     @property
     def availability(self) -> float:
@@ -110,7 +129,10 @@ def check(
     they exited; `floor`: rule 8's, checked only if given (a handmade history is short);
     `untrusted`: what the harness found wrong with the run itself (rule 9)."""
     gateways = gateways or Gateways()
-    verdict = Verdict(attempts=len(attempts), said=gateways.counts, settled=gateways.settled)
+    verdict = Verdict(
+        attempts=len(attempts), said=gateways.counts, settled=gateways.settled,
+        said_followed=gateways.followed,
+    )  # fmt: skip
     runs: dict[Key, list[Execution]] = defaultdict(list)
     by_id: dict[str, Execution] = {}
     for execution in executions:
@@ -153,12 +175,44 @@ def check(
 
 
 def tally_key(verdict: Verdict, k: KeyHistory, faults: Sequence[Fault]) -> None:
-    """The key's counts: its executions, and whether it is held unknown and after what."""
+    """The key's counts: its executions, whether it is held unknown and after what, and how
+    its followers ended."""
     verdict.runs_per_key[len(k.ran)] += 1
     answered = [a for a in k.asked if a.status > 0]
     if answered and max(answered, key=lambda a: a.end).outcome == "unknown":
         verdict.held_unknown += 1
         verdict.unknown_causes[unknown_cause(k, faults)] += 1
+    owner = k.attempts.get(k.ran[0].attempt) if k.ran else None
+    for attempt in k.asked:
+        if attempt.kind != FOLLOWER:
+            continue
+        how = follower_end(attempt)
+        verdict.followers[how] += 1
+        if owner is not None and any(
+            fault.kind in OWNER_FAULTS
+            and fault.target == f"gateway {owner.gateway}"
+            and fault.start <= attempt.end
+            and fault.end >= attempt.start
+            for fault in faults
+        ):
+            verdict.followers_owner_down[how] += 1
+
+
+FOLLOWER = "follow"  # the kind of a client's attempt sent while the key's answer streams
+
+
+def follower_end(attempt: Attempt) -> str:
+    """How a follower ended: `streamed` (a 2xx marked a replay, sent chunked as it was
+    made), `from the record` (marked, framed by length: it waited, or came once the answer
+    was stored), `unmarked` (a 2xx not marked a replay: rule 10's), `cut after the head` or
+    `timeout after the head`, or the status it got (`409`, `cut`, ...)."""
+    if 200 <= attempt.status < 300:
+        if attempt.replayed != "true":
+            return "unmarked"
+        return "streamed" if attempt.framing == "chunked" else "from the record"
+    if attempt.broke_off is not None:
+        return f"{status_name(attempt.status)} after the head"
+    return status_name(attempt.status)
 
 
 def unknown_cause(k: KeyHistory, faults: Sequence[Fault]) -> str:

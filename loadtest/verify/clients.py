@@ -10,8 +10,15 @@ two copies at once to two gateways; after a 2xx some send the key again (a repla
 it with another payload (which must get 422). A 502 that says
 `Idempotency-Outcome: unknown` stops the retries: the key waits for an operator.
 
+On the follow route (`on_in_flight: follow`, in front of the upstream's event stream), half
+the operations send followers once the first answer's bytes begin to come: one or two
+duplicates, one to the gateway that answers and one to another, each read as it comes (and
+retried as any attempt is).
+
 Of an answer, an attempt keeps the status, the reason phrase and a digest of the headers as
-they came (`head_digest`), so that the checker can hold every replay to the first answer.
+they came (`head_digest`), so that the checker can hold every replay to the first answer;
+whether it was marked a replay and how its body was framed; and of one that broke off after
+its head, its status and the bytes that had come.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import itertools
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -30,8 +37,8 @@ import aiohttp
 import orjson
 
 from gateway.cli import new_loop
-from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, escaped
-from loadtest.verify.upstream import digest
+from loadtest.verify.history import CUT, REFUSED, TIMED_OUT, Attempt, digest, escaped
+from loadtest.verify.system import FOLLOW
 
 RETRY_STATUSES = frozenset({409, 502, 503, 504, REFUSED, CUT, TIMED_OUT})
 
@@ -52,12 +59,21 @@ GATEWAYS_OWN = frozenset(
 # route's status) carries its own Date and Server, which are not the record's: its replays
 # are dated as they are sent. An upstream's answer carries the upstream's, replayed as sent.
 MADE_BY_GATEWAY = frozenset({"date", "server"})
+# An answer the upstream chunked (the follow route's event stream) goes to its first client
+# and to followers chunked, and is replayed from the record with a Content-Length
+# (docs/fidelity.md, "framing"): the framing headers are left out of its head's digest.
+FRAMING = frozenset({"transfer-encoding", "content-length"})
 
 
-def head_digest(raw_headers: Iterable[tuple[bytes, bytes]], outcome: str) -> str:
+def head_digest(
+    raw_headers: Iterable[tuple[bytes, bytes]], outcome: str, chunked: bool = False
+) -> str:
     """A digest of the headers as received (names and values as bytes, in order, with
-    repeats), less those the gateway may set per answer."""
+    repeats), less those the gateway may set per answer; `chunked`: the upstream chunks
+    this route's answers."""
     own = GATEWAYS_OWN | MADE_BY_GATEWAY if outcome == "reconciled" else GATEWAYS_OWN
+    if chunked:
+        own |= FRAMING
     kept = [
         name + b": " + value
         for name, value in raw_headers
@@ -77,6 +93,24 @@ class Knobs:
     replays: float = 0.1  # share of successful operations sent again
     reuses: float = 0.03  # share of successful operations sent again with another payload
     shared_keys: float = 0.03  # share of operations that send another tenant's key and payload
+    # On a route that follows: the share of operations that send followers once their first
+    # answer's bytes come, within `follow_within` seconds of them.
+    followed: float = 0.5
+    follow_within: float = 0.1
+
+
+@dataclass
+class Streaming:
+    """An operation's first answer, as its followers wait for it: set once its body's first
+    bytes came, with the gateway that sends them."""
+
+    began: asyncio.Event = field(default_factory=asyncio.Event)
+    gateway: int = -1
+
+    def came(self, gateway: int) -> None:
+        if not self.began.is_set():
+            self.gateway = gateway
+            self.began.set()
 
 
 class Client:
@@ -127,6 +161,8 @@ class Client:
                 self.with_retries(op, "dup", route, tenant, key, payload),
             )
             status = max(done)
+        elif route == FOLLOW and rng.random() < knobs.followed:
+            status = await self.followed(op, route, tenant, key, payload)
         else:
             status = await self.with_retries(op, "first", route, tenant, key, payload)
         if 200 <= status < 300:
@@ -136,15 +172,54 @@ class Client:
                 other = orjson.dumps({"amount": 0, "op": op, "reused": True})
                 await self.with_retries(op, "reuse", route, tenant, key, other)
 
-    async def with_retries(
-        self, op: str, kind: str, route: str, tenant: str, key: str, payload: bytes
+    async def followed(self, op: str, route: str, tenant: str, key: str, payload: bytes) -> int:
+        """The key sent once, and once its answer's bytes begin to come, followed by one or
+        two duplicates (`follow`): one to the gateway that answers, one to another. The
+        first's status."""
+        streaming = Streaming()
+        first = asyncio.ensure_future(
+            self.with_retries(op, "first", route, tenant, key, payload, streaming=streaming)
+        )
+        began = asyncio.ensure_future(streaming.began.wait())
+        await asyncio.wait({first, began}, return_when=asyncio.FIRST_COMPLETED)
+        began.cancel()
+        followers = []
+        if streaming.began.is_set() and not first.done():
+            same = streaming.gateway
+            others = [n for n in range(len(self.gateways)) if n != same] or [same]
+            targets = [same, self.rng.choice(others)]
+            self.rng.shuffle(targets)
+            for target in targets[: self.rng.randint(1, 2)]:
+                followers.append(self.follow(op, route, tenant, key, payload, target))
+        done = await asyncio.gather(first, *followers)
+        return done[0]
+
+    async def follow(
+        self, op: str, route: str, tenant: str, key: str, payload: bytes, gateway: int
     ) -> int:
+        await asyncio.sleep(self.rng.uniform(0, self.knobs.follow_within))
+        return await self.with_retries(op, "follow", route, tenant, key, payload, gateway)
+
+    async def with_retries(
+        self,
+        op: str,
+        kind: str,
+        route: str,
+        tenant: str,
+        key: str,
+        payload: bytes,
+        gateway: int | None = None,
+        streaming: Streaming | None = None,
+    ) -> int:
+        """The key sent until it is answered for good; the first attempt to `gateway` if
+        given (the others, each to a random one)."""
         knobs = self.knobs
         status = 0
         for attempt in range(knobs.attempts):
             status, outcome = await self.send(
-                op, kind if attempt == 0 else "retry", route, tenant, key, payload
-            )
+                op, kind if attempt == 0 else "retry", route, tenant, key, payload,
+                gateway if attempt == 0 else None, streaming,
+            )  # fmt: skip
             if status not in RETRY_STATUSES or outcome == "unknown":
                 return status
             ceiling = min(knobs.backoff_cap, knobs.backoff * 2**attempt)
@@ -152,9 +227,17 @@ class Client:
         return status
 
     async def send(
-        self, op: str, kind: str, route: str, tenant: str, key: str, payload: bytes
+        self,
+        op: str,
+        kind: str,
+        route: str,
+        tenant: str,
+        key: str,
+        payload: bytes,
+        to: int | None = None,
+        streaming: Streaming | None = None,
     ) -> tuple[int, str]:
-        gateway = self.rng.randrange(len(self.gateways))
+        gateway = self.rng.randrange(len(self.gateways)) if to is None else to
         attempt_id = f"a{self.seed}-{next(self.attempt_ids)}"
         headers = {
             "Idempotency-Key": key,
@@ -164,42 +247,74 @@ class Client:
             # The gateway logs what it did to the request under this id (its `event` lines).
             "X-Request-Id": attempt_id,
         }
-        outcome = body_digest = execution = code = reason = head = degraded = ""
+        outcome = execution = code = reason = head = degraded = replayed = framing = ""
+        partial = ""
+        answered = 0  # the status of the head, once it came
+        got = bytearray()
         start = time.time()
         try:
             async with self.session.post(
-                f"{self.gateways[gateway]}/{route}/pay",
+                f"{self.gateways[gateway]}/{route}/{endpoint(route)}",
                 data=payload,
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.knobs.timeout),
             ) as resp:
-                body = await resp.read()
-                status = resp.status
+                answered = resp.status
                 outcome = resp.headers.get("Idempotency-Outcome", "")
                 reason = escaped(resp.reason or "")
-                head = head_digest(resp.raw_headers, outcome)
+                head = head_digest(resp.raw_headers, outcome, chunked=route == FOLLOW)
                 degraded = escaped(resp.headers.get("Idempotency-Degraded", ""))
-            body_digest = digest(body)
-            execution, code = read_body(status, body)
+                replayed = escaped(resp.headers.get("Idempotent-Replayed", ""))
+                framing = framing_of(resp.headers.get("Transfer-Encoding", ""),
+                                     resp.headers.get("Content-Length"))  # fmt: skip
+                # A 2xx's first bytes let its followers go (an error's body is no stream).
+                came = streaming.came if streaming and 200 <= answered < 300 else None
+                async for piece in resp.content.iter_any():  # as it comes
+                    got += piece
+                    if came is not None:
+                        came(gateway)
+            status = answered
         except aiohttp.ClientConnectorError:
             status = REFUSED
         except TimeoutError:
             status = TIMED_OUT
         except aiohttp.ClientError:
             status = CUT
+        if status in (CUT, TIMED_OUT) and answered:  # broke off after its head
+            partial = f"{answered} {len(got)}"
+        body = bytes(got)
+        body_digest = digest(body) if answered else ""
+        if answered:
+            execution, code = read_body(answered, body)
         self.sent += 1
         self.out.write(
             Attempt(
                 attempt_id, op, kind, route, tenant, key, digest(payload), gateway, start,
                 time.time(), status, outcome, body_digest, execution, code, reason, head,
-                degraded,
+                degraded, replayed, framing, partial,
             ).line()
         )  # fmt: skip
         return status, outcome
 
 
+def endpoint(route: str) -> str:
+    """The upstream's endpoint a route's calls go to: the follow route's stream, or `pay`."""
+    return "stream" if route == FOLLOW else "pay"
+
+
+def framing_of(transfer_encoding: str, content_length: str | None) -> str:
+    if "chunked" in transfer_encoding.lower():
+        return "chunked"
+    return "length" if content_length is not None else ""
+
+
 def read_body(status: int, body: bytes) -> tuple[str, str]:
-    """The execution id a 2xx names, or the problem code of an error answer."""
+    """The execution id a 2xx names (a stream's, in its first event's data, once that came
+    whole), or the problem code of an error answer."""
+    if body.startswith(b"id: "):
+        event, ends, _ = body.partition(b"\n\n")
+        data = [line for line in event.split(b"\n") if line.startswith(b"data: ")]
+        body = data[0].removeprefix(b"data: ") if ends and data else b""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:

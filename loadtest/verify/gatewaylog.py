@@ -7,7 +7,8 @@ through a stall, a lost owner's key settled and how, not sent past half its leas
 gateway of the earlier release (a mixed fleet) names no event: of its lines only the
 fail-open one is read, by the words that release wrote (released, they do not change), and
 is matched to attempts by its time. Each gateway's log is also searched for tracebacks and
-for a 500 in its access log (rule 6), and its exit code kept.
+for a 500 in its access log (rule 6), its access log's answers that followed a call in
+flight (`outcome: followed`) are counted, and its exit code kept.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ EARLIER_FAILS_OPEN = re.compile(r"redis unavailable, route (\S+) fails open: ")
 LOG_PRECISION = 0.001  # seconds: a log's times are cut to the millisecond
 EVENTS = frozenset(event.value for event in Event)
 ACCESS_LOGGER = "gateway.http.server.access"
+FOLLOWED = "followed"  # the access log's outcome of an answer that followed a call in flight
 
 
 class Said(NamedTuple):
@@ -54,10 +56,12 @@ class Gateways:
         tracebacks: int = 0,
         logged_500: int = 0,
         exit_codes: Sequence[int] = (),
+        followed: int = 0,
     ) -> None:
         self.earlier = frozenset(earlier)
         self.tracebacks = tracebacks
         self.logged_500 = logged_500
+        self.followed = followed  # access-log lines of answers that followed one in flight
         self.exit_codes = list(exit_codes)
         self.by_request: dict[str, list[Said]] = defaultdict(list)
         self.unnamed: dict[tuple[int, str, Event], list[float]] = defaultdict(list)
@@ -94,12 +98,13 @@ def read_gateways(
     """`logs`: each gateway's log text, by index (a log of unknown gateway under -1: searched
     for tracebacks and 500s only)."""
     said: list[Said] = []
-    tracebacks = logged_500 = 0
+    tracebacks = logged_500 = followed = 0
     for gateway, text in logs.items():
         tracebacks += text.count("Traceback")
         for when, entry in json_lines(text):
-            if entry.get("logger") == ACCESS_LOGGER and entry.get("status") == 500:
-                logged_500 += 1
+            if entry.get("logger") == ACCESS_LOGGER:
+                logged_500 += entry.get("status") == 500
+                followed += entry.get("outcome") == FOLLOWED
             if gateway < 0:
                 continue
             if gateway in earlier:
@@ -115,7 +120,7 @@ def read_gateways(
                         _text(entry.get("request_id")), _text(entry.get("settled")),
                     )
                 )  # fmt: skip
-    return Gateways(said, earlier, tracebacks, logged_500, exit_codes)
+    return Gateways(said, earlier, tracebacks, logged_500, exit_codes, followed)
 
 
 def _text(value: object) -> str | None:

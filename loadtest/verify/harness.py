@@ -22,7 +22,7 @@ from loadtest.verify.fleet import EARLIER, Member, parse_fleet
 from loadtest.verify.gatewaylog import read_gateways
 from loadtest.verify.history import Fault, read_attempts, read_executions
 from loadtest.verify.nemesis import Nemesis, seconds_of
-from loadtest.verify.system import EXECUTIONS, OPEN, Policy, System
+from loadtest.verify.system import EXECUTIONS, FOLLOW, OPEN, Policy, System
 from testkit.polling import wait_until
 
 GATEWAYS = "gateways.json"  # each gateway's port, by index
@@ -147,6 +147,7 @@ def judge(workdir: Path) -> Run:
         lost={name: plan.owner_lost or name for name in plan.routes},
         fails_open=frozenset(name for name in plan.routes if name == OPEN),
         leases={name: seconds_of(plan.lease) for name in plan.routes},
+        follows=frozenset(name for name in plan.routes if name == FOLLOW),
     )
     fleet = parse_fleet(plan.fleet) if plan.fleet else [Member()] * plan.gateways
     earlier = [index for index, member in enumerate(fleet) if member.release == EARLIER]

@@ -6,9 +6,18 @@ Times are wall-clock seconds (`time.time()`), shared by every process on the hos
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
+
+
+def digest(data: bytes) -> str:
+    """A short digest of bytes (payloads and answer bodies), the same on every side."""
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
 
 # Attempt statuses that are no HTTP answer.
 REFUSED = 0  # the connection was refused: nothing was sent
@@ -39,9 +48,29 @@ class Attempt(NamedTuple):
     # The Idempotency-Degraded header: a `fail_mode: open` route forwarded it without
     # idempotency, Redis being unreachable (the key may run again).
     degraded: str = ""
+    replayed: str = ""  # the Idempotent-Replayed header (a replay, or a follower's answer)
+    framing: str = ""  # how the body came: "chunked", "length" (Content-Length), "" (neither)
+    # Of an answer that broke off after its head (status CUT or TIMED_OUT): its status and
+    # the body bytes that came, "200 377"; `body` is then their digest, `execution` the one
+    # they name (if they got that far). "" for any other attempt.
+    partial: str = ""
 
     def line(self) -> str:
         return "\t".join(map(str, self)) + "\n"
+
+    @property
+    def broke_off(self) -> tuple[int, int] | None:
+        """Of an answer that broke off after its head: its status and the bytes that came."""
+        if not self.partial:
+            return None
+        status, length = self.partial.split()
+        return int(status), int(length)
+
+    @property
+    def answered_2xx(self) -> bool:
+        """Its head said 2xx: the answer came whole, or broke off after the head."""
+        cut = self.broke_off
+        return 200 <= self.status < 300 or (cut is not None and 200 <= cut[0] < 300)
 
 
 def escaped(text: str) -> str:
@@ -62,6 +91,16 @@ class Execution(NamedTuple):
     time: float
     body: str  # digest of the answer it wrote (or would have: see fault)
     fault: str  # "", "reset" (answer lost) or "hang" (answer held past the timeout)
+    # The answer's body bytes, base64 ("": a log written before the upstream logged them).
+    sent: str = ""
+
+    def starts_with(self, length: int, body: str) -> bool | None:
+        """Whether the first `length` bytes of its answer's body have the digest `body`;
+        None where its bytes were not logged."""
+        if not self.sent:
+            return None
+        sent = _decoded(self.sent)
+        return len(sent) >= length and digest(sent[:length]) == body
 
 
 class Fault(NamedTuple):
@@ -98,7 +137,7 @@ def read_attempts(path: Path, unreadable: list[str] | None = None) -> Iterator[A
         for number, line in enumerate(lines, 1):
             f = line.rstrip("\n").split("\t")
             try:
-                if len(f) not in (15, 17, 18):
+                if len(f) not in (15, 17, 18, 21):
                     raise ValueError(f"{len(f)} fields")
                 attempt = Attempt(
                     f[0], f[1], f[2], f[3], f[4], f[5], f[6], int(f[7]), float(f[8]),
@@ -116,13 +155,24 @@ def read_executions(path: Path, unreadable: list[str] | None = None) -> Iterator
         for number, line in enumerate(lines, 1):
             f = line.rstrip("\n").split("\t")
             try:
-                if len(f) != 9:
+                if len(f) not in (9, 10):
                     raise ValueError(f"{len(f)} fields")
-                execution = Execution(f[0], f[1], f[2], f[3], f[4], f[5], float(f[6]), f[7], f[8])
+                if len(f) == 10:
+                    _decoded(f[9])
+                execution = Execution(
+                    f[0], f[1], f[2], f[3], f[4], f[5], float(f[6]), f[7], f[8], *f[9:]
+                )
             except ValueError as exc:
                 _unreadable(unreadable, path, number, exc)
                 continue
             yield execution
+
+
+def _decoded(sent: str) -> bytes:
+    try:
+        return base64.b64decode(sent, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"its answer's bytes: {exc}") from None
 
 
 def _unreadable(found: list[str] | None, path: Path, number: int, exc: ValueError) -> None:

@@ -14,6 +14,7 @@ class Reason(Enum):
     BODIES_DIFFER = (2, "2xx bodies differ")
     NAMES_NO_EXECUTION = (2, "a 2xx names no execution")
     DIFFERS_FROM_ITS_EXECUTION = (2, "a 2xx differs from its execution")
+    CUT_NOT_ITS_START = (2, "a 2xx cut short is not the start of its execution's body")
     ANOTHER_KEYS_ANSWER = (3, "a 2xx carries another key's answer")
     ANOTHER_PAYLOADS_ANSWER = (3, "a 2xx answers another payload")
     RAN_AFTER_A_2XX = (4, "ran again after a 2xx")
@@ -29,6 +30,7 @@ class Reason(Enum):
     UNTRUSTED = (9, "the run cannot be trusted")
     OTHER_STATUS_LINE = (10, "a replay with another status line")
     OTHER_HEADERS = (10, "a replay with other headers")
+    MARKED_OTHERWISE = (10, "a 2xx marked a replay or not otherwise than it came")
 
     def __init__(self, rule: int, words: str) -> None:
         self.rule = rule

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.telemetry.events import Event
 from loadtest.verify.fleet import EARLIER
+from loadtest.verify.system import FOLLOW
 
 if TYPE_CHECKING:
     from loadtest.verify.checker import Verdict
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 NO_FAULT = "(no fault on)"
 RULES = {
     1: "executions per key (<= 1; extra runs on release routes explained, degraded ones apart)",
-    2: "every 2xx carries the key's one execution's body",
+    2: "every 2xx carries the key's one execution's body (one cut short, its first bytes)",
     3: "no answer of another key, tenant or payload",
     4: "no acknowledged outcome lost (no run after a 2xx; later answers for its payload the 2xx)",
     6: "no 500, no traceback, clean exits",
@@ -59,6 +60,8 @@ def table(result: Run) -> str:
         *said_rows(v),
         ("seconds under 5% 2xx, per master fault", dark_seconds(result) or "no master fault"),
     ]
+    if FOLLOW in plan.routes:
+        rows += follower_rows(v, access_log=plan.log_level == "info")
     if v.earlier_stalls or (plan.fleet and EARLIER in plan.fleet.split(",")):
         rows.append(
             (
@@ -119,6 +122,26 @@ def said_rows(v: Verdict) -> list[tuple[str, str]]:
         ),
         ("calls sent with no whole answer (`unknown-outcome`)", f"{said[Event.UNKNOWN_OUTCOME]:,}"),
     ]
+
+
+def follower_rows(v: Verdict, access_log: bool) -> list[tuple[str, str]]:
+    """How the followers ended (`checker.follower_end`), and those whose owner's gateway was
+    killed or stopped while they were on; with the access log, the answers the gateways
+    logged as followed."""
+
+    def counts(how: Counter[str]) -> str:
+        return ", ".join(f"{k}: {n:,}" for k, n in how.most_common()) or "0"
+
+    rows = [
+        ("followers (sent while the answer streams), by how they ended", counts(v.followers)),
+        (
+            "of them, their owner's gateway killed or stopped meanwhile",
+            counts(v.followers_owner_down),
+        ),
+    ]
+    if access_log:
+        rows.append(("answers the gateways logged `followed`", f"{v.said_followed:,}"))
+    return rows
 
 
 MASTER_FAULTS = ("redis-kill", "redis-stop", "redis-failover")

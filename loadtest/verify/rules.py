@@ -53,7 +53,9 @@ def acknowledged(k: KeyHistory) -> list[Attempt]:
 
 
 def rule_2(k: KeyHistory, ctx: Context) -> list[Violation]:
-    """One body: every 2xx of the key's claims the same, each that of its execution."""
+    """One body: every 2xx of the key's claims the same, each that of its execution; one
+    that broke off after its head (a follower cut short, say) carries the first bytes of
+    its execution's body, as the upstream logged them."""
     found = []
     bodies = {a.body for a in acknowledged(k)}
     if len(bodies) > 1:
@@ -68,20 +70,46 @@ def rule_2(k: KeyHistory, ctx: Context) -> list[Violation]:
             continue  # another's answer: rule 3's
         elif execution.body != attempt.body:
             found.append(Violation(Reason.DIFFERS_FROM_ITS_EXECUTION, k.name, attempt.attempt))
+    for attempt in k.asked:
+        cut = attempt.broke_off
+        if cut is not None and 200 <= cut[0] < 300:
+            found += _cut_short(k, ctx, attempt, cut[1])
     return found
 
 
+def _cut_short(k: KeyHistory, ctx: Context, attempt: Attempt, length: int) -> list[Violation]:
+    """An answer cut short after a 2xx head: its bytes the start of the execution they name,
+    or, naming none yet, of one of the key's executions."""
+    what = f"{attempt.attempt}, {length} bytes"
+    if attempt.execution:
+        execution = ctx.by_id.get(attempt.execution)
+        if execution is None:
+            return [Violation(Reason.NAMES_NO_EXECUTION, k.name, what)]
+        if (_of_key(execution), execution.payload) != (k.key, attempt.payload):
+            return []  # another's answer: rule 3's
+        if execution.starts_with(length, attempt.body) is False:
+            return [Violation(Reason.CUT_NOT_ITS_START, k.name, f"{what} of {execution.execution}")]
+        return []
+    if not length:
+        return []
+    starts = [e.starts_with(length, attempt.body) for e in k.ran]
+    if True in starts or (starts and None in starts):  # its start, or bytes not logged
+        return []
+    return [Violation(Reason.CUT_NOT_ITS_START, k.name, f"{what}, of none of its executions")]
+
+
 def rule_3(k: KeyHistory, ctx: Context) -> list[Violation]:
-    """No answer of another key, tenant or payload: a 2xx's execution ran for this key and
-    this payload."""
+    """No answer of another key, tenant or payload: a 2xx's execution (whole, or cut short
+    after its head) ran for this key and this payload."""
     found = []
     for attempt in k.asked:
-        execution = ctx.by_id.get(attempt.execution) if 200 <= attempt.status < 300 else None
+        execution = ctx.by_id.get(attempt.execution) if attempt.answered_2xx else None
         if execution is None:
             continue
         if _of_key(execution) != k.key:
             other = "/".join(_of_key(execution))
-            detail = f"{attempt.attempt} carries {other}'s"
+            cut = " (cut short after its head)" if attempt.broke_off else ""
+            detail = f"{attempt.attempt} carries {other}'s{cut}"
             found.append(Violation(Reason.ANOTHER_KEYS_ANSWER, k.name, detail))
         elif execution.payload != attempt.payload:
             found.append(Violation(Reason.ANOTHER_PAYLOADS_ANSWER, k.name, attempt.attempt))
@@ -161,20 +189,52 @@ def rule_7(k: KeyHistory) -> list[Violation]:
 
 def rule_10(k: KeyHistory) -> list[Violation]:
     """A replay is the first answer: every later 2xx carries the first one's status line and
-    head. A stale owner's answer marked `fenced` says that the record holds another
-    claim's, and is held to rule 2 only."""
+    head, and so does a replay cut short after its head (a follower whose answer broke off)
+    that of the first 2xx of its execution. A stale owner's answer marked `fenced` says that
+    the record holds another claim's, and is held to rule 2 only. On a route that follows,
+    a 2xx says whether it is a replay: marked (`Idempotent-Replayed`) exactly when another
+    attempt ran its execution."""
     heads = sorted((a for a in acknowledged(k) if a.outcome != "fenced"), key=lambda a: a.end)
-    for attempt in heads[1:]:
-        first = heads[0]
-        if (attempt.status, attempt.reason) != (first.status, first.reason):
+    found = _other_head(heads[0], heads[1:], k) if heads else []
+    cut = [a for a in k.asked if a.replayed and a.broke_off and a.answered_2xx]
+    for attempt in cut:
+        first = next((a for a in heads if a.execution == attempt.execution), None)
+        if first is not None and not found:
+            found = _other_head(first, [attempt], k)
+    if k.follows:
+        found += _marked_otherwise(k)
+    return found
+
+
+def _other_head(first: Attempt, later: Sequence[Attempt], k: KeyHistory) -> list[Violation]:
+    for attempt in later:
+        status = attempt.status if attempt.broke_off is None else attempt.broke_off[0]
+        if (status, attempt.reason) != (first.status, first.reason):
             what = (
-                f"{attempt.attempt} is {attempt.status} {attempt.reason} where the first 2xx "
+                f"{attempt.attempt} is {status} {attempt.reason} where the first 2xx "
                 f"({first.attempt}) was {first.status} {first.reason}"
             )
             return [Violation(Reason.OTHER_STATUS_LINE, k.name, what)]
         if attempt.head != first.head:
             what = f"{attempt.attempt}, against the first 2xx ({first.attempt})"
             return [Violation(Reason.OTHER_HEADERS, k.name, what)]
+    return []
+
+
+def _marked_otherwise(k: KeyHistory) -> list[Violation]:
+    """The first 2xx (whole or cut short) of the key whose replay mark says otherwise than
+    its execution: a replay unmarked, or the answer of the attempt that ran it marked."""
+    ran = {e.execution: e for e in k.ran}
+    for attempt in sorted(k.asked, key=lambda a: a.start):
+        execution = ran.get(attempt.execution) if attempt.answered_2xx else None
+        if execution is None:
+            continue
+        replay = execution.attempt != attempt.attempt
+        if replay != (attempt.replayed == "true"):
+            said = f"marked {attempt.replayed!r}" if attempt.replayed else "unmarked"
+            whose = f"{execution.attempt}'s" if replay else "its own"
+            what = f"{attempt.attempt}, {said}, carries {whose} execution {execution.execution}"
+            return [Violation(Reason.MARKED_OTHERWISE, k.name, what)]
     return []
 
 

@@ -29,16 +29,23 @@ EXECUTIONS = "executions.tsv"  # the upstream's log, in the run's folder
 # The routes, each named after its policy: `on_unknown_outcome` (reconcile and record record
 # an unknown outcome, reconcile asking the upstream's lookup first; release releases it),
 # and `open`, which records it too and fails open: with Redis cut off, it forwards without
-# idempotency (`Idempotency-Degraded: true`) where the others answer 503.
-ROUTES = ("reconcile", "record", "release", "open")
+# idempotency (`Idempotency-Degraded: true`) where the others answer 503; and `follow`,
+# which records it too, in front of the upstream's event stream, and lets a duplicate of a
+# call in flight follow its answer as it is made (`on_in_flight: follow`).
+ROUTES = ("reconcile", "record", "release", "open", "follow")
 OPEN = "open"
+FOLLOW = "follow"
+# How long a duplicate on the follow route waits for the head of the answer in flight (or,
+# on a gateway of the earlier release, `on_in_flight: wait`, for its record): within a
+# client's timeout, so that it is answered before its client gives up.
+IN_FLIGHT_WAIT = "2s"
 
 
 @dataclass
 class Policy:
     """How the routes are set up."""
 
-    routes: list[str]  # among record, reconcile, release
+    routes: list[str]  # among ROUTES
     lease: str = "2s"
     upstream_timeout: float = 1.0
     log_level: str = "warning"
@@ -64,6 +71,9 @@ def route(name: str, origin: str, policy: Policy) -> dict[str, Any]:
         spec["mark_sent"] = True
     if name == OPEN:
         spec["fail_mode"] = "open"
+    if name == FOLLOW:
+        spec["on_in_flight"] = "follow"
+        spec["in_flight_wait"] = IN_FLIGHT_WAIT
     if name == "reconcile":
         spec["reconcile"] = {
             "url": f"{origin}/reconcile/by-key/{{key}}",
@@ -186,12 +196,15 @@ class System:
 
     def member_config(self, member: Member, origin: str, redis_port: int | None) -> dict[str, Any]:
         """A fleet member's config: an earlier release's names no setting it does not know
-        (it refuses unknown fields) and has an admin listener, for its readiness check."""
+        (it refuses unknown fields) and has an admin listener, for its readiness check. It
+        cannot follow an answer in flight: there, a duplicate waits for the record."""
         config = self.gateway_config(origin, redis_port)
         if member.release == EARLIER:
             config["admin"] = {"host": "127.0.0.1", "port": kept_port()}
             for route_spec in config["routes"]:
                 del route_spec["late_answer_wait"]  # its own, fixed
+                if route_spec.get("on_in_flight") == "follow":
+                    route_spec["on_in_flight"] = "wait"
         elif member.record_format is not None:
             config["redis"]["record_format"] = member.record_format
         return config
