@@ -79,8 +79,10 @@ class Relay:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._plain is not None:
+        if self._plain is not None:  # its pool is ours: a client given one leaves it open
             await self._plain.aclose()
+            await self._plain.connection_pool.disconnect()
+            self._plain = None
 
     # The followers' side.
 
