@@ -123,6 +123,35 @@ async def test_a_follower_whose_owner_client_went_away_still_ends_as_the_record(
     assert upstream.calls["s"] == 1
 
 
+async def test_a_follower_that_goes_away_changes_nothing_for_the_key_or_the_others(
+    gateways: MakeGateways, events: tuple[EventsUpstream, str]
+) -> None:
+    upstream = events[0]
+    owner_gw, other_gw = await gateways(max_followers=1)
+    upstream.give("s", HEAD, event(1), event(2))
+    owner = await post(owner_gw, "/events/s", "k15")
+    await owner.until(event(1))
+    gone = await post(other_gw, "/events/s", "k15")
+    await gone.until(event(1))
+    gone.response.close()  # mid-stream: its place is free again, the call goes on
+    upstream.give("s", event(3))
+    await owner.until(event(2))
+    async with asyncio.timeout(READ):
+        while True:  # its gateway sees the close at its next write
+            again = await post(owner_gw, "/events/s", "k15")
+            if again.response.status == 200:
+                break
+            assert again.response.status == 409
+            again.response.close()
+            upstream.give("s", b": keep-alive\n\n")
+            await owner.until(b": keep-alive\n\n")
+    upstream.give("s", END)
+    whole = await owner.rest()
+    assert await again.rest() == whole
+    assert await replayed(other_gw, "/events/s", "k15") == whole
+    assert upstream.calls["s"] == 1
+
+
 async def test_followers_over_the_bound_get_409(
     gateways: MakeGateways, events: tuple[EventsUpstream, str]
 ) -> None:

@@ -80,12 +80,17 @@ def unframe(message: bytes) -> News | None:
 @dataclass(frozen=True, slots=True)
 class Ask:
     """A follower's request to whichever gateway owns `record`, held under `fingerprint`:
-    answer follower `follower` on pub/sub channel `reply` (its gateway's own)."""
+    answer follower `follower` on pub/sub channel `reply` (its gateway's own). An empty
+    fingerprint says that the follower has gone: its place is free (`leaving`)."""
 
     record: str
     fingerprint: str
     reply: str
     follower: int
+
+
+def leaving(record: str, reply: str, follower: int) -> Ask:
+    return Ask(record, "", reply, follower)
 
 
 def ask_frame(ask: Ask) -> bytes:

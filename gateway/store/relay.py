@@ -33,6 +33,7 @@ from gateway.core.following import (
     Told,
     addressed,
     ask_frame,
+    leaving,
     unaddressed,
     unframe_ask,
 )
@@ -97,8 +98,10 @@ class Relay:
         self.queue(self.asks, ask_frame(Ask(record, fingerprint, self.own, follower)), None)
         return follower
 
-    def forget(self, follower: int) -> None:
-        self._inboxes.pop(follower, None)
+    def forget(self, record: str, follower: int) -> None:
+        """The follower is done: its owner is told, so that its place is free again."""
+        if self._inboxes.pop(follower, None) is not None:
+            self.queue(self.asks, ask_frame(leaving(record, self.own, follower)), None)
 
     # The owners' side.
 
@@ -152,7 +155,7 @@ class Relay:
         if reply is not None:
             inbox = self._inboxes.get(reply[0])
             if inbox is not None and not inbox.tell(reply[1]):
-                self.forget(reply[0])
+                del self._inboxes[reply[0]]  # it takes nothing more: the rest is the record's
 
     async def _send(self) -> None:
         """PUBLISH what is queued, a round at a time, in the order queued."""
@@ -193,6 +196,7 @@ class _Remote:
         self._relay = relay
         self._channel = channel
         self._follower = follower
+        self.address = (channel, follower)
         self._bound = bound
         self.pending = 0  # bytes queued, not yet published
         self._gone = False

@@ -126,7 +126,7 @@ async def follow(
         if hub is not None:
             hub.leave(inbox)
         if asked is not None:
-            s.relay.forget(asked)
+            s.relay.forget(c.record_key, asked)
         s.metrics.followed.labels(route.name, following.ended).inc()
 
 
@@ -168,7 +168,10 @@ class _Following:
         head_by = time.monotonic() + route.in_flight_wait
         while True:
             news = await self.inbox.next(CHECK_EVERY)
-            if news is None:  # silence: is the owner still there?
+            if news is None:  # silence: is the client still there, and the owner?
+                transport = self.c.request.transport
+                if transport is None or transport.is_closing():
+                    return self._gone() if self.response is not None else self.found
                 result = await claim(self.s, route, self.names, self.c.fingerprint, self.c.token)
                 if result.outcome is not Claim.IN_FLIGHT:
                     return await self._finish(result)

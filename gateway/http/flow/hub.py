@@ -119,7 +119,14 @@ class Hubs:
 
 def answer_ask(hubs: Hubs, relay: Relay, bound: Callable[[], int], ask: Ask) -> None:
     """A follower on another gateway asked for a record: joined if this process owns its
-    call (an ask for a call of another process is not this one's to answer)."""
+    call (an ask for a call of another process is not this one's to answer), or let go."""
     hub = hubs.get(ask.record)
-    if hub is not None:
-        hub.join(relay.follower(ask, bound()), ask.fingerprint)
+    if hub is None:
+        return
+    if not ask.fingerprint:  # it has gone: its place is free
+        for follower in hub.followers:
+            if getattr(follower, "address", None) == (ask.reply, ask.follower):
+                hub.leave(follower)
+                return
+        return
+    hub.join(relay.follower(ask, bound()), ask.fingerprint)
