@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.http.answers.writing import start_response
+from gateway.http.answers.writing import send_head, start_response
 from gateway.upstream import aiohttp_client
 
 
@@ -119,9 +119,19 @@ async def head_probe() -> AsyncIterator[TestClient[web.Request, web.Application]
         await response.write_eof()
         return response
 
+    async def sent(request: web.Request) -> web.StreamResponse:
+        response = start_response(201, None, [("X-A", "1")], 5)
+        await response.prepare(request)
+        send_head(response)  # a follower's: its head goes before any body bytes
+        written["sent"] = request.writer.output_size
+        await response.write(b"hello")
+        await response.write_eof()
+        return response
+
     app = web.Application()
     app[WRITTEN] = written
     app.router.add_get("/held", held)
+    app.router.add_get("/sent", sent)
     app.router.add_get("/plain", plain)
     async with TestClient(TestServer(app)) as client:
         yield client
@@ -136,6 +146,15 @@ async def test_a_streamed_answer_holds_its_head_until_the_first_body_bytes(
     written = head_probe.server.app[WRITTEN]
     assert written["held"] == 0  # nothing on the wire after prepare(): head goes with body
     assert written["plain"] > 0  # aiohttp's default sends the head at once
+
+
+async def test_a_held_head_is_sent_at_once_when_asked(
+    head_probe: TestClient[web.Request, web.Application],
+) -> None:
+    async with head_probe.get("/sent") as response:
+        assert response.headers["X-A"] == "1"
+        assert await response.read() == b"hello"
+    assert head_probe.server.app[WRITTEN]["sent"] > 0  # on the wire before the body
 
 
 async def test_a_streamed_answer_carries_no_server_header_the_upstream_did_not_send() -> None:

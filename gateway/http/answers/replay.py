@@ -150,7 +150,7 @@ async def _replay_blob(
     skip = 0
     try:
         if last_id is not None:
-            skip = await _resume_point(s.blobs, record.blob, last_id) or 0
+            skip = await resume_point(s.blobs, record.blob, last_id) or 0
         reader = await s.blobs.reader(record.blob)
     except BlobError as exc:
         return _blob_failed(s, route, exc)
@@ -191,7 +191,7 @@ def check_inline(body: bytes, size: int, sha256: str) -> None:
         raise BlobError(BlobError.CORRUPT, "inline body does not match its digest")
 
 
-async def _resume_point(blobs: BlobStore, blob: str, last_id: str) -> int | None:
+async def resume_point(blobs: BlobStore, blob: str, last_id: str) -> int | None:
     """Where the events after `last_id` begin in a stored body, read once through."""
     point = ResumePoint(last_id)
     reader = await blobs.reader(blob)
@@ -211,9 +211,11 @@ async def send_verified(
     size: int,
     sha256: str,
     skip: int = 0,
+    prefix: tuple[int, bytes] | None = None,
 ) -> bool:
     """Stream `chunks` to a prepared response (from byte `skip` on), ending it only if they
-    match the record.
+    match the record; with `prefix` (a length and a SHA-256 digest: what a follower wrote
+    already), only if they begin with those bytes.
 
     The last chunk is held back until the digest is checked, so a corrupt blob never reaches
     the client whole: BlobError is raised and the caller cuts the connection short of the
@@ -222,12 +224,17 @@ async def send_verified(
     digest = hashlib.sha256()
     seen = 0
     held = b""
+    first = None if prefix is None else hashlib.sha256()
     try:
         async for chunk in chunks:
             digest.update(chunk)
             start, seen = seen, seen + len(chunk)
             if seen > size:
                 raise BlobError(BlobError.CORRUPT, f"blob is longer than {size} bytes")
+            if first is not None and prefix is not None and start < prefix[0]:
+                first.update(chunk[: prefix[0] - start])
+                if seen >= prefix[0] and first.digest() != prefix[1]:
+                    raise BlobError(BlobError.CORRUPT, "blob does not begin as written")
             if seen <= skip:
                 continue
             if held:
@@ -235,6 +242,8 @@ async def send_verified(
             held = chunk[skip - start :] if start < skip else chunk
         if seen != size:
             raise BlobError(BlobError.CORRUPT, f"blob has {seen} bytes, not {size}")
+        if prefix is not None and seen < prefix[0]:
+            raise BlobError(BlobError.CORRUPT, "blob is shorter than what was written")
         if digest.hexdigest() != sha256:
             raise BlobError(BlobError.CORRUPT, "blob does not match its digest")
         await response.write(held)

@@ -29,7 +29,7 @@ from gateway.core.headers import replayed_headers
 from gateway.core.retention import expires
 from gateway.core.sse import ResumePoint, is_event_stream, resume_offset
 from gateway.errors import BlobError, RecordCorrupt, StoreUnavailable
-from gateway.http.answers.replay import check_inline, replay_marker
+from gateway.http.answers.replay import check_inline, replay_marker, resume_point, send_verified
 from gateway.http.answers.writing import (
     abort,
     prepare_quietly,
@@ -294,58 +294,27 @@ class _Following:
         ones, the rest written with the last piece held back until the whole matched."""
         response = self.response
         assert response is not None
-        # Written from `start` up to `seen`; else the resume point is in the last bytes, or
-        # nowhere (all of it goes).
-        skip = self.seen if self.start is not None else await self._blob_resume(blob) or 0
+        if self.start is not None:  # written from `start` up to `seen`
+            skip = self.seen
+        else:  # the resume point is in the last bytes, or nowhere (all of it goes)
+            assert self.last_id is not None
+            try:
+                skip = await resume_point(self.s.blobs, blob, self.last_id) or 0
+            except BlobError:
+                skip = 0
         try:
             reader = await self.s.blobs.reader(blob)
         except BlobError:
             return False
-        whole, prefix = hashlib.sha256(), hashlib.sha256()
-        at, held = 0, b""
+        written = (self.seen, self.digest.digest())
         try:
             if reader.size != size:
                 return False
-            async for piece in reader.chunks():
-                whole.update(piece)
-                if at < self.seen:
-                    prefix.update(piece[: self.seen - at])
-                    if at + len(piece) >= self.seen and prefix.digest() != self.digest.digest():
-                        return False
-                out = piece[max(0, skip - at) :]
-                at += len(piece)
-                if out:
-                    if held and not await write_quietly(response, held):
-                        return False
-                    held = out
+            return await send_verified(response, reader.chunks(), size, sha256, skip, written)
         except BlobError:
             return False
         finally:
             await reader.close()
-        if at != size or whole.hexdigest() != sha256 or at < self.seen:
-            return False
-        if held and not await write_quietly(response, held):
-            return False
-        return await _ended(response)
-
-    async def _blob_resume(self, blob: str) -> int | None:
-        """The resume point of a stored body, read once through."""
-        assert self.last_id is not None
-        point = ResumePoint(self.last_id)
-        try:
-            reader = await self.s.blobs.reader(blob)
-        except BlobError:
-            return None
-        try:
-            async for piece in reader.chunks():
-                found = point.feed(piece)
-                if found is not None:
-                    return found
-        except BlobError:
-            return None
-        finally:
-            await reader.close()
-        return None
 
 
 async def _ended(response: web.StreamResponse) -> bool:
