@@ -52,6 +52,20 @@ def gateways(
     return make
 
 
+async def following(
+    upstream: EventsUpstream, owner_gw: TestClient, follower_gw: TestClient, key: str
+) -> tuple[Reader, Reader]:
+    """An owner on `owner_gw` whose stream has begun (two events given, the first of them
+    read: the last bytes are held back until the record is stored), and a follower on
+    `follower_gw` that has read that first event too."""
+    upstream.give("s", HEAD, event(1), event(2))
+    owner = await post(owner_gw, "/events/s", key)
+    await owner.until(event(1))
+    follower = await post(follower_gw, "/events/s", key)
+    await follower.until(event(1))
+    return owner, follower
+
+
 async def until_running(upstream: EventsUpstream, name: str) -> None:
     async with asyncio.timeout(READ):
         await upstream.running[name].wait()
@@ -110,11 +124,7 @@ async def test_a_follower_whose_owner_client_went_away_still_ends_as_the_record(
 ) -> None:
     upstream = events[0]
     owner_gw, other_gw = await gateways()
-    upstream.give("s", HEAD, event(1), event(2))
-    owner = await post(owner_gw, "/events/s", "k3")
-    await owner.until(event(1))
-    follower = await post(other_gw, "/events/s", "k3")
-    await follower.until(event(1))
+    owner, follower = await following(upstream, owner_gw, other_gw, "k3")
     owner.response.close()  # the owner's client is gone: the call goes on and is recorded
     upstream.give("s", event(3), END)
     body = await follower.rest()
@@ -128,11 +138,7 @@ async def test_a_follower_that_goes_away_changes_nothing_for_the_key_or_the_othe
 ) -> None:
     upstream = events[0]
     owner_gw, other_gw = await gateways(max_followers=1)
-    upstream.give("s", HEAD, event(1), event(2))
-    owner = await post(owner_gw, "/events/s", "k15")
-    await owner.until(event(1))
-    gone = await post(other_gw, "/events/s", "k15")
-    await gone.until(event(1))
+    owner, gone = await following(upstream, owner_gw, other_gw, "k15")
     gone.response.close()  # mid-stream: its place is free again, the call goes on
     upstream.give("s", event(3))
     await owner.until(event(2))
@@ -157,11 +163,7 @@ async def test_followers_over_the_bound_get_409(
 ) -> None:
     upstream = events[0]
     owner_gw, other_gw = await gateways(max_followers=1)
-    upstream.give("s", HEAD, event(1), event(2))
-    owner = await post(owner_gw, "/events/s", "k4")
-    await owner.until(event(1))
-    first = await post(other_gw, "/events/s", "k4")
-    await first.until(event(1))
+    owner, first = await following(upstream, owner_gw, other_gw, "k4")
     second = await post(owner_gw, "/events/s", "k4")
     assert second.response.status == 409
     upstream.give("s", END)
