@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import Enum
-from typing import Final
+from typing import Final, Protocol
 
 import orjson
 
@@ -42,6 +42,16 @@ class Bytes:
 
 # What a follower reads: a plain `Told` for the steps that carry nothing.
 News = Told | Head | Bytes
+
+
+class Follower(Protocol):
+    """Where a follower is told its news: an inbox on its own gateway, or the relay to
+    another's."""
+
+    def tell(self, news: News) -> bool:
+        """Take `news` without waiting; False when this follower takes nothing more (it has
+        gone, or fell behind and was told so)."""
+
 
 _OFFSET: Final = struct.Struct(">Q")
 

@@ -29,6 +29,7 @@ from gateway.core.backoff import SENTINEL_LISTEN
 from gateway.core.following import (
     Ask,
     Bytes,
+    Follower,
     News,
     Told,
     addressed,
@@ -52,10 +53,11 @@ class Relay:
     def __init__(self, client: Redis | RedisCluster, prefix: str) -> None:
         self._client = client
         self.asks = f"{prefix}:follow"
+        self._asks = self.asks.encode()  # as a message names its channel
         self.own = f"{prefix}:follow:{os.urandom(8).hex()}"  # this process's replies
         self.on_ask: Callable[[Ask], None] = lambda ask: None  # the owners' side: set by the app
         self._ids = itertools.count(1)
-        self._inboxes: dict[int, Any] = {}  # follower id -> its Follower (`http.flow.hub`)
+        self._inboxes: dict[int, Follower] = {}  # follower id -> its inbox
         self._outbox: collections.deque[tuple[str, bytes, _Remote | None]] = collections.deque()
         self._wake = asyncio.Event()
         self._listening = asyncio.Event()  # subscribed now: asks are heard
@@ -87,8 +89,8 @@ class Relay:
 
     # The followers' side.
 
-    def ask(self, record: str, fingerprint: str, inbox: Any) -> int | None:
-        """Ask the owner of `record` to tell `inbox` (a Follower) what its call does; the
+    def ask(self, record: str, fingerprint: str, inbox: Follower) -> int | None:
+        """Ask the owner of `record` to tell `inbox` what its call does; the
         follower's id, to `forget` it by. None when this gateway is not listening yet."""
         if not self.listening:
             self.start()
@@ -135,7 +137,6 @@ class Relay:
                         await pubsub.ping()
                         quiet = 0.0
             except (RedisError, OSError) as exc:
-                self._listening.clear()
                 log.warning("following: pub/sub lost, listening again: %s", exc)
                 await asyncio.sleep(pauses.next())
             finally:
@@ -146,7 +147,7 @@ class Relay:
     def _heard(self, channel: bytes, data: Any) -> None:
         if not isinstance(data, bytes):
             return
-        if channel == self.asks.encode():
+        if channel == self._asks:
             ask = unframe_ask(data)
             if ask is not None:
                 self.on_ask(ask)
@@ -154,8 +155,8 @@ class Relay:
         reply = unaddressed(data)
         if reply is not None:
             inbox = self._inboxes.get(reply[0])
-            if inbox is not None and not inbox.tell(reply[1]):
-                del self._inboxes[reply[0]]  # it takes nothing more: the rest is the record's
+            if inbox is not None:  # one that takes nothing more stays until `forget` tells
+                inbox.tell(reply[1])  # its owner it has gone
 
     async def _send(self) -> None:
         """PUBLISH what is queued, a round at a time, in the order queued."""

@@ -11,16 +11,9 @@ from the record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
-from gateway.core.following import Ask, Bytes, Head, News, Told
+from gateway.core.following import Ask, Bytes, Follower, Head, News, Told
 from gateway.store.relay import Relay
-
-
-class Follower(Protocol):
-    def tell(self, news: News) -> bool:
-        """Take `news` without waiting; False when this follower takes nothing more (it has
-        gone, or fell behind and was told so)."""
 
 
 class Hub:
